@@ -1,0 +1,111 @@
+"""The one look every optiscope figure shares: colours per optimizer, fonts, and an atomic save.
+
+Figures are drawn with the Agg backend (no display needed) and saved without timestamps, so the same
+``results.json`` always gives the same PNG bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from ..runs import atomic_write_bytes  # noqa: E402
+
+BACKGROUND = "#fbfbf9"
+INK = "#1c1c1c"
+MUTED = "#6b6b6b"
+GOOD = "#2e8b57"
+BAD = "#b03a2e"
+DPI = 150
+
+OPTIMIZER_COLORS = {
+    "sgd": "#b03a2e",
+    "momentum": "#d4802a",
+    "nesterov": "#b8a21b",
+    "rmsprop": "#7d5ba6",
+    "adam": "#1f6fb2",
+    "adamw": "#1a9c8c",
+    "adaml2": "#6aa8d8",
+    "adam-no-bc": "#8fb3cf",
+    "lion": "#c2478f",
+    "muon": "#3b3b3b",
+}
+
+RC = {
+    "figure.facecolor": BACKGROUND,
+    "axes.facecolor": BACKGROUND,
+    "savefig.facecolor": BACKGROUND,
+    "axes.edgecolor": "#9a9a9a",
+    "axes.labelcolor": INK,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 9.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e3e3df",
+    "grid.linewidth": 0.7,
+    "xtick.color": INK,
+    "ytick.color": INK,
+    "xtick.labelsize": 8.5,
+    "ytick.labelsize": 8.5,
+    "legend.fontsize": 8,
+    "legend.frameon": False,
+    "text.color": INK,
+    "font.family": "DejaVu Sans",
+    "svg.hashsalt": "optiscope",
+}
+
+
+def apply() -> None:
+    """Set optiscope's matplotlib defaults (every ``draw`` calls this first)."""
+    plt.rcParams.update(RC)
+
+
+def optimizer_color(name: str, fallback_index: int = 0) -> str:
+    """A stable colour per optimizer name ('adam', 'adam@1e-3' and 'adam-warmup' share Adam's)."""
+    key = name.lower().split("@")[0]
+    if key in OPTIMIZER_COLORS:
+        return OPTIMIZER_COLORS[key]
+    for known, color in OPTIMIZER_COLORS.items():
+        if key.startswith(known):
+            return color
+    return plt.get_cmap("tab10")(fallback_index % 10)
+
+
+def ramp(n: int, start: str = "#1f4e8c", end: str = "#b03a2e") -> list[tuple[float, float, float]]:
+    """``n`` colours from ``start`` (common, blue) to ``end`` (rare, red), evenly mixed in RGB."""
+    a = np.array(matplotlib.colors.to_rgb(start))
+    b = np.array(matplotlib.colors.to_rgb(end))
+    return [tuple(a + (b - a) * t) for t in np.linspace(0, 1, n)] if n > 1 else [tuple(a)]
+
+
+def note(ax, text: str, xy: tuple[float, float], color: str = INK, **kwargs) -> None:
+    """A boxed annotation in axes coordinates."""
+    ax.text(
+        *xy,
+        text,
+        transform=ax.transAxes,
+        fontsize=8,
+        color=color,
+        va=kwargs.pop("va", "top"),
+        ha=kwargs.pop("ha", "left"),
+        bbox=dict(boxstyle="round,pad=0.35", facecolor="white", edgecolor=color, alpha=0.9, lw=0.8),
+        **kwargs,
+    )
+
+
+def save(fig: Figure, path: Path) -> Path:
+    """Render ``fig`` to PNG and write it atomically; closes the figure."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return atomic_write_bytes(Path(path), buffer.getvalue())

@@ -1,0 +1,324 @@
+r"""Adam, AdamW and Adam+L2: one update rule, three places for weight decay.
+
+For a parameter θ with gradient g at step t = 1, 2, …, learning rate η, betas (β1, β2), ε and decay λ:
+
+    g ← −g                                   if maximize
+    g ← g + λθ                               coupled L2 decay (Adam, AdamL2: "the wrong way")
+    m ← β1 m + (1 − β1) g                    first moment
+    v ← β2 v + (1 − β2) g²                   second moment (element-wise square)
+    v_max ← max(v_max, v)                    AMSGrad only; v_max replaces v below
+    m̂ = m / (1 − β1ᵗ),  v̂ = v / (1 − β2ᵗ)    bias correction (skipped when bias_correction=False)
+    θ ← (1 − ηλ) θ                           decoupled decay (AdamW)
+    θ ← θ − η m̂ / (√v̂ + ε)
+
+The per-element *effective learning rate* is η / (√v̂ + ε): ``Adam.effective_lr(param)`` returns it.
+With coupled decay the term λθ passes through 1/(√v̂ + ε), so parameters with small gradients are
+decayed hardest; AdamW shrinks every weight by the same factor (1 − ηλ) (Loshchilov & Hutter, 2019).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .optimizer import (
+    OptiscopeOptimizer,
+    betas_rule,
+    boolean,
+    grouped_by_device_and_dtype,
+    new_step_counter,
+    non_negative,
+)
+
+
+def bias_corrections(step: float, beta1: float, beta2: float, enabled: bool) -> tuple[float, float]:
+    """(1 − β1ᵗ, 1 − β2ᵗ), or (1, 1) when bias correction is off. t starts at 1, never 0."""
+    if not enabled:
+        return 1.0, 1.0
+    return 1 - beta1**step, 1 - beta2**step
+
+
+def adam_step_(
+    param: Tensor,
+    grad: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    max_exp_avg_sq: Tensor | None,
+    *,
+    step: float,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled_weight_decay: bool,
+    amsgrad: bool,
+    bias_correction: bool,
+    maximize: bool,
+) -> None:
+    """One Adam step on one tensor, in place; ``step`` is t after incrementing (1 on the first call)."""
+    if maximize:
+        grad = -grad
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            param.mul_(1 - lr * weight_decay)
+        else:
+            grad = grad.add(param, alpha=weight_decay)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    if amsgrad:
+        torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
+        exp_avg_sq = max_exp_avg_sq
+    bc1, bc2 = bias_corrections(step, beta1, beta2, bias_correction)
+    denom = exp_avg_sq.sqrt().div_(math.sqrt(bc2)).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-lr / bc1)
+
+
+def adam_foreach_(
+    params: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    max_exp_avg_sqs: list[Tensor],
+    *,
+    steps: list[float],
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled_weight_decay: bool,
+    amsgrad: bool,
+    bias_correction: bool,
+    maximize: bool,
+) -> None:
+    """``adam_step_`` on lists of same-device, same-dtype tensors (steps may differ per tensor)."""
+    if maximize:
+        grads = torch._foreach_neg(grads)
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            torch._foreach_mul_(params, 1 - lr * weight_decay)
+        else:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    if amsgrad:
+        torch._foreach_maximum_(max_exp_avg_sqs, exp_avg_sqs)
+        exp_avg_sqs = max_exp_avg_sqs
+    corrections = [bias_corrections(s, beta1, beta2, bias_correction) for s in steps]
+    denom = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_div_(denom, [math.sqrt(bc2) for _, bc2 in corrections])
+    torch._foreach_add_(denom, eps)
+    torch._foreach_addcdiv_(params, exp_avgs, denom, [-lr / bc1 for bc1, _ in corrections])
+
+
+class Adam(OptiscopeOptimizer):
+    """Adam (Kingma & Ba, 2015) with coupled L2 weight decay, as torch.optim.Adam.
+
+    Extra options: ``bias_correction=False`` drops the 1/(1 − βᵗ) factors so the seed's pitfall can
+    be shown, not hidden; ``decoupled_weight_decay=True`` turns Adam into AdamW.
+    State per parameter (torch.optim's names, so state dicts interoperate): ``step``, ``exp_avg`` (m),
+    ``exp_avg_sq`` (v) and, with amsgrad, ``max_exp_avg_sq``.
+    """
+
+    rules = {
+        "betas": betas_rule(),
+        "eps": non_negative(),
+        "weight_decay": non_negative(),
+        "amsgrad": boolean(),
+        "bias_correction": boolean(),
+        "decoupled_weight_decay": boolean(),
+    }
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        bias_correction: bool = True,
+        *,
+        decoupled_weight_decay: bool = False,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        fused: bool | None = None,
+    ) -> None:
+        defaults = dict(
+            lr=lr,
+            betas=tuple(betas) if isinstance(betas, list) else betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            bias_correction=bias_correction,
+            decoupled_weight_decay=decoupled_weight_decay,
+            maximize=maximize,
+            foreach=foreach,
+            fused=fused,
+        )
+        super().__init__(params, defaults)
+
+    def fused_supported(self, group: dict[str, Any]) -> bool:
+        return group["bias_correction"]
+
+    def fused_unsupported_reason(self, group: dict[str, Any]) -> str:
+        return "torch's fused Adam kernels always apply bias correction; bias_correction=False"
+
+    def update_group(self, group: dict[str, Any], params: list[Tensor], impl: str) -> None:
+        update_adam_group(self.state, group, params, impl)
+
+    @torch.no_grad()
+    def effective_lr(self, param: Tensor) -> Tensor:
+        """Per-element effective learning rate η / (√v̂ + ε) of ``param`` after its latest step.
+
+        Raises KeyError if ``param`` has no Adam state yet (it has not been stepped).
+        """
+        return adam_effective_lr(self.state, self.param_groups, param)
+
+
+class AdamW(Adam):
+    """AdamW: Adam with decoupled weight decay θ ← (1 − ηλ)θ (default λ = 1e-2, as torch.optim.AdamW)."""
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        bias_correction: bool = True,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        fused: bool | None = None,
+    ) -> None:
+        super().__init__(
+            params,
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            bias_correction=bias_correction,
+            decoupled_weight_decay=True,
+            maximize=maximize,
+            foreach=foreach,
+            fused=fused,
+        )
+
+
+class AdamL2(Adam):
+    """Adam with L2 decay folded into the gradient ("the wrong way" in the seed), λ = 1e-2 by default.
+
+    The same update as ``Adam(weight_decay=λ)``; the separate name and AdamW's default λ make
+    side-by-side comparisons with ``AdamW`` read clearly.
+    """
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        bias_correction: bool = True,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        fused: bool | None = None,
+    ) -> None:
+        super().__init__(
+            params,
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            bias_correction=bias_correction,
+            decoupled_weight_decay=False,
+            maximize=maximize,
+            foreach=foreach,
+            fused=fused,
+        )
+
+
+def update_adam_group(state: Any, group: dict[str, Any], params: list[Tensor], impl: str) -> None:
+    """Initialise missing state, advance t and apply one Adam step to ``params`` with ``impl``.
+
+    A module-level function so that composite optimizers (``MuonWithAdamW``) can reuse it.
+    """
+    beta1, beta2 = group["betas"]
+    amsgrad = group["amsgrad"]
+    for p in params:
+        s = state[p]
+        if "step" not in s:
+            s["step"] = new_step_counter(p, on_param_device=impl == "fused")
+            s["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            s["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            if amsgrad:
+                s["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        elif impl == "fused" and s["step"].device != p.device:
+            s["step"] = s["step"].to(p.device)
+    hyper = dict(
+        lr=group["lr"],
+        beta1=beta1,
+        beta2=beta2,
+        eps=group["eps"],
+        weight_decay=group["weight_decay"],
+        amsgrad=amsgrad,
+        maximize=group["maximize"],
+    )
+    steps = [state[p]["step"] for p in params]
+    torch._foreach_add_(steps, 1)
+    if impl == "fused":
+        kernel = torch._fused_adamw_ if group["decoupled_weight_decay"] else torch._fused_adam_
+        for idx in grouped_by_device_and_dtype(params).values():
+            ps = [params[i] for i in idx]
+            kernel(
+                ps,
+                [p.grad for p in ps],
+                [state[p]["exp_avg"] for p in ps],
+                [state[p]["exp_avg_sq"] for p in ps],
+                [state[p]["max_exp_avg_sq"] for p in ps] if amsgrad else [],
+                [steps[i] for i in idx],
+                **hyper,
+            )
+        return
+    rest = dict(hyper, decoupled_weight_decay=group["decoupled_weight_decay"], bias_correction=group["bias_correction"])
+    if impl == "forloop":
+        for p, t in zip(params, steps, strict=True):
+            s = state[p]
+            adam_step_(p, p.grad, s["exp_avg"], s["exp_avg_sq"], s.get("max_exp_avg_sq"), step=t.item(), **rest)
+        return
+    for idx in grouped_by_device_and_dtype(params).values():
+        ps = [params[i] for i in idx]
+        adam_foreach_(
+            ps,
+            [p.grad for p in ps],
+            [state[p]["exp_avg"] for p in ps],
+            [state[p]["exp_avg_sq"] for p in ps],
+            [state[p]["max_exp_avg_sq"] for p in ps] if amsgrad else [],
+            steps=[steps[i].item() for i in idx],
+            **rest,
+        )
+
+
+def adam_effective_lr(state: Any, param_groups: list[dict[str, Any]], param: Tensor) -> Tensor:
+    """η / (√v̂ + ε) for ``param`` from Adam-style state (``step``, ``exp_avg_sq``, ``max_exp_avg_sq``)."""
+    group = next((g for g in param_groups if any(p is param for p in g["params"])), None)
+    if group is None:
+        raise KeyError(f"param of shape {tuple(param.shape)} is not in this optimizer")
+    s = state.get(param, {})
+    if "exp_avg_sq" not in s:
+        raise KeyError(f"param of shape {tuple(param.shape)} has no Adam state yet (step it first)")
+    beta1, beta2 = group["betas"]
+    _, bc2 = bias_corrections(float(s["step"]), beta1, beta2, group.get("bias_correction", True))
+    v = s["max_exp_avg_sq"] if group.get("amsgrad") else s["exp_avg_sq"]
+    return group["lr"] / ((v / bc2).sqrt() + group["eps"])

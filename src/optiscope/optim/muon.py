@@ -1,0 +1,349 @@
+r"""Muon (Jordan et al., 2024): momentum whose matrix is replaced by its nearest semi-orthogonal matrix.
+
+For a 2-D weight θ ∈ ℝ^{A×B} with gradient g, learning rate η, momentum μ and decoupled decay λ:
+
+    g ← −g                                   if maximize
+    b ← μ b + (1 − μ) g                      momentum, as an exponential average
+    d = (1 − μ) g + μ b   (Nesterov)   or  d = b
+    O = NS(d) ≈ U Vᵀ  where d = U S Vᵀ       Newton–Schulz orthogonalisation, below
+    θ ← (1 − ηλ) θ − η' O                    η' = η·√max(1, A/B) ("original") or η·0.2·√max(A, B)
+                                             ("match_rms_adamw", Liu et al. 2025)
+
+NS(d): X₀ = d / max(‖d‖_F, ε) on the wide orientation (rows ≤ columns), then ``ns_steps`` times
+X ← a X + (b A + c A²) X with A = X Xᵀ. Each iteration maps every singular value s of X to
+a s + b s³ + c s⁵, which with (a, b, c) = (3.4445, −4.775, 2.0315) pushes all of (0, 1] towards ~1 in
+five steps (not exactly to 1: the quintic trades accuracy for speed). The arithmetic runs in
+``ns_dtype`` (bfloat16 by default, as torch.optim.Muon).
+
+Muon is for hidden 2-D weights only. ``muon_with_adamw(model)`` splits a model the standard way and
+returns one ``MuonWithAdamW`` optimizer that steps hidden matrices with Muon and the rest with AdamW.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .adam import adam_effective_lr, update_adam_group
+from .optimizer import (
+    OptiscopeOptimizer,
+    betas_rule,
+    boolean,
+    grouped_by_device_and_dtype,
+    non_negative,
+    positive,
+    unit_interval,
+)
+
+ADJUST_LR_FNS = (None, "original", "match_rms_adamw")
+
+
+def newton_schulz(
+    matrix: Tensor,
+    coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
+    steps: int = 5,
+    eps: float = 1e-7,
+    dtype: torch.dtype = torch.bfloat16,
+) -> Tensor:
+    """The Newton–Schulz approximation of the orthogonal factor of a 2-D ``matrix`` (see module doc)."""
+    a, b, c = coefficients
+    x = matrix.to(dtype)
+    tall = x.size(0) > x.size(1)
+    if tall:
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        poly = torch.addmm(gram, gram, gram, beta=b, alpha=c)  # b A + c A²
+        x = torch.addmm(x, poly, x, beta=a)  # a X + (b A + c A²) X
+    return x.T if tall else x
+
+
+def adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: torch.Size) -> float:
+    """η' for a weight of shape (A, B): the per-shape scale of Muon's learning rate."""
+    rows, cols = shape[0], shape[1]
+    if adjust_lr_fn == "match_rms_adamw":
+        return lr * 0.2 * math.sqrt(max(rows, cols))
+    return lr * math.sqrt(max(1.0, rows / cols))
+
+
+def muon_step_(
+    param: Tensor,
+    grad: Tensor,
+    momentum_buffer: Tensor,
+    *,
+    lr: float,
+    weight_decay: float,
+    momentum: float,
+    nesterov: bool,
+    ns_coefficients: tuple[float, float, float],
+    ns_steps: int,
+    eps: float,
+    adjust_lr_fn: str | None,
+    ns_dtype: torch.dtype,
+    maximize: bool,
+) -> None:
+    """One Muon step on one 2-D tensor, in place."""
+    if maximize:
+        grad = -grad
+    momentum_buffer.lerp_(grad, 1 - momentum)
+    direction = grad.lerp(momentum_buffer, momentum) if nesterov else momentum_buffer
+    ortho = newton_schulz(direction, ns_coefficients, ns_steps, eps, ns_dtype)
+    param.mul_(1 - lr * weight_decay)
+    param.add_(ortho, alpha=-adjusted_lr(lr, adjust_lr_fn, param.shape))
+
+
+def muon_foreach_(
+    params: list[Tensor],
+    grads: list[Tensor],
+    momentum_buffers: list[Tensor],
+    *,
+    lr: float,
+    weight_decay: float,
+    momentum: float,
+    nesterov: bool,
+    ns_coefficients: tuple[float, float, float],
+    ns_steps: int,
+    eps: float,
+    adjust_lr_fn: str | None,
+    ns_dtype: torch.dtype,
+    maximize: bool,
+) -> None:
+    """``muon_step_`` on lists: the element-wise parts batched, Newton–Schulz per matrix."""
+    if maximize:
+        grads = torch._foreach_neg(grads)
+    torch._foreach_lerp_(momentum_buffers, grads, 1 - momentum)
+    directions = torch._foreach_lerp(grads, momentum_buffers, momentum) if nesterov else momentum_buffers
+    orthos = [newton_schulz(d, ns_coefficients, ns_steps, eps, ns_dtype) for d in directions]
+    torch._foreach_mul_(params, 1 - lr * weight_decay)
+    for p, o in zip(params, orthos, strict=True):
+        p.add_(o, alpha=-adjusted_lr(lr, adjust_lr_fn, p.shape))
+
+
+def _ns_coefficients_ok(x: Any) -> bool:
+    return (
+        isinstance(x, tuple | list)
+        and len(x) == 3
+        and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in x)
+    )
+
+
+MUON_RULES = {
+    "weight_decay": non_negative(),
+    "momentum": unit_interval(),
+    "nesterov": boolean(),
+    "ns_coefficients": (_ns_coefficients_ok, "three finite numbers (a, b, c)"),
+    "ns_steps": (lambda x: isinstance(x, int) and not isinstance(x, bool) and 1 <= x < 100, "an integer in [1, 100)"),
+    "eps": positive(),
+    "adjust_lr_fn": (lambda x: x in ADJUST_LR_FNS, f"one of {ADJUST_LR_FNS}"),
+    "ns_dtype": (
+        lambda x: isinstance(x, torch.dtype) and x.is_floating_point,
+        "a floating-point torch.dtype such as torch.bfloat16 or torch.float32",
+    ),
+}
+
+ADAMW_GROUP_RULES = {"betas": betas_rule(), "eps": non_negative(), "weight_decay": non_negative()}
+
+MUON_HYPER = ("lr", "weight_decay", "momentum", "nesterov", "ns_coefficients", "ns_steps", "eps", "adjust_lr_fn")
+
+
+def check_muon_params(name: str, params: Iterable[Tensor]) -> None:
+    for i, p in enumerate(params):
+        if isinstance(p, Tensor) and p.ndim != 2:
+            raise ValueError(
+                f"{name}: params[{i}] has shape {tuple(p.shape)}, but Muon updates 2-D matrices only; give "
+                "biases, norms, embeddings and the output head to AdamW (muon_with_adamw(model) does this)"
+            )
+
+
+def update_muon_group(state: Any, group: dict[str, Any], params: list[Tensor], impl: str) -> None:
+    for p in params:
+        if "momentum_buffer" not in state[p]:
+            state[p]["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    hyper = {k: group[k] for k in MUON_HYPER}
+    hyper.update(ns_dtype=group["ns_dtype"], maximize=group["maximize"])
+    if impl == "forloop":
+        for p in params:
+            muon_step_(p, p.grad, state[p]["momentum_buffer"], **hyper)
+        return
+    for idx in grouped_by_device_and_dtype(params).values():
+        ps = [params[i] for i in idx]
+        muon_foreach_(ps, [p.grad for p in ps], [state[p]["momentum_buffer"] for p in ps], **hyper)
+
+
+class Muon(OptiscopeOptimizer):
+    """Muon for 2-D weights, with torch.optim.Muon's arguments and defaults (plus maximize, ns_dtype).
+
+    State per parameter: ``momentum_buffer`` (b).
+    """
+
+    rules = MUON_RULES
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        weight_decay: float = 0.1,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
+        eps: float = 1e-7,
+        ns_steps: int = 5,
+        adjust_lr_fn: str | None = None,
+        *,
+        ns_dtype: torch.dtype = torch.bfloat16,
+        maximize: bool = False,
+        foreach: bool | None = None,
+    ) -> None:
+        defaults = dict(
+            lr=lr,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            nesterov=nesterov,
+            ns_coefficients=tuple(ns_coefficients),
+            eps=eps,
+            ns_steps=ns_steps,
+            adjust_lr_fn=adjust_lr_fn,
+            ns_dtype=ns_dtype,
+            maximize=maximize,
+            foreach=foreach,
+            fused=False,
+        )
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        params = param_group.get("params", [])
+        check_muon_params("Muon", [params] if isinstance(params, Tensor) else list(params))
+        super().add_param_group(param_group)
+
+    def update_group(self, group: dict[str, Any], params: list[Tensor], impl: str) -> None:
+        update_muon_group(self.state, group, params, impl)
+
+
+class MuonWithAdamW(OptiscopeOptimizer):
+    """One optimizer, two update rules: groups with ``use_muon=True`` take Muon steps, the others AdamW.
+
+    Being a single ``torch.optim.Optimizer``, it has one ``state_dict`` and works with the schedulers in
+    ``torch.optim.lr_scheduler`` (which scale each group's ``lr``). Muon groups use the Muon
+    hyperparameters; AdamW groups use ``lr``, ``betas``, ``eps`` and ``weight_decay`` (decoupled).
+    Build one with ``muon_with_adamw(model)``.
+    """
+
+    def __init__(
+        self,
+        muon_params: Iterable[Tensor],
+        adamw_params: Iterable[Tensor],
+        *,
+        lr: float = 0.02,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        weight_decay: float = 0.0,
+        ns_coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315),
+        ns_steps: int = 5,
+        ns_eps: float = 1e-7,
+        adjust_lr_fn: str | None = None,
+        ns_dtype: torch.dtype = torch.bfloat16,
+        adamw_lr: float = 1e-3,
+        adamw_betas: tuple[float, float] = (0.9, 0.95),
+        adamw_eps: float = 1e-8,
+        adamw_weight_decay: float = 0.0,
+        maximize: bool = False,
+    ) -> None:
+        defaults = dict(
+            use_muon=True,
+            lr=lr,
+            momentum=momentum,
+            nesterov=nesterov,
+            weight_decay=weight_decay,
+            ns_coefficients=tuple(ns_coefficients),
+            ns_steps=ns_steps,
+            eps=ns_eps,
+            adjust_lr_fn=adjust_lr_fn,
+            ns_dtype=ns_dtype,
+            betas=tuple(adamw_betas),
+            amsgrad=False,
+            bias_correction=True,
+            decoupled_weight_decay=True,
+            maximize=maximize,
+            foreach=None,
+            fused=None,
+        )
+        groups = [{"params": list(muon_params), "use_muon": True}]
+        adamw = list(adamw_params)
+        if adamw:
+            groups.append(
+                {
+                    "params": adamw,
+                    "use_muon": False,
+                    "lr": adamw_lr,
+                    "eps": adamw_eps,
+                    "weight_decay": adamw_weight_decay,
+                }
+            )
+        super().__init__(groups, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        if param_group.get("use_muon", self.defaults["use_muon"]):
+            params = param_group.get("params", [])
+            check_muon_params("MuonWithAdamW", [params] if isinstance(params, Tensor) else list(params))
+        super().add_param_group(param_group)
+
+    def rules_for(self, group: dict[str, Any]) -> dict[str, Any]:
+        return MUON_RULES if group["use_muon"] else ADAMW_GROUP_RULES
+
+    def fused_supported(self, group: dict[str, Any]) -> bool:
+        return not group["use_muon"]
+
+    def update_group(self, group: dict[str, Any], params: list[Tensor], impl: str) -> None:
+        if group["use_muon"]:
+            update_muon_group(self.state, group, params, impl)
+        else:
+            update_adam_group(self.state, group, params, impl)
+
+    @torch.no_grad()
+    def effective_lr(self, param: Tensor) -> Tensor:
+        """AdamW's η / (√v̂ + ε) for a parameter of an AdamW group (KeyError for Muon parameters)."""
+        return adam_effective_lr(self.state, self.param_groups, param)
+
+
+def split_params_for_muon(
+    model: nn.Module, head: nn.Module | str | None = None
+) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """(hidden matrices for Muon, everything else for AdamW), the usual split.
+
+    Muon gets the 2-D weights of ``nn.Linear`` layers. AdamW gets embeddings, the output head, norm
+    weights, biases and every parameter that is not 2-D. The head is ``head`` (a module or its
+    qualified name) or, by default, the last ``nn.Linear`` registered in the model (nanoGPT's
+    ``lm_head``); a Linear whose weight is tied to an embedding counts as that embedding.
+    """
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if isinstance(head, str):
+        modules = dict(model.named_modules())
+        if head not in modules:
+            raise ValueError(f"head={head!r} is not a submodule; valid names include {[n for n, _ in linears][-5:]}")
+        head = modules[head]
+    if head is None and linears:
+        head = linears[-1][1]
+    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    hidden_ids = {
+        id(m.weight) for _, m in linears if m is not head and id(m.weight) not in embedding_ids and m.weight.ndim == 2
+    }
+    muon, adamw, seen = [], [], set()
+    for p in model.parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (muon if id(p) in hidden_ids else adamw).append(p)
+    return muon, adamw
+
+
+def muon_with_adamw(model: nn.Module, head: nn.Module | str | None = None, **kwargs: Any) -> MuonWithAdamW:
+    """A ``MuonWithAdamW`` over ``model`` split by ``split_params_for_muon``; kwargs go to the optimizer."""
+    muon, adamw = split_params_for_muon(model, head)
+    if not muon:
+        raise ValueError("muon_with_adamw: the model has no hidden nn.Linear weights for Muon; use AdamW instead")
+    return MuonWithAdamW(muon, adamw, **kwargs)

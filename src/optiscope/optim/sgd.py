@@ -1,0 +1,195 @@
+r"""Stochastic gradient descent, with momentum, Nesterov momentum and two kinds of weight decay.
+
+For a parameter θ with gradient g, learning rate η, momentum μ, dampening τ and weight decay λ:
+
+    g ← −g                      if maximize
+    g ← g + λθ                  coupled ("L2") decay, the default
+    θ ← (1 − ηλ) θ              decoupled decay (``decoupled_weight_decay=True``)
+    b ← g                       on the first step,  b ← μ b + (1 − τ) g  afterwards
+    d ← g + μ b  (Nesterov)     or  d ← b  (heavy ball)  or  d ← g  (μ = 0)
+    θ ← θ − η d
+
+For plain SGD coupled and decoupled decay are the same update; they differ as soon as the step is not a
+fixed multiple of the gradient (momentum here, and above all Adam — see ``adam.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .optimizer import (
+    OptiscopeOptimizer,
+    boolean,
+    grouped_by_device_and_dtype,
+    non_negative,
+    unit_interval,
+)
+
+
+def sgd_step_(
+    param: Tensor,
+    grad: Tensor,
+    buf: Tensor | None,
+    *,
+    lr: float,
+    momentum: float,
+    dampening: float,
+    nesterov: bool,
+    weight_decay: float,
+    decoupled_weight_decay: bool,
+    maximize: bool,
+) -> Tensor | None:
+    """One SGD step on one tensor, in place. Returns the momentum buffer (created on the first step)."""
+    if maximize:
+        grad = -grad
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            param.mul_(1 - lr * weight_decay)
+        else:
+            grad = grad.add(param, alpha=weight_decay)
+    if momentum != 0:
+        if buf is None:
+            buf = grad.clone()
+        else:
+            buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+        grad = grad.add(buf, alpha=momentum) if nesterov else buf
+    param.add_(grad, alpha=-lr)
+    return buf
+
+
+def sgd_foreach_(
+    params: list[Tensor],
+    grads: list[Tensor],
+    bufs: list[Tensor | None],
+    *,
+    lr: float,
+    momentum: float,
+    dampening: float,
+    nesterov: bool,
+    weight_decay: float,
+    decoupled_weight_decay: bool,
+    maximize: bool,
+) -> None:
+    """``sgd_step_`` on lists of same-device, same-dtype tensors; fills ``bufs`` in place."""
+    if maximize:
+        grads = torch._foreach_neg(grads)
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            torch._foreach_mul_(params, 1 - lr * weight_decay)
+        else:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    if momentum != 0:
+        old = [i for i, b in enumerate(bufs) if b is not None]
+        for i, b in enumerate(bufs):
+            if b is None:
+                bufs[i] = grads[i].clone()
+        if old:
+            old_bufs = [bufs[i] for i in old]
+            torch._foreach_mul_(old_bufs, momentum)
+            torch._foreach_add_(old_bufs, [grads[i] for i in old], alpha=1 - dampening)
+        grads = torch._foreach_add(grads, bufs, alpha=momentum) if nesterov else bufs
+    torch._foreach_add_(params, grads, alpha=-lr)
+
+
+class SGD(OptiscopeOptimizer):
+    """SGD with optional (Nesterov) momentum and coupled or decoupled weight decay.
+
+    Arguments and defaults are torch.optim.SGD's, plus ``decoupled_weight_decay``: when True,
+    ``weight_decay`` shrinks θ by (1 − ηλ) each step instead of adding λθ to the gradient.
+    State per parameter: ``momentum_buffer`` (only when momentum ≠ 0), as in torch.optim.SGD.
+    """
+
+    rules = {
+        "momentum": unit_interval(),
+        "dampening": unit_interval(closed_right=True),
+        "weight_decay": non_negative(),
+        "nesterov": boolean(),
+        "decoupled_weight_decay": boolean(),
+    }
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        nesterov: bool = False,
+        weight_decay: float = 0.0,
+        decoupled_weight_decay: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        fused: bool | None = None,
+    ) -> None:
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            nesterov=nesterov,
+            weight_decay=weight_decay,
+            decoupled_weight_decay=decoupled_weight_decay,
+            maximize=maximize,
+            foreach=foreach,
+            fused=fused,
+        )
+        super().__init__(params, defaults)
+
+    def check_group(self, group: dict[str, Any]) -> None:
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError(
+                f"SGD: nesterov=True needs momentum > 0 and dampening = 0, got momentum={group['momentum']!r}, "
+                f"dampening={group['dampening']!r}"
+            )
+
+    def fused_supported(self, group: dict[str, Any]) -> bool:
+        return not (group["decoupled_weight_decay"] and group["weight_decay"] != 0)
+
+    def fused_unsupported_reason(self, group: dict[str, Any]) -> str:
+        return (
+            "torch's fused SGD kernel only has coupled weight decay; decoupled_weight_decay=True with weight_decay > 0"
+        )
+
+    def update_group(self, group: dict[str, Any], params: list[Tensor], impl: str) -> None:
+        hyper = {k: group[k] for k in ("lr", "momentum", "dampening", "nesterov", "weight_decay", "maximize")}
+        uses_buffer = group["momentum"] != 0
+        bufs = [self.state[p].get("momentum_buffer") for p in params]
+        if impl == "forloop":
+            for i, p in enumerate(params):
+                bufs[i] = sgd_step_(p, p.grad, bufs[i], decoupled_weight_decay=group["decoupled_weight_decay"], **hyper)
+        else:
+            for idx in grouped_by_device_and_dtype(params).values():
+                ps, gs, bs = [params[i] for i in idx], [params[i].grad for i in idx], [bufs[i] for i in idx]
+                if impl == "foreach":
+                    sgd_foreach_(ps, gs, bs, decoupled_weight_decay=group["decoupled_weight_decay"], **hyper)
+                else:
+                    _sgd_fused_(ps, gs, bs, **hyper)
+                for i, b in zip(idx, bs, strict=True):
+                    bufs[i] = b
+        if uses_buffer:
+            for p, b in zip(params, bufs, strict=True):
+                self.state[p]["momentum_buffer"] = b
+
+
+def _sgd_fused_(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor | None], **hyper: Any) -> None:
+    """torch's fused SGD kernel. It treats a whole list as first-step or not, so new buffers go apart."""
+    if hyper["momentum"] == 0:
+        torch._fused_sgd_(params, grads, [], is_first_step=False, **hyper)
+        return
+    new = [i for i, b in enumerate(bufs) if b is None]
+    old = [i for i, b in enumerate(bufs) if b is not None]
+    for first, idx in ((True, new), (False, old)):
+        if not idx:
+            continue
+        if first:
+            for i in idx:
+                bufs[i] = torch.empty_like(params[i])
+        torch._fused_sgd_(
+            [params[i] for i in idx],
+            [grads[i] for i in idx],
+            [bufs[i] for i in idx],
+            is_first_step=first,
+            **hyper,
+        )

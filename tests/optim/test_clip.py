@@ -1,0 +1,60 @@
+"""Global-norm clipping against torch.nn.utils.clip_grad_norm_, and its non-finite behaviour."""
+
+import math
+
+import pytest
+import torch
+
+from optiscope.optim import NonFiniteGradientError, clip_grad_norm
+
+
+def _params(scale, dtype=torch.float32):
+    g = torch.Generator().manual_seed(0)
+    ps = [torch.zeros(s, dtype=dtype, requires_grad=True) for s in [(3, 4), (5,), (2, 2, 2)]]
+    for p in ps:
+        p.grad = scale * torch.randn(p.shape, generator=g, dtype=dtype)
+    return ps
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_matches_torch(scale, norm_type, dtype):
+    ours, theirs = _params(scale, dtype), _params(scale, dtype)
+    n_ours = clip_grad_norm(ours, 1.0, norm_type=norm_type)
+    n_theirs = torch.nn.utils.clip_grad_norm_(theirs, 1.0, norm_type=norm_type)
+    torch.testing.assert_close(n_ours, n_theirs.to(n_ours.dtype))
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_returns_pre_clip_norm_and_caps_it():
+    ps = _params(10.0)
+    expected = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in ps))
+    total = clip_grad_norm(ps, 0.5)
+    assert total.item() == pytest.approx(expected.item(), rel=1e-6)
+    after = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in ps))
+    assert after.item() == pytest.approx(0.5, rel=1e-5)
+
+
+def test_non_finite_raises_naming_the_parameter_or_skips():
+    ps = _params(1.0)
+    ps[1].grad[2] = math.inf
+    with pytest.raises(NonFiniteGradientError, match=r"#1 shape \(5,\)"):
+        clip_grad_norm(ps, 1.0)
+    before = [p.grad.clone() for p in ps]
+    total = clip_grad_norm(ps, 1.0, nonfinite="skip")
+    assert not math.isfinite(total.item())
+    assert all(torch.equal(a, b.grad) for a, b in zip(before, ps, strict=True))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(max_norm=0.0), "max_norm=0.0 must be a finite number > 0"),
+        (dict(max_norm=1.0, nonfinite="ignore"), "nonfinite='ignore'"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        clip_grad_norm(_params(1.0), **kwargs)

@@ -1,0 +1,132 @@
+"""Shared test helpers: random problems that drive an optimizer in torch and in NumPy identically."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Quadratic:
+    """f(θ) = ½ Σ d ⊙ (θ − θ*)², observed with additive gradient noise ξ_t drawn in advance.
+
+    The gradient at step t is g_t = d ⊙ (θ − θ*) + σ ξ_t: it depends on the current θ (closed loop,
+    like real training) and on t, so two implementations that agree keep agreeing.
+    """
+
+    shapes: list[tuple[int, ...]]
+    seed: int
+    steps: int = 100
+    noise: float = 0.3
+    concave: bool = False  # f → −f, for optimizers run with maximize=True
+
+    def __post_init__(self) -> None:
+        rng = np.random.default_rng(self.seed)
+
+        def draw(sample, shape):
+            return np.asarray(sample(size=shape), dtype=np.float64)
+
+        self.theta0 = [draw(rng.normal, s) for s in self.shapes]
+        self.target = [draw(rng.normal, s) for s in self.shapes]
+        self.curvature = [draw(lambda size: rng.uniform(0.1, 2.0, size=size), s) for s in self.shapes]
+        self.xi = [[draw(rng.normal, s) for s in self.shapes] for _ in range(self.steps)]
+
+    def grad(self, i: int, theta: np.ndarray, t: int) -> np.ndarray:
+        sign = -1.0 if self.concave else 1.0
+        return sign * self.curvature[i] * (theta - self.target[i]) + self.noise * self.xi[t][i]
+
+    def run_numpy(self, make_opt) -> tuple[list[np.ndarray], object]:
+        params = [{"params": th.copy(), "grad": np.zeros_like(th)} for th in self.theta0]
+        opt = make_opt(params)
+        for t in range(self.steps):
+            for i, p in enumerate(params):
+                p["grad"][...] = self.grad(i, p["params"], t)
+            opt.step()
+        return [p["params"] for p in params], opt
+
+    def run_torch(self, make_opt, dtype=torch.float64) -> tuple[list[torch.Tensor], torch.optim.Optimizer]:
+        params = [torch.tensor(th, dtype=dtype, requires_grad=True) for th in self.theta0]
+        opt = make_opt(params)
+        for t in range(self.steps):
+            for i, p in enumerate(params):
+                g = self.grad(i, p.detach().double().numpy(), t)
+                p.grad = torch.tensor(g, dtype=dtype)
+            opt.step()
+        return [p.detach() for p in params], opt
+
+
+def assert_rel_close(actual, expected, rtol: float = 1e-10, what: str = "") -> None:
+    """|actual − expected| ≤ rtol · max|expected| element-wise (relative to the tensor's own scale)."""
+    a = np.asarray(actual.detach().double() if isinstance(actual, torch.Tensor) else actual, dtype=np.float64)
+    e = np.asarray(expected.detach().double() if isinstance(expected, torch.Tensor) else expected, dtype=np.float64)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != {e.shape}"
+    scale = max(float(np.max(np.abs(e), initial=0.0)), 1e-300)
+    err = float(np.max(np.abs(a - e), initial=0.0))
+    assert err <= rtol * scale, f"{what}: max abs error {err:.3e} > {rtol:.0e} x scale {scale:.3e}"
+
+
+def state_tensors_equal(a: torch.optim.Optimizer, b: torch.optim.Optimizer) -> bool:
+    sa, sb = a.state_dict()["state"], b.state_dict()["state"]
+    if sa.keys() != sb.keys():
+        return False
+    for k in sa:
+        if sa[k].keys() != sb[k].keys():
+            return False
+        for name in sa[k]:
+            x, y = sa[k][name], sb[k][name]
+            if isinstance(x, torch.Tensor):
+                if not torch.equal(x.to(y.device), y):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+def ordered_states(opt: torch.optim.Optimizer) -> list[dict]:
+    """The optimizer's per-parameter state, in parameter order across groups."""
+    return [opt.state.get(p, {}) for g in opt.param_groups for p in g["params"]]
+
+
+def assert_matches_twin(ours, twin, state_names: dict[str, str], rtol: float = 1e-10) -> None:
+    """Our (params, optimizer) run equals the NumPy twin's run: parameters and every state buffer."""
+    (params, opt), (twin_params, twin_opt) = ours, twin
+    for i, (a, b) in enumerate(zip(params, twin_params, strict=True)):
+        assert_rel_close(a, b, rtol, f"param {i}")
+    for i, state in enumerate(ordered_states(opt)):
+        for ours_name, twin_name in state_names.items():
+            if ours_name in state:
+                assert_rel_close(state[ours_name], twin_opt.state[i][twin_name], rtol, f"state {i} {ours_name}")
+
+
+def assert_same_run(a, b, rtol: float = 1e-10, exact: bool = False) -> None:
+    """Two torch runs (params, optimizer) agree on parameters and on every state tensor."""
+    (params_a, opt_a), (params_b, opt_b) = a, b
+    for i, (x, y) in enumerate(zip(params_a, params_b, strict=True)):
+        if exact:
+            assert torch.equal(x, y), f"param {i} differs: max {float((x - y).abs().max()):.3e}"
+        else:
+            assert_rel_close(x, y, rtol, f"param {i}")
+    for i, (sa, sb) in enumerate(zip(ordered_states(opt_a), ordered_states(opt_b), strict=True)):
+        names = set(sa) & set(sb)
+        assert names == set(sa), f"state {i}: keys {sorted(sa)} vs {sorted(sb)}"
+        for name in names:
+            x, y = sa[name], sb[name]
+            if not isinstance(x, torch.Tensor):
+                assert x == y, f"state {i} {name}: {x} != {y}"
+            elif exact:
+                assert torch.equal(x.cpu(), y.cpu()), f"state {i} {name} differs"
+            else:
+                assert_rel_close(x.cpu(), y.cpu(), rtol, f"state {i} {name}")
+
+
+def shapes_strategy(min_dims: int = 0, max_dims: int = 3, max_side: int = 5):
+    """Hypothesis: a list of 1–3 tensor shapes (scalars included unless min_dims > 0)."""
+    from hypothesis import strategies as st
+
+    shape = st.lists(st.integers(1, max_side), min_size=min_dims, max_size=max_dims).map(tuple)
+    return st.lists(shape, min_size=1, max_size=3)
+
+
+HYPOTHESIS_SETTINGS = dict(max_examples=15, deadline=None, derandomize=True)
