@@ -1,0 +1,22 @@
+"""optiscope.monitor: instruments that show what the optimizer does to every parameter.
+
+``Monitor(model, optimizer, every=N, sinks=[...])`` plus ``monitor.step(loss)`` after
+``optimizer.step()`` measures per parameter the gradient norm g, weight norm w, the actual update norm
+u, u/w, cos(u, −g), Adam's effective learning rate, non-finite counts and zero-gradient fractions, and
+turns a diverging loss into a ``Diverged`` record instead of a crash.
+"""
+
+from .divergence import Diverged, DivergenceGuard, safe_perplexity
+from .monitor import Monitor, clean_name
+from .sinks import ConsoleSink, JSONLSink, TensorBoardSink
+
+__all__ = [
+    "ConsoleSink",
+    "Diverged",
+    "DivergenceGuard",
+    "JSONLSink",
+    "Monitor",
+    "TensorBoardSink",
+    "clean_name",
+    "safe_perplexity",
+]

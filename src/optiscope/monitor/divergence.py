@@ -1,0 +1,64 @@
+"""Divergence as a diagnosis, not a crash.
+
+The seed's training log ends in ``OverflowError: math range error`` from ``math.exp(train_loss)``
+when Adam gets SGD's learning rate. Here a loss that leaves the sane range is *detected*, reported
+with the step and the parameters whose update-to-weight ratio blew up first, and the run stops cleanly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+# exp(x) overflows a float64 above this
+_MAX_EXP = math.log(1.7976931348623157e308)
+
+
+def safe_perplexity(loss: float) -> float:
+    """exp(loss), or inf where that would overflow (nan stays nan). Never raises."""
+    loss = float(loss)
+    if math.isnan(loss):
+        return math.nan
+    return math.exp(loss) if loss < _MAX_EXP else math.inf
+
+
+class Diverged(RuntimeError):
+    """Training diverged. ``record`` holds the step, the loss, the reason and the parameters whose
+    update-to-weight ratio exploded first."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+        culprits = ", ".join(p["name"] for p in record.get("exploded_first", [])[:3]) or "none measured"
+        super().__init__(
+            f"diverged at step {record['step']}: {record['reason']} (loss {record['loss']}); "
+            f"u/w exploded first in: {culprits}"
+        )
+
+
+@dataclass(frozen=True)
+class DivergenceGuard:
+    """Trips when the loss is not finite, or when — after ``warmup`` steps — it exceeds both ``factor``
+    times the lowest loss seen so far and the first loss of the run. (The second condition keeps a
+    noisy batch near a loss of ~0 from counting as divergence: diverging means doing worse than at
+    the start.) Non-finite weights are checked by the monitor on measured steps."""
+
+    factor: float = 4.0
+    warmup: int = 20
+
+    def __post_init__(self) -> None:
+        if not (self.factor > 1):
+            raise ValueError(f"DivergenceGuard: factor={self.factor!r} must be > 1")
+        if not (isinstance(self.warmup, int) and self.warmup >= 0):
+            raise ValueError(f"DivergenceGuard: warmup={self.warmup!r} must be an integer >= 0")
+
+    def reason(self, step: int, loss: float, lowest: float, first: float) -> str | None:
+        """Why this loss counts as divergence, or None."""
+        if not math.isfinite(loss):
+            return f"loss is {loss}"
+        if step > self.warmup and lowest > 0 and loss > self.factor * lowest and loss > first:
+            return (
+                f"loss {loss:.4g} > {self.factor:g} x its lowest value {lowest:.4g} "
+                f"and above the first loss {first:.4g}"
+            )
+        return None

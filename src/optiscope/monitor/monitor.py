@@ -1,0 +1,342 @@
+"""``Monitor``: what the optimizer did to every parameter, measured on any training loop.
+
+Two lines in an existing loop::
+
+    monitor = Monitor(model, optimizer, every=10, sinks=[ConsoleSink(), JSONLSink(run_dir / "metrics.jsonl")])
+    ...
+        optimizer.step()
+        monitor.step(loss)          # right after optimizer.step()
+
+The monitor registers step hooks on the optimizer. On a *measured* step (the first, then every
+``every``-th) the pre-hook copies the parameters that have gradients and the post-hook turns
+θ_after − θ_before into the actual update u — whatever optimizer made it, ours or torch's — then frees
+the copy: at most one extra copy of the parameters, and only on measured steps. ``monitor.step(loss)``
+adds the loss, learning rates and throughput, checks for divergence on every step (the loss is all it
+needs), and sends measured steps' records to the sinks.
+
+Under ``torchrun``/DDP every rank computes the same values (parameters and all-reduced gradients are
+identical; the loss is averaged across ranks) and only rank 0's sinks write.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from . import stats
+from .divergence import Diverged, DivergenceGuard
+
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+DEFAULT_GUARD = DivergenceGuard()
+
+
+def clean_name(name: str) -> str:
+    """Parameter name without DDP's ``module.`` and torch.compile's ``_orig_mod.`` prefixes."""
+    changed = True
+    while changed:
+        changed = False
+        for prefix in _WRAPPER_PREFIXES:
+            if name.startswith(prefix):
+                name, changed = name[len(prefix) :], True
+    return name.replace("._orig_mod.", ".").replace(".module.", ".")
+
+
+class Monitor:
+    """Per-parameter g / w / u / u÷w / cos(u, −g) / effective-LR statistics and a divergence guard.
+
+    Args:
+        model: the module being trained (for parameter names; may be wrapped in DDP or compiled).
+        optimizer: any ``torch.optim.Optimizer``.
+        every: measure every ``every``-th optimizer step (and the first).
+        sinks: objects with ``write(record)`` and ``close()`` (see ``optiscope.monitor.sinks``).
+        batch_tokens: tokens (or examples) per optimizer step, for a tokens/s figure.
+        guard: a ``DivergenceGuard``, or None to switch divergence detection off.
+        on_divergence: "raise" (raise ``Diverged``; the default) or "record" (set ``monitor.diverged``
+            and let the caller stop).
+        embedding: an embedding matrix (tensor or parameter name) whose per-row updates to track.
+        token_counts: occurrences of each token (row) in the training data, for the rare-token analysis.
+        histograms: add a log10 histogram of each parameter's effective learning rate to records.
+        alarm_growth: u/w above this multiple of its early level counts as having exploded.
+        start_step: steps already taken (when resuming), so step numbers continue.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        every: int = 10,
+        sinks: Iterable[Any] = (),
+        *,
+        batch_tokens: int | None = None,
+        guard: DivergenceGuard | None = DEFAULT_GUARD,
+        on_divergence: str = "raise",
+        embedding: Tensor | str | None = None,
+        token_counts: Tensor | Sequence[int] | None = None,
+        histograms: bool = False,
+        alarm_growth: float = 10.0,
+        start_step: int = 0,
+    ) -> None:
+        if not (isinstance(every, int) and every >= 1):
+            raise ValueError(f"Monitor: every={every!r} must be an integer >= 1")
+        if on_divergence not in ("raise", "record"):
+            raise ValueError(f"Monitor: on_divergence={on_divergence!r} must be 'raise' or 'record'")
+        if batch_tokens is not None and not (isinstance(batch_tokens, int) and batch_tokens > 0):
+            raise ValueError(f"Monitor: batch_tokens={batch_tokens!r} must be a positive integer or None")
+        self.model, self.optimizer, self.every = model, optimizer, every
+        self.sinks = list(sinks)
+        self.batch_tokens, self.guard, self.on_divergence = batch_tokens, guard, on_divergence
+        self.histograms, self.alarm_growth = histograms, alarm_growth
+        named = {id(p): clean_name(n) for n, p in model.named_parameters()}
+        self.names: dict[int, str] = {}
+        for gi, group in enumerate(optimizer.param_groups):
+            for pi, p in enumerate(group["params"]):
+                self.names[id(p)] = named.get(id(p), f"group{gi}.param{pi}")
+        self.embedding = self._resolve_embedding(embedding, model)
+        self.token_counts = None if token_counts is None else torch.as_tensor(token_counts, dtype=torch.float64)
+        if (
+            self.embedding is not None
+            and self.token_counts is not None
+            and (len(self.token_counts) != self.embedding.shape[0])
+        ):
+            raise ValueError(
+                f"Monitor: token_counts has {len(self.token_counts)} entries but the embedding has "
+                f"{self.embedding.shape[0]} rows; give one count per row"
+            )
+        self.row_update_sum: Tensor | None = None
+        self.row_update_steps = 0
+        self.step_count = start_step
+        self.first_loss = math.nan
+        self.lowest_loss = math.inf
+        self.diverged: dict[str, Any] | None = None
+        self.last_record: dict[str, Any] | None = None
+        self._ratio_history: dict[str, list[tuple[int, float]]] = {}
+        self._snapshot: list[Tensor] | None = None
+        self._snapshot_params: list[Tensor] = []
+        self._measured: dict[str, Any] | None = None
+        self._clock = (time.perf_counter(), start_step)
+        self._hooks = [
+            optimizer.register_step_pre_hook(self._before_step),
+            optimizer.register_step_post_hook(self._after_step),
+        ]
+
+    # ------------------------------------------------------------------------------------ hooks
+    def is_measured(self, step: int) -> bool:
+        return step == 1 or step % self.every == 0
+
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self.is_measured(self.step_count + 1):
+            return
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        self._snapshot_params = params
+        self._snapshot = [p.detach().clone() for p in params]
+
+    @torch.no_grad()
+    def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.step_count += 1
+        if self._snapshot is None:
+            return
+        params, before = self._snapshot_params, self._snapshot
+        self._snapshot, self._snapshot_params = None, []
+        torch._foreach_sub_(before, [p.detach() for p in params])  # before − after = −u, in place
+        self._measured = self._parameter_stats(optimizer, params, neg_updates=before)
+
+    def _parameter_stats(
+        self, optimizer: torch.optim.Optimizer, params: list[Tensor], neg_updates: list[Tensor]
+    ) -> dict[str, Any]:
+        grads = [p.grad.detach() for p in params]
+        weights = [p.detach() for p in params]
+        g = stats.foreach_norms(grads)
+        w = stats.foreach_norms(weights)
+        u = stats.foreach_norms(neg_updates)
+        cos_dot = stats.foreach_dots(neg_updates, grads)  # ⟨−u, g⟩ = ⟨u, −g⟩
+        bad_g, zero_g = stats.foreach_counts(grads)
+        bad_w, _ = stats.foreach_counts(weights)
+        per_param: dict[str, dict[str, Any]] = {}
+        for i, p in enumerate(params):
+            n = p.numel()
+            entry = {
+                "g": float(g[i]),
+                "w": float(w[i]),
+                "u": float(u[i]),
+                "u_over_w": stats.safe_ratio(float(u[i]), float(w[i])),
+                "cos": stats.cosine(float(cos_dot[i]), float(u[i]), float(g[i])),
+                "u_rms": float(u[i]) / math.sqrt(n) if n else 0.0,
+                "zero_grad": float(zero_g[i]) / n if n else 0.0,
+                "nonfinite_grad": int(bad_g[i]),
+                "nonfinite_w": int(bad_w[i]),
+            }
+            eff = stats.effective_lr(optimizer, p)
+            if eff is not None:
+                entry["eff_lr"] = stats.summarize(eff)
+                if self.histograms:
+                    entry["eff_lr_hist"] = stats.log_histogram(eff)
+            per_param[self.names.get(id(p), f"param{i}")] = entry
+            if p is self.embedding:
+                self._track_rows(neg_updates[i])
+        index = {id(p): i for i, p in enumerate(params)}
+        groups = []
+        for group in optimizer.param_groups:
+            idx = [index[id(p)] for p in group["params"] if id(p) in index]
+            groups.append(_aggregate(g[idx], w[idx], u[idx]))
+        return {"params": per_param, "groups": groups, "total": _aggregate(g, w, u)}
+
+    def _track_rows(self, neg_update: Tensor) -> None:
+        rows = stats.row_norms(neg_update)
+        self.row_update_sum = rows if self.row_update_sum is None else self.row_update_sum + rows
+        self.row_update_steps += 1
+
+    # ------------------------------------------------------------------------------------- step
+    def step(self, loss: float | Tensor | None = None, **scalars: float) -> dict[str, Any] | None:
+        """Call right after ``optimizer.step()``. Returns the record of a measured step, else None.
+
+        Raises ``Diverged`` (with ``on_divergence="raise"``) when the guard trips.
+        """
+        step = self.step_count
+        loss_value = self._global_loss(loss)
+        if loss_value is not None and math.isfinite(loss_value):
+            if math.isnan(self.first_loss):
+                self.first_loss = loss_value
+            self.lowest_loss = min(self.lowest_loss, loss_value)
+        measured, self._measured = self._measured, None
+        reason = None
+        if loss_value is not None and self.guard is not None:
+            reason = self.guard.reason(step, loss_value, self.lowest_loss, self.first_loss)
+        if measured is not None:
+            self._remember_ratios(step, measured["params"])
+            bad = [name for name, e in measured["params"].items() if e["nonfinite_w"]]
+            if bad and reason is None and self.guard is not None:
+                reason = f"non-finite weights in {', '.join(bad[:5])}"
+        record = None
+        if measured is not None:
+            record = {
+                "step": step,
+                "loss": loss_value,
+                "grad_norm": measured["total"]["g"],
+                **self._scalars(step),
+                **scalars,
+                **measured,
+            }
+            if self.row_update_sum is not None:
+                record["embedding"] = self.embedding_summary()
+            self.last_record = record
+            self._write(record)
+        if reason is not None:
+            self._diverge(step, loss_value, reason)
+        return record
+
+    def _scalars(self, step: int) -> dict[str, Any]:
+        now = time.perf_counter()
+        last_time, last_step = self._clock
+        self._clock = (now, step)
+        out: dict[str, Any] = {"lr": [g["lr"] for g in self.optimizer.param_groups]}
+        if self.batch_tokens and step > last_step and now > last_time:
+            out["tokens_per_s"] = self.batch_tokens * (step - last_step) / (now - last_time)
+        return out
+
+    def _global_loss(self, loss: float | Tensor | None) -> float | None:
+        if loss is None:
+            return None
+        value = loss.detach().float().mean() if isinstance(loss, Tensor) else torch.tensor(float(loss))
+        if dist.is_available() and dist.is_initialized():
+            device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
+            if dist.get_backend() == "gloo":
+                device = torch.device("cpu")
+            value = value.to(device=device, dtype=torch.float64)
+            dist.all_reduce(value)  # every rank sees (and judges) the same loss
+            value = value / dist.get_world_size()
+        return float(value)
+
+    def _remember_ratios(self, step: int, per_param: dict[str, dict[str, Any]]) -> None:
+        for name, entry in per_param.items():
+            self._ratio_history.setdefault(name, []).append((step, entry["u_over_w"]))
+
+    def exploded_first(self, limit: int = 5) -> list[dict[str, Any]]:
+        """Parameters ordered by the first measured step at which u/w exceeded ``alarm_growth`` times its
+        early level (median of its first three measurements); those that never did follow, by growth."""
+        rows = []
+        for name, history in self._ratio_history.items():
+            finite = [r for _, r in history if math.isfinite(r)]
+            early = sorted(finite[:3])[len(finite[:3]) // 2] if finite else math.nan
+            latest_step, latest = history[-1]
+            first = next(
+                (s for s, r in history if not math.isfinite(r) or (early > 0 and r > self.alarm_growth * early)),
+                None,
+            )
+            growth = stats.safe_ratio(latest, early) if math.isfinite(latest) else math.inf
+            rows.append({"name": name, "first_step": first, "u_over_w": latest, "early": early, "growth": growth})
+        rows.sort(key=lambda r: (r["first_step"] is None, r["first_step"] or 0, -_finite_or_big(r["growth"])))
+        return rows[:limit]
+
+    def _diverge(self, step: int, loss: float | None, reason: str) -> None:
+        record = {
+            "diverged": True,
+            "step": step,
+            "loss": loss,
+            "reason": reason,
+            "exploded_first": self.exploded_first(),
+            "last_measured_step": self.last_record["step"] if self.last_record else None,
+        }
+        self.diverged = record
+        self._write(record)
+        if self.on_divergence == "raise":
+            raise Diverged(record)
+
+    # ------------------------------------------------------------------------------- embedding
+    @staticmethod
+    def _resolve_embedding(embedding: Tensor | str | None, model: nn.Module) -> Tensor | None:
+        if embedding is None or isinstance(embedding, Tensor):
+            if embedding is not None and embedding.ndim != 2:
+                raise ValueError(f"Monitor: embedding must be a 2-D matrix, got shape {tuple(embedding.shape)}")
+            return embedding
+        named = {clean_name(n): p for n, p in model.named_parameters()}
+        if clean_name(embedding) not in named:
+            raise ValueError(f"Monitor: embedding={embedding!r} is not a parameter name; names: {sorted(named)[:8]} …")
+        return named[clean_name(embedding)]
+
+    def row_updates(self) -> Tensor | None:
+        """Mean ‖Δ row‖ of the tracked embedding over the measured steps (one value per row)."""
+        if self.row_update_sum is None:
+            return None
+        return self.row_update_sum / self.row_update_steps
+
+    def embedding_summary(self) -> dict[str, Any]:
+        rows = self.row_updates()
+        summary: dict[str, Any] = {"rows": len(rows), "measured_steps": self.row_update_steps, **stats.summarize(rows)}
+        if self.token_counts is not None:
+            seen = self.token_counts > 0
+            summary["spearman_count_vs_update"] = stats.spearman(self.token_counts[seen], rows[seen])
+        return summary
+
+    # ---------------------------------------------------------------------------------- output
+    def _write(self, record: dict[str, Any]) -> None:
+        for sink in self.sinks:
+            sink.write(record)
+
+    def close(self) -> None:
+        """Remove the hooks and close the sinks."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        for sink in self.sinks:
+            sink.close()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _aggregate(g: Tensor, w: Tensor, u: Tensor) -> dict[str, float]:
+    total_g, total_w, total_u = stats.combined_norm(g), stats.combined_norm(w), stats.combined_norm(u)
+    return {"g": total_g, "w": total_w, "u": total_u, "u_over_w": stats.safe_ratio(total_u, total_w), "n": len(g)}
+
+
+def _finite_or_big(x: float) -> float:
+    return x if math.isfinite(x) else 1e300

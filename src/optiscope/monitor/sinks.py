@@ -1,0 +1,174 @@
+"""Where monitor records go: the console (the seed's g/w/u log, aligned), JSONL, TensorBoard.
+
+A sink is any object with ``write(record)`` and ``close()``. Every sink here writes only on rank 0
+of a distributed job, so the same code runs unchanged under ``torchrun``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from ..runs import append_jsonl, is_rank_zero
+
+
+def _e(x: float | None) -> str:
+    """Two significant digits in scientific notation, like the seed's log (3.1e-05)."""
+    if x is None:
+        return "  n/a  "
+    if not math.isfinite(x):
+        return f"{x!s:>7}"
+    return f"{x:.1e}"
+
+
+class ConsoleSink:
+    """Prints each measured step as a header line plus one aligned line per parameter::
+
+        embedding.weight   g=3.1e-05 w=1.0e+00 u=1.6e-06 u/w=1.6e-06 cos=+0.98 lr_eff=[1.0e-04 3.2e-03 9.9e-02]
+
+    With more than ``max_rows`` parameters only the largest and smallest movers (by u/w) are shown,
+    and a line says how many were skipped; ``full=True`` prints them all.
+    """
+
+    def __init__(self, console: Console | None = None, max_rows: int = 12, full: bool = False) -> None:
+        self.console = console or Console()
+        self.max_rows, self.full = max_rows, full
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not is_rank_zero():
+            return
+        if record.get("diverged"):
+            self._write_divergence(record)
+            return
+        self.console.print(self._header(record), highlight=False, soft_wrap=True)
+        rows = sorted(record.get("params", {}).items(), key=lambda kv: -_sortable(kv[1]["u_over_w"]))
+        skipped = 0
+        if not self.full and len(rows) > self.max_rows:
+            half = self.max_rows // 2
+            skipped = len(rows) - 2 * half
+            rows = rows[:half] + [("", None)] + rows[-half:]
+        width = min(max((len(n) for n, _ in rows), default=10), 48)
+        for name, entry in rows:
+            if entry is None:
+                self.console.print(
+                    f"  {'':<{width}}  ⋯ {skipped} more between these by u/w (ConsoleSink(full=True) lists all)",
+                    style="dim",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                continue
+            self.console.print("  " + escape(self.line(name, entry, width)), highlight=False, soft_wrap=True)
+
+    @staticmethod
+    def line(name: str, entry: dict[str, Any], width: int = 0) -> str:
+        text = (
+            f"{name:<{width}}  g={_e(entry['g'])} w={_e(entry['w'])} u={_e(entry['u'])} "
+            f"u/w={_e(entry['u_over_w'])} cos={entry['cos']:+.2f}"
+        )
+        if "eff_lr" in entry:
+            e = entry["eff_lr"]
+            text += f" lr_eff=[{_e(e['min'])} {_e(e['median'])} {_e(e['max'])}]"
+        if entry.get("nonfinite_grad") or entry.get("nonfinite_w"):
+            text += f" NONFINITE g:{entry['nonfinite_grad']} w:{entry['nonfinite_w']}"
+        return text
+
+    @staticmethod
+    def _header(record: dict[str, Any]) -> str:
+        parts = [f"step {record['step']}"]
+        if record.get("loss") is not None:
+            parts.append(f"loss {record['loss']:.4f}")
+        lrs = record.get("lr", [])
+        if lrs:
+            parts.append("lr " + " ".join(f"{lr:.2e}" for lr in lrs[:3]) + (" …" if len(lrs) > 3 else ""))
+        parts.append(f"|g| {_e(record.get('grad_norm'))}")
+        parts.append(f"u/w {_e(record['total']['u_over_w'])}")
+        if "tokens_per_s" in record:
+            parts.append(f"{record['tokens_per_s']:,.0f} tok/s")
+        return "[bold]" + " │ ".join(parts) + "[/bold]"
+
+    def _write_divergence(self, record: dict[str, Any]) -> None:
+        self.console.print(
+            f"[bold red]DIVERGED at step {record['step']}[/bold red]: {escape(str(record['reason']))}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for row in record.get("exploded_first", []):
+            when = f"from step {row['first_step']}" if row["first_step"] is not None else "no alarm"
+            self.console.print(
+                f"  {escape(row['name'])}: u/w {_e(row['u_over_w'])} = {_e(row['growth'])} x its early level ({when})",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+    def close(self) -> None:
+        pass
+
+
+class JSONLSink:
+    """One JSON line per record, appended (readable while the run goes; see ``runs.append_jsonl``)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if is_rank_zero():
+            append_jsonl(self.path, record)
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardSink:
+    """Real TensorBoard event files through ``torch.utils.tensorboard.SummaryWriter``.
+
+    Tags: ``loss``, ``grad_norm``, ``tokens_per_s``, ``lr/group{i}``, ``total/{g,w,u,u_over_w}`` and per
+    parameter ``{g,w,u,u_over_w,cos}/{name}`` and ``eff_lr_median/{name}``; a divergence is a text entry.
+    Needs the ``tensorboard`` package: ``pip install 'optiscope[tensorboard]'``.
+    """
+
+    def __init__(self, log_dir: Path | str) -> None:
+        self.writer = None
+        if not is_rank_zero():
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as e:  # torch raises this when the tensorboard package is missing
+            raise ImportError(
+                "TensorBoardSink needs the tensorboard package: pip install 'optiscope[tensorboard]'"
+            ) from e
+        self.writer = SummaryWriter(log_dir=str(log_dir))
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.writer is None:
+            return
+        step = record["step"]
+        if record.get("diverged"):
+            self.writer.add_text("diverged", f"step {step}: {record['reason']}", step)
+            self.writer.flush()
+            return
+        for key in ("loss", "grad_norm", "tokens_per_s"):
+            if record.get(key) is not None:
+                self.writer.add_scalar(key, record[key], step)
+        for i, lr in enumerate(record.get("lr", [])):
+            self.writer.add_scalar(f"lr/group{i}", lr, step)
+        for key, value in record["total"].items():
+            if key != "n":
+                self.writer.add_scalar(f"total/{key}", value, step)
+        for name, entry in record["params"].items():
+            for key in ("g", "w", "u", "u_over_w", "cos"):
+                self.writer.add_scalar(f"{key}/{name}", entry[key], step)
+            if "eff_lr" in entry:
+                self.writer.add_scalar(f"eff_lr_median/{name}", entry["eff_lr"]["median"], step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _sortable(x: float) -> float:
+    return x if math.isfinite(x) else (1e300 if x > 0 or math.isnan(x) else -1e300)

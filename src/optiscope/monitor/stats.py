@@ -1,0 +1,148 @@
+r"""Pure tensor maths behind the monitor: norms, update statistics, effective learning rates.
+
+For a parameter tensor θ with gradient g, taking the step θ → θ′ (u = θ′ − θ, the *actual* update,
+whatever optimizer made it):
+
+    g  = ‖g‖₂           w = ‖θ′‖₂           u = ‖θ′ − θ‖₂
+    u/w                  the relative size of the step
+    cos(u, −g) = ⟨u, −g⟩ / (‖u‖ ‖g‖)    1 for a plain SGD step, less when momentum or
+                                         per-coordinate scaling (Adam) turn the step away from −g
+    u_rms = u / √n       Muon's and Lion's natural scale (Lion moves every coordinate by ~η)
+
+Group and overall figures combine tensors as one long vector: ‖·‖ = (Σ ‖·‖ᵢ²)^½.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..optim.adam import adam_effective_lr
+
+
+def foreach_norms(tensors: Sequence[Tensor]) -> Tensor:
+    """L2 norm of each tensor, as one float64 vector on the CPU (one device transfer in all)."""
+    if not tensors:
+        return torch.zeros(0, dtype=torch.float64)
+    by_key: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, t in enumerate(tensors):
+        by_key.setdefault((t.device, t.dtype), []).append(i)
+    out = torch.empty(len(tensors), dtype=torch.float64)
+    for idx in by_key.values():
+        norms = torch._foreach_norm([tensors[i] for i in idx])
+        out[idx] = torch.stack([n.double() for n in norms]).cpu()
+    return out
+
+
+def dot(a: Tensor, b: Tensor) -> Tensor:
+    """⟨a, b⟩ without a parameter-sized temporary (float32/64 accumulate natively, others in float32)."""
+    if a.dtype not in (torch.float32, torch.float64):
+        a, b = a.float(), b.float()
+    return torch.dot(a.reshape(-1), b.reshape(-1))
+
+
+def foreach_dots(a: Sequence[Tensor], b: Sequence[Tensor]) -> Tensor:
+    """⟨aᵢ, bᵢ⟩ for each pair, float64 on the CPU."""
+    if not a:
+        return torch.zeros(0, dtype=torch.float64)
+    return torch.stack([dot(x, y).double() for x, y in zip(a, b, strict=True)]).cpu()
+
+
+def foreach_counts(tensors: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+    """(number of non-finite entries, number of exactly-zero entries) per tensor, int64 on the CPU."""
+    if not tensors:
+        empty = torch.zeros(0, dtype=torch.int64)
+        return empty, empty
+    nonfinite = torch.stack([(~torch.isfinite(t)).sum() for t in tensors]).cpu()
+    zeros = torch.stack([(t == 0).sum() for t in tensors]).cpu()
+    return nonfinite, zeros
+
+
+def combined_norm(norms: Tensor) -> float:
+    """‖(v₁, …, vₙ)‖ from the parts' norms."""
+    return float(torch.sqrt(torch.sum(norms.double() ** 2))) if norms.numel() else 0.0
+
+
+def safe_ratio(num: float, den: float) -> float:
+    """num/den, inf for x/0 with x > 0, nan for 0/0 — never a ZeroDivisionError."""
+    if den == 0:
+        return math.nan if num == 0 else math.inf
+    return num / den
+
+
+def cosine(dot: float, norm_a: float, norm_b: float) -> float:
+    return safe_ratio(dot, norm_a * norm_b)
+
+
+def effective_lr(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor | None:
+    """η / (√v̂ + ε) per element for Adam-family state (ours or torch.optim's), else None.
+
+    Uses the optimizer's own ``effective_lr`` when it has one (optiscope's Adam, AdamW, AdamL2,
+    RMSprop, MuonWithAdamW); otherwise reads torch.optim-style Adam state (``exp_avg_sq``, ``step``).
+    """
+    state = optimizer.state.get(param, {})
+    if hasattr(optimizer, "effective_lr"):
+        try:
+            return optimizer.effective_lr(param)
+        except KeyError:
+            return None
+    if "exp_avg_sq" in state and "step" in state:
+        try:
+            return adam_effective_lr(optimizer.state, optimizer.param_groups, param)
+        except KeyError:
+            return None
+    return None
+
+
+def summarize(values: Tensor) -> dict[str, float]:
+    """min / median / max of a tensor's finite entries (nan when there are none)."""
+    flat = values.detach().flatten().double()
+    flat = flat[torch.isfinite(flat)]
+    if flat.numel() == 0:
+        return {"min": math.nan, "median": math.nan, "max": math.nan}
+    return {"min": float(flat.min()), "median": float(flat.median()), "max": float(flat.max())}
+
+
+def log_histogram(values: Tensor, bins: int = 20) -> dict[str, Any]:
+    """Counts of log10(values) in ``bins`` equal bins over their finite positive range."""
+    flat = values.detach().flatten().double()
+    flat = flat[torch.isfinite(flat) & (flat > 0)].log10()
+    if flat.numel() == 0:
+        return {"log10_edges": [], "counts": []}
+    lo, hi = float(flat.min()), float(flat.max())
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    counts = torch.histc(flat, bins=bins, min=lo, max=hi)
+    edges = torch.linspace(lo, hi, bins + 1)
+    return {"log10_edges": edges.tolist(), "counts": [int(c) for c in counts.tolist()]}
+
+
+def row_norms(matrix: Tensor) -> Tensor:
+    """‖row‖₂ for each row of a 2-D tensor, float64 on the CPU."""
+    return torch.linalg.vector_norm(matrix.double(), dim=1).cpu()
+
+
+def spearman(x: Tensor, y: Tensor) -> float:
+    """Spearman rank correlation (average ranks for ties); nan if either side is constant."""
+
+    def ranks(v: Tensor) -> Tensor:
+        order = torch.argsort(v, stable=True)
+        r = torch.empty_like(v, dtype=torch.float64)
+        r[order] = torch.arange(len(v), dtype=torch.float64)
+        # average the ranks of tied values
+        values, inverse = torch.unique(v, return_inverse=True)
+        sums = torch.zeros(len(values), dtype=torch.float64).index_add_(0, inverse, r)
+        counts = torch.zeros(len(values), dtype=torch.float64).index_add_(0, inverse, torch.ones_like(r))
+        return (sums / counts)[inverse]
+
+    x, y = x.double().flatten(), y.double().flatten()
+    if len(x) < 2:
+        return math.nan
+    rx, ry = ranks(x), ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    den = float(torch.sqrt((rx**2).sum() * (ry**2).sum()))
+    return float((rx * ry).sum()) / den if den > 0 else math.nan

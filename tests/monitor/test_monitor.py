@@ -1,0 +1,262 @@
+"""The monitor's numbers against independent computations, for our optimizers and torch's."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from optiscope.monitor import ConsoleSink, Diverged, DivergenceGuard, Monitor, safe_perplexity
+from optiscope.optim import SGD, Adam, AdamW, Lion
+
+
+class Recorder:
+    """A sink that keeps what it is given."""
+
+    def __init__(self):
+        self.records = []
+
+    def write(self, record):
+        self.records.append(record)
+
+    def close(self):
+        pass
+
+
+def tiny_lm(vocab=12, width=8, seed=0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Embedding(vocab, width), nn.Flatten(), nn.Linear(3 * width, 16), nn.GELU(), nn.Linear(16, vocab)
+    )
+    data = torch.randint(0, vocab, (32, 3)), torch.randint(0, vocab, (32,))
+    return model, data
+
+
+def train_step(model, opt, data, scale=1.0):
+    x, y = data
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(scale * model(x), y)
+    loss.backward()
+    return loss
+
+
+OPTIMIZERS = {
+    "ours-sgd": lambda ps: SGD(ps, lr=0.1, momentum=0.9),
+    "ours-adam": lambda ps: Adam(ps, lr=1e-2),
+    "torch-adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+    "torch-rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=1e-3),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_norms_and_update_match_an_independent_computation(name):
+    model, data = tiny_lm()
+    opt = OPTIMIZERS[name](model.parameters())
+    rec = Recorder()
+    monitor = Monitor(model, opt, every=3, sinks=[rec])
+    for step in range(1, 8):
+        loss = train_step(model, opt, data)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        opt.step()
+        record = monitor.step(loss)
+        assert (record is not None) == (step in (1, 3, 6))
+        if record is None:
+            continue
+        assert record["step"] == step and record["loss"] == pytest.approx(loss.item())
+        for n, p in model.named_parameters():
+            e = record["params"][n]
+            delta = p.detach() - before[n]
+            assert e["g"] == pytest.approx(torch.linalg.vector_norm(grads[n]).item(), rel=1e-5)
+            assert e["w"] == pytest.approx(torch.linalg.vector_norm(p.detach()).item(), rel=1e-5)
+            assert e["u"] == pytest.approx(torch.linalg.vector_norm(delta).item(), rel=1e-4)
+            cos = torch.nn.functional.cosine_similarity(delta.flatten(), -grads[n].flatten(), dim=0).item()
+            assert e["cos"] == pytest.approx(cos, abs=1e-4)
+            assert e["u_rms"] == pytest.approx(torch.sqrt(torch.mean(delta.double() ** 2)).item(), rel=1e-4)
+        total_u = math.sqrt(sum(record["params"][n]["u"] ** 2 for n in record["params"]))
+        assert record["total"]["u"] == pytest.approx(total_u, rel=1e-9)
+        assert record["grad_norm"] == pytest.approx(
+            torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads.values()])).item(), rel=1e-5
+        )
+
+
+def test_plain_sgd_update_points_down_the_gradient():
+    model, data = tiny_lm()
+    opt = SGD(model.parameters(), lr=0.05)
+    monitor = Monitor(model, opt, every=1)
+    loss = train_step(model, opt, data)
+    opt.step()
+    record = monitor.step(loss)
+    for e in record["params"].values():
+        assert e["cos"] == pytest.approx(1.0, abs=1e-5)
+        assert e["u"] == pytest.approx(0.05 * e["g"], rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: Adam(ps, lr=3e-3, betas=(0.8, 0.95), eps=1e-6),
+        lambda ps: torch.optim.Adam(ps, lr=3e-3, betas=(0.8, 0.95), eps=1e-6),
+    ],
+)
+def test_effective_lr_is_computed_from_the_state_by_hand(make):
+    model, data = tiny_lm()
+    opt = make(model.parameters())
+    monitor = Monitor(model, opt, every=4)
+    for _ in range(4):
+        loss = train_step(model, opt, data)
+        opt.step()
+        record = monitor.step(loss)
+    for n, p in model.named_parameters():
+        state = opt.state[p]
+        t = float(state["step"])
+        by_hand = 3e-3 / (torch.sqrt(state["exp_avg_sq"] / (1 - 0.95**t)) + 1e-6)
+        got = record["params"][n]["eff_lr"]
+        assert got["min"] == pytest.approx(by_hand.min().item(), rel=1e-6)
+        assert got["max"] == pytest.approx(by_hand.max().item(), rel=1e-6)
+        assert got["median"] == pytest.approx(by_hand.flatten().median().item(), rel=1e-6)
+
+
+def test_no_parameter_copy_outside_measured_steps():
+    model, data = tiny_lm()
+    opt = SGD(model.parameters(), lr=0.1)
+    monitor = Monitor(model, opt, every=5)
+    seen = []
+    opt.register_step_post_hook(lambda *a: seen.append(monitor._snapshot is not None))
+    for _ in range(10):
+        loss = train_step(model, opt, data)
+        # the pre-hook runs inside step(); just before it, no copy may exist
+        assert monitor._snapshot is None
+        opt.step()
+        monitor.step(loss)
+    assert monitor._snapshot is None
+
+
+def test_param_groups_aggregate_and_names_survive_wrappers():
+    model, data = tiny_lm()
+    emb, rest = list(model[0].parameters()), [p for p in model.parameters() if p is not model[0].weight]
+    opt = AdamW([{"params": emb, "lr": 1e-2}, {"params": rest, "lr": 1e-3}])
+    compiled = torch.compile(model, backend="eager")
+    monitor = Monitor(compiled, opt, every=1)
+    loss = train_step(compiled, opt, data)
+    opt.step()
+    record = monitor.step(loss)
+    assert set(record["params"]) == {n for n, _ in model.named_parameters()}
+    assert record["lr"] == [1e-2, 1e-3]
+    group0 = record["groups"][0]
+    assert group0["u"] == pytest.approx(record["params"]["0.weight"]["u"]) and group0["n"] == 1
+
+
+def test_zero_gradient_fraction_and_embedding_rows_follow_frequency():
+    """Rows of tokens that never appear get no gradient; Adam moves the rare rows as much as the common."""
+    vocab = 10
+    model, _ = tiny_lm(vocab=vocab)
+    counts = torch.tensor([500, 300, 100, 50, 20, 10, 5, 2, 1, 0])
+    g = torch.Generator().manual_seed(0)
+    opt = SGD(model.parameters(), lr=0.5)
+    monitor = Monitor(model, opt, every=1, embedding="0.weight", token_counts=counts)
+    for _ in range(20):
+        x = torch.multinomial(counts.float(), 3 * 32, replacement=True, generator=g).view(32, 3)
+        loss = train_step(model, opt, (x, torch.randint(0, vocab, (32,), generator=g)))
+        opt.step()
+        record = monitor.step(loss)
+    assert record["params"]["0.weight"]["zero_grad"] > 0  # row 9 never appears
+    rows = monitor.row_updates()
+    assert rows[9] == 0 and rows[0] > rows[8]
+    assert record["embedding"]["spearman_count_vs_update"] > 0.8  # SGD: update size follows frequency
+
+
+def test_divergence_raises_with_step_and_culprits():
+    model, data = tiny_lm()
+    opt = Adam(model.parameters(), lr=5.0)  # far too large
+    rec = Recorder()
+    monitor = Monitor(model, opt, every=2, sinks=[rec], guard=DivergenceGuard(factor=2.0, warmup=3))
+    with pytest.raises(Diverged) as info:
+        for _ in range(200):
+            loss = train_step(model, opt, data, scale=10.0)
+            opt.step()
+            monitor.step(loss)
+    record = info.value.record
+    assert record["step"] == monitor.step_count and record["diverged"] is True
+    assert record["exploded_first"] and {"name", "first_step", "growth"} <= set(record["exploded_first"][0])
+    assert rec.records[-1] is record and f"diverged at step {record['step']}" in str(info.value)
+
+
+def test_divergence_record_mode_and_nonfinite_weights():
+    model, data = tiny_lm()
+    opt = SGD(model.parameters(), lr=0.1)
+    monitor = Monitor(model, opt, every=1, on_divergence="record")
+    loss = train_step(model, opt, data)
+    with torch.no_grad():
+        model[4].bias[0] = math.nan
+    opt.step()
+    monitor.step(1.0)  # a finite loss: the weights give it away
+    assert monitor.diverged["reason"].startswith("non-finite weights in 4.bias")
+    assert loss is not None
+
+
+def test_guard_ignores_noise_near_zero_loss():
+    guard = DivergenceGuard(factor=4.0, warmup=0)
+    assert guard.reason(100, 4e-4, lowest=1e-5, first=2.3) is None  # spiky but far better than the start
+    assert guard.reason(100, 5.0, lowest=1.0, first=4.2) is not None
+    assert guard.reason(1, math.nan, lowest=math.inf, first=math.nan) == "loss is nan"
+
+
+def test_safe_perplexity_never_raises():
+    assert safe_perplexity(0.0) == 1.0
+    assert safe_perplexity(1e6) == math.inf  # math.exp would raise OverflowError here
+    assert math.isnan(safe_perplexity(math.nan))
+    with pytest.raises(OverflowError):
+        math.exp(1e6)
+
+
+def test_works_with_lion_and_any_optimizer_without_state():
+    model, data = tiny_lm()
+    opt = Lion(model.parameters(), lr=1e-3)
+    monitor = Monitor(model, opt, every=1)
+    loss = train_step(model, opt, data)
+    opt.step()
+    record = monitor.step(loss)
+    for n, _ in model.named_parameters():
+        # Lion moves every coordinate with a non-zero momentum by exactly lr
+        assert record["params"][n]["u_rms"] <= 1e-3 * (1 + 1e-4)  # float32 differences of θ
+        assert "eff_lr" not in record["params"][n]
+
+
+def test_bad_arguments_are_named():
+    model, _ = tiny_lm()
+    opt = SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="every=0 must be an integer >= 1"):
+        Monitor(model, opt, every=0)
+    with pytest.raises(ValueError, match="on_divergence='stop' must be 'raise' or 'record'"):
+        Monitor(model, opt, on_divergence="stop")
+    with pytest.raises(ValueError, match="token_counts has 3 entries but the embedding has 12 rows"):
+        Monitor(model, opt, embedding="0.weight", token_counts=[1, 2, 3])
+    with pytest.raises(ValueError, match="embedding='emb' is not a parameter name"):
+        Monitor(model, opt, embedding="emb")
+
+
+def test_console_line_reads_like_the_seed_log():
+    line = ConsoleSink.line(
+        "embedding.weight", {"g": 3.1e-5, "w": 1.0, "u": 1.6e-6, "u_over_w": 1.6e-6, "cos": 0.98}, 20
+    )
+    assert line.startswith("embedding.weight      g=3.1e-05 w=1.0e+00 u=1.6e-06 u/w=1.6e-06 cos=+0.98")
+
+
+def test_console_collapses_long_tables(capsys):
+    from rich.console import Console
+
+    record = {
+        "step": 3,
+        "loss": 1.0,
+        "lr": [0.1],
+        "grad_norm": 1.0,
+        "total": {"u_over_w": 0.1},
+        "params": {f"p{i}": {"g": 1.0, "w": 1.0, "u": i, "u_over_w": float(i), "cos": 1.0} for i in range(20)},
+    }
+    console = Console(width=200)
+    ConsoleSink(console, max_rows=4).write(record)
+    out = capsys.readouterr().out
+    assert "p19" in out and "p0 " in out and "p10" not in out and "16 more" in out
+    ConsoleSink(console, full=True).write(record)
+    assert "p10" in capsys.readouterr().out

@@ -1,0 +1,76 @@
+"""Sinks: JSONL and TensorBoard event files round-trip what the monitor measured."""
+
+import pytest
+import torch
+from test_monitor import tiny_lm, train_step
+
+from optiscope import runs
+from optiscope.monitor import Diverged, DivergenceGuard, JSONLSink, Monitor, TensorBoardSink
+from optiscope.optim import Adam
+
+
+def _train(tmp_path, steps=6, lr=1e-2, scale=1.0, **monitor_kwargs):
+    model, data = tiny_lm()
+    opt = Adam(model.parameters(), lr=lr)
+    sinks = [JSONLSink(tmp_path / "metrics.jsonl"), TensorBoardSink(tmp_path / "tb")]
+    monitor = Monitor(model, opt, every=2, sinks=sinks, **monitor_kwargs)
+    records = []
+    try:
+        for _ in range(steps):
+            loss = train_step(model, opt, data, scale=scale)
+            opt.step()
+            record = monitor.step(loss)
+            if record:
+                records.append(record)
+    finally:
+        monitor.close()
+    return records
+
+
+def test_jsonl_round_trip(tmp_path):
+    records = _train(tmp_path)
+    assert runs.read_jsonl(tmp_path / "metrics.jsonl") == [runs.to_jsonable(r) for r in records]
+    assert [r["step"] for r in records] == [1, 2, 4, 6]
+
+
+def test_tensorboard_round_trip(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    records = _train(tmp_path)
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert {"loss", "grad_norm", "lr/group0", "total/u_over_w", "u/0.weight", "eff_lr_median/4.bias"} <= set(tags)
+    loss = events.Scalars("loss")
+    assert [e.step for e in loss] == [r["step"] for r in records]
+    assert [e.value for e in loss] == pytest.approx([r["loss"] for r in records], rel=1e-6)
+    u = events.Scalars("u/2.weight")
+    assert [e.value for e in u] == pytest.approx([r["params"]["2.weight"]["u"] for r in records], rel=1e-6)
+
+
+def test_divergence_reaches_every_sink(tmp_path):
+    with pytest.raises(Diverged):
+        _train(tmp_path, steps=300, lr=5.0, guard=DivergenceGuard(factor=2.0, warmup=3), scale=10.0)
+    last = runs.read_jsonl(tmp_path / "metrics.jsonl")[-1]
+    assert last["diverged"] is True and last["step"] > 3
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"tensors": 0})
+    events.Reload()
+    assert "diverged/text_summary" in events.Tags()["tensors"]
+
+
+def test_tensorboard_missing_is_a_clear_error(monkeypatch, tmp_path):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name == "torch.utils.tensorboard":
+            raise ImportError("No module named 'tensorboard'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    with pytest.raises(ImportError, match=r"pip install 'optiscope\[tensorboard\]'"):
+        TensorBoardSink(tmp_path)
+    assert torch is not None
