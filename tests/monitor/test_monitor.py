@@ -260,3 +260,30 @@ def test_console_collapses_long_tables(capsys):
     assert "p19" in out and "p0 " in out and "p10" not in out and "16 more" in out
     ConsoleSink(console, full=True).write(record)
     assert "p10" in capsys.readouterr().out
+
+
+def test_resumed_monitor_continues_exactly():
+    """A monitor restored from state_dict() produces the records an uninterrupted one would."""
+    import copy
+
+    def run(split):
+        model, data = tiny_lm()
+        opt = Adam(model.parameters(), lr=1e-2)
+        monitor = Monitor(model, opt, every=2, embedding="0.weight", context={"run": "a"})
+        out = []
+        for step in range(1, 9):
+            if step == split:
+                saved = copy.deepcopy(monitor.state_dict())
+                monitor.close()
+                monitor = Monitor(model, opt, every=2, embedding="0.weight", context={"run": "a"})
+                monitor.load_state_dict(saved)
+            loss = train_step(model, opt, data)
+            opt.step()
+            record = monitor.step(loss)
+            if record:
+                record.pop("tokens_per_s", None)
+                out.append(record)
+        return out
+
+    straight, resumed = run(split=None), run(split=5)
+    assert straight == resumed and straight[-1]["run"] == "a" and straight[-1]["embedding"]["measured_steps"] == 5

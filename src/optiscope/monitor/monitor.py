@@ -64,6 +64,7 @@ class Monitor:
         histograms: add a log10 histogram of each parameter's effective learning rate to records.
         alarm_growth: u/w above this multiple of its early level counts as having exploded.
         start_step: steps already taken (when resuming), so step numbers continue.
+        context: fields added to every record (e.g. ``{"run": "adam@1e-3"}`` when several runs share a file).
     """
 
     def __init__(
@@ -81,6 +82,7 @@ class Monitor:
         histograms: bool = False,
         alarm_growth: float = 10.0,
         start_step: int = 0,
+        context: dict[str, Any] | None = None,
     ) -> None:
         if not (isinstance(every, int) and every >= 1):
             raise ValueError(f"Monitor: every={every!r} must be an integer >= 1")
@@ -92,6 +94,7 @@ class Monitor:
         self.sinks = list(sinks)
         self.batch_tokens, self.guard, self.on_divergence = batch_tokens, guard, on_divergence
         self.histograms, self.alarm_growth = histograms, alarm_growth
+        self.context = dict(context or {})
         named = {id(p): clean_name(n) for n, p in model.named_parameters()}
         self.names: dict[int, str] = {}
         for gi, group in enumerate(optimizer.param_groups):
@@ -215,6 +218,7 @@ class Monitor:
         record = None
         if measured is not None:
             record = {
+                **self.context,
                 "step": step,
                 "loss": loss_value,
                 "grad_norm": measured["total"]["g"],
@@ -275,6 +279,7 @@ class Monitor:
 
     def _diverge(self, step: int, loss: float | None, reason: str) -> None:
         record = {
+            **self.context,
             "diverged": True,
             "step": step,
             "loss": loss,
@@ -286,6 +291,25 @@ class Monitor:
         self._write(record)
         if self.on_divergence == "raise":
             raise Diverged(record)
+
+    # ---------------------------------------------------------------------------------- resume
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to judge divergence and continue the embedding analysis exactly."""
+        return {
+            "step_count": self.step_count,
+            "first_loss": self.first_loss,
+            "lowest_loss": self.lowest_loss,
+            "ratio_history": self._ratio_history,
+            "row_update_sum": self.row_update_sum,
+            "row_update_steps": self.row_update_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step_count = state["step_count"]
+        self.first_loss, self.lowest_loss = state["first_loss"], state["lowest_loss"]
+        self._ratio_history = {k: list(v) for k, v in state["ratio_history"].items()}
+        self.row_update_sum, self.row_update_steps = state["row_update_sum"], state["row_update_steps"]
+        self._clock = (time.perf_counter(), self.step_count)
 
     # ------------------------------------------------------------------------------- embedding
     @staticmethod

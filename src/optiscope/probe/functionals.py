@@ -1,0 +1,59 @@
+r"""What the probe measures about a model's next-token distributions, per sequence.
+
+For sequences i = 1..E of length T and next-token distributions p_θ(· | x_{i,<t}) over a vocabulary V:
+
+    h_{i,t} = −Σ_{k∈V} p log p        the exact (Rao–Blackwellised) entropy at position t
+    ℓ_{i,t} = −log p(x_{i,t+1})       the cross-entropy loss at position t (needs the next token)
+
+Each functional returns the per-sequence sums (Σ_t h_{i,t}, or Σ_t ℓ_{i,t}) as a float64 vector, so the
+mean per token is their total divided by the number of scored positions, and per-sequence
+contributions add up to the total exactly. Softmax and logarithms run in float64 whatever the model's
+dtype: entropy differences of 1e-7 are what the probe looks for.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+FUNCTIONALS = ("entropy", "loss")
+
+
+def check_logits(logits: object) -> Tensor:
+    """The model output must be next-token logits of shape (batch, positions, vocabulary)."""
+    if isinstance(logits, tuple | list):
+        logits = logits[0]
+    if not isinstance(logits, Tensor) or logits.ndim != 3 or logits.shape[-1] < 2 or not logits.is_floating_point():
+        shape = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
+        raise ValueError(
+            f"the model's output {shape} is not a next-token distribution: the probe needs floating-point "
+            "logits of shape (batch, positions, vocabulary) with a vocabulary of at least 2"
+        )
+    return logits
+
+
+def entropy_per_sequence(logits: Tensor) -> Tensor:
+    """Σ_t h_{i,t} for each sequence i (float64)."""
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1).sum(dim=-1)
+
+
+def loss_per_sequence(logits: Tensor, targets: Tensor) -> Tensor:
+    """Σ_t ℓ_{i,t} for each sequence i (float64); ``targets[i, t]`` is the token after position t."""
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    return -torch.gather(logp, -1, targets.unsqueeze(-1)).squeeze(-1).sum(dim=-1)
+
+
+def sequence_log_prob(logits: Tensor, targets: Tensor) -> Tensor:
+    """log p_θ(x_i) = Σ_t log p(x_{i,t+1} | x_{i,≤t}) for each sampled sequence i (float64)."""
+    return -loss_per_sequence(logits, targets)
+
+
+def per_sequence(functional: str, logits: Tensor, targets: Tensor | None) -> Tensor:
+    if functional == "entropy":
+        return entropy_per_sequence(logits)
+    if functional == "loss":
+        if targets is None:
+            raise ValueError("functional='loss' needs targets (the next tokens)")
+        return loss_per_sequence(logits, targets)
+    raise ValueError(f"functional={functional!r}; valid: {', '.join(FUNCTIONALS)}")

@@ -1,0 +1,228 @@
+r"""The probe: predicted (linear, quadratic) and true change of a functional after one step θ → θ + ηv.
+
+For E sequences with n_i scored positions each (N = Σ n_i) and per-sequence sums S_i (of entropies, or
+of losses), the functional is H = Σ_i S_i / N. Along v:
+
+**fixed contexts** (held-out sequences, teacher-forced): H(η) = Σ_i S_i(η) / N exactly, so
+
+    ΔH_true(η) = H(η) − H(0),   linear η·H′,   H′ = Σ_i S_i′/N,   quadratic ½η²·H″,   H″ = Σ_i S_i″/N.
+
+**on-policy** (sequences x_i sampled from p_θ at temperature 1): the distribution of contexts moves with
+θ, so H(η) is estimated by re-scoring the same sequences with self-normalised importance weights
+w_i(η) = p_{θ+ηv}(x_i)/p_θ(x_i) (log-ratio clipped at ±c):
+
+    Ĥ(η) = Σ_i w_i S_i(η) / Σ_i w_i n_i.
+
+Its derivatives at η = 0 (w_i = 1, w_i′ = s_i = ∇log p(x_i)·v) include the score-function part:
+
+    Ĥ′ = Σ_i [S_i′ + s_i (S_i − n_i H)] / N
+
+and Ĥ″ follows from the quotient rule with w_i″ = s_i² + s_i′. In both modes the per-sequence terms
+(``approx.per_sequence[i].gdotv``) sum to the total exactly, as do the per-sequence true contributions
+w_i S_i(η)/Σ_j w_j n_j − (n_i/N)·H(0) that the seed's notebook rebuilds from ``true.entries[].diagnostics``.
+η* = 2|H′|/|H″| is the step size at which the quadratic term equals the linear one.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from torch.func import functional_call
+
+from .functionals import check_logits, per_sequence
+from .terms import along, derivatives, gradient_dot, hessian_quadratic, unwrap
+
+MODES = ("fixed", "policy")
+
+
+def check_etas(etas: Sequence[float]) -> list[float]:
+    etas = [float(e) for e in etas]
+    if not etas or any(not math.isfinite(e) or e <= 0 for e in etas):
+        raise ValueError(f"the η grid {etas} must be a non-empty list of finite step sizes > 0")
+    return sorted(etas)
+
+
+@torch.no_grad()
+def sample_sequences(
+    model: nn.Module, starts: Tensor, length: int, block_size: int, generator: torch.Generator
+) -> Tensor:
+    """Sample ``length`` tokens after each start token at temperature 1; returns (E, length + 1) ids."""
+    seq = starts.reshape(-1, 1)
+    for _ in range(length):
+        logits = model(seq[:, -block_size:])
+        logits = logits[0] if isinstance(logits, tuple | list) else logits
+        probs = torch.softmax(logits[:, -1].double(), dim=-1)
+        seq = torch.cat([seq, torch.multinomial(probs, 1, generator=generator)], dim=1)
+    return seq
+
+
+def _chunks(n: int, size: int) -> list[slice]:
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def _concat(parts: list[tuple[tuple[Tensor, ...], ...]], k: int) -> list[Tensor]:
+    """Join the chunks' k-th result (values, first or second derivatives), output by output."""
+    return [torch.cat([part[k][j] for part in parts]) for j in range(len(parts[0][k]))]
+
+
+def probe_step(
+    model: nn.Module,
+    direction: dict[str, Tensor],
+    sequences: Tensor,
+    etas: Sequence[float],
+    *,
+    mode: str = "fixed",
+    functional: str = "entropy",
+    chunk_size: int = 64,
+    log_ratio_clip: float = 20.0,
+    precision: str = "float64",
+    reverse_check: bool = False,
+) -> dict[str, Any]:
+    """Probe one step direction on ``sequences`` (E × (T+1) token ids: inputs are [:, :-1], targets [:, 1:]).
+
+    In ``mode="policy"`` the sequences must have been sampled from the model (``sample_sequences``).
+    ``precision="float64"`` evaluates a float64 copy of the model (exact enough to see ΔH of 1e-9);
+    ``"model"`` keeps the model's dtype. Returns the seed's ``results.json`` layout (module doc).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}; valid: {', '.join(MODES)}")
+    if precision not in ("float64", "model"):
+        raise ValueError(f"precision={precision!r}; valid: float64, model")
+    if not direction:
+        raise ValueError("the direction is empty: the step moves no parameter")
+    etas = check_etas(etas)
+    if sequences.ndim != 2 or sequences.shape[1] < 2:
+        raise ValueError(f"sequences must be token ids of shape (E, T+1) with T >= 1, got {tuple(sequences.shape)}")
+    net = unwrap(model)
+    if precision == "float64":
+        net = copy.deepcopy(net).double()
+        direction = {n: v.double() for n, v in direction.items()}
+    was_training = net.training
+    net.eval()
+    try:
+        return _probe(net, direction, sequences, etas, mode, functional, chunk_size, log_ratio_clip, reverse_check)
+    finally:
+        net.train(was_training)
+
+
+def _probe(
+    net: nn.Module,
+    direction: dict[str, Tensor],
+    sequences: Tensor,
+    etas: list[float],
+    mode: str,
+    functional: str,
+    chunk_size: int,
+    clip: float,
+    reverse_check: bool,
+) -> dict[str, Any]:
+    policy = mode == "policy"
+    inputs, targets = sequences[:, :-1], sequences[:, 1:]
+    n = torch.full((len(sequences),), float(inputs.shape[1]), dtype=torch.float64)
+    total_tokens = float(n.sum())
+    started = time.perf_counter()
+    parts = []
+    for s in _chunks(len(sequences), chunk_size):
+        f = along(net, direction, inputs[s], targets[s], functional, with_log_prob=policy)
+        parts.append(derivatives(f))
+    value, first, second = (_concat(parts, k) for k in range(3))
+    seconds_terms = time.perf_counter() - started
+    S, dS, d2S = value[0], first[0], second[0]
+    H = float(S.sum()) / total_tokens
+    if policy:
+        s_i, ds_i = first[1], second[1]
+        per_seq = (dS + s_i * (S - n * H)) / total_tokens
+        quadratic = _snis_second_derivative(S, dS, d2S, s_i, ds_i, n)
+    else:
+        per_seq = dS / total_tokens
+        quadratic = float(d2S.sum()) / total_tokens
+    linear = float(per_seq.sum())
+
+    started = time.perf_counter()
+    entries = []
+    for eta in etas:
+        S_eta, logp_eta = [], []
+        with torch.no_grad():
+            for s in _chunks(len(sequences), chunk_size):
+                out = along(net, direction, inputs[s], targets[s], functional, with_log_prob=policy)(
+                    torch.tensor(eta, dtype=torch.float64)
+                )
+                S_eta.append(out[0])
+                if policy:
+                    logp_eta.append(out[1])
+        S_eta = torch.cat(S_eta)
+        if policy:
+            log_ratio = torch.cat(logp_eta) - value[1]
+            clipped = int((log_ratio.abs() > clip).sum())
+            w = log_ratio.clamp(-clip, clip).exp()
+        else:
+            clipped, w = 0, torch.ones_like(S_eta)
+        h_new = float((w * S_eta).sum() / (w * n).sum())
+        entries.append(
+            {
+                "eta": eta,
+                "delta_h_true": h_new - H,
+                "diagnostics": {
+                    "weights_sum": float(w.sum()),
+                    "normalized_weights": (w / w.sum()).tolist(),
+                    "token_counts": n.tolist(),
+                    "h_new": S_eta.tolist(),
+                    "base_entropy": H,
+                    "ess": float(w.sum() ** 2 / (w**2).sum()),
+                    "clipped": clipped,
+                },
+            }
+        )
+    seconds_true = time.perf_counter() - started
+
+    approx: dict[str, Any] = {
+        "delta_h_per_lr": linear,
+        "quadratic": {"gdotv": linear, "vHvv": quadratic},
+        "per_sequence": [{"gdotv": float(g)} for g in per_seq],
+        "eta_star": 2 * abs(linear) / abs(quadratic) if quadratic != 0 else math.inf,
+    }
+    if reverse_check and not policy:
+        approx["reverse"] = _reverse_terms(net, direction, inputs, targets, functional, total_tokens)
+    return {
+        "mode": mode,
+        "functional": functional,
+        "E": len(sequences),
+        "T": int(inputs.shape[1]),
+        "base_value": H,
+        "approx": approx,
+        "true": {"entries": entries},
+        "timings": {"terms_seconds": seconds_terms, "true_seconds": seconds_true},
+    }
+
+
+def _snis_second_derivative(S: Tensor, dS: Tensor, d2S: Tensor, s: Tensor, ds: Tensor, n: Tensor) -> float:
+    """Ĥ″(0) for Ĥ = A/B, A = Σ w S, B = Σ w n, with w = 1, w′ = s, w″ = s² + s′ at η = 0."""
+    w1, w2 = s, s**2 + ds
+    A, A1, A2 = S.sum(), (w1 * S + dS).sum(), (w2 * S + 2 * w1 * dS + d2S).sum()
+    B, B1, B2 = n.sum(), (w1 * n).sum(), (w2 * n).sum()
+    return float(A2 / B - 2 * A1 * B1 / B**2 - A * B2 / B**2 + 2 * A * B1**2 / B**3)
+
+
+def _reverse_terms(
+    net: nn.Module,
+    direction: dict[str, Tensor],
+    inputs: Tensor,
+    targets: Tensor,
+    functional: str,
+    total_tokens: float,
+) -> dict[str, float]:
+    """The fixed-context totals again, by reverse mode: ∇H·v and the Hessian-vector product vᵀ(∇²H v)."""
+    others = {k: v.detach() for k, v in net.named_parameters() if k not in direction}
+
+    def total(params: dict[str, Tensor]) -> Tensor:
+        logits = check_logits(functional_call(net, {**others, **params}, (inputs,)))
+        return per_sequence(functional, logits, targets).sum() / total_tokens
+
+    return {"gdotv": gradient_dot(net, direction, total), "vHvv": hessian_quadratic(net, direction, total)}

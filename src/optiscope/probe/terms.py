@@ -1,0 +1,91 @@
+r"""Derivatives of a per-sequence functional along a direction, by forward-mode automatic differentiation.
+
+For a direction v and step size η, let F_i(η) be a per-sequence quantity of the model at θ + ηv (the
+summed entropy S_i, and for sampled sequences also log p(x_i)). One nested forward-mode pass
+(``torch.func.jvp`` of ``torch.func.jvp``, hyper-dual numbers in effect) gives, for every sequence at once,
+
+    F_i(0),   F_i′(0) = ∇F_i · v,   F_i″(0) = vᵀ ∇²F_i v
+
+at the memory of a forward pass and no backward pass; the model is evaluated with
+``torch.func.functional_call`` and never mutated. ``gradient_dot`` and ``hessian_quadratic`` compute the
+totals the reverse-mode way (∇F·v, and vᵀ(∇²F v) as a Hessian-vector product) as an independent check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad, jvp
+
+from .functionals import check_logits, per_sequence, sequence_log_prob
+
+PerSequence = Callable[[Tensor], tuple[Tensor, ...]]
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain module inside DDP (``.module``) or ``torch.compile`` (``._orig_mod``) wrappers."""
+    while True:
+        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+        if not isinstance(inner, nn.Module):
+            return model
+        model = inner
+
+
+def base_parameters(model: nn.Module, direction: dict[str, Tensor]) -> dict[str, Tensor]:
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    missing = sorted(set(direction) - set(params))
+    if missing:
+        raise ValueError(f"direction has entries for {missing[:5]}, which are not parameters of the model")
+    return {n: params[n] for n in direction}
+
+
+def along(
+    model: nn.Module,
+    direction: dict[str, Tensor],
+    inputs: Tensor,
+    targets: Tensor | None,
+    functional: str,
+    with_log_prob: bool,
+) -> PerSequence:
+    """η ↦ (F_i(θ + ηv) for each sequence, [log p_{θ+ηv}(x_i)]) — a pure function of η."""
+    theta = base_parameters(model, direction)
+
+    def f(eta: Tensor) -> tuple[Tensor, ...]:
+        params = {n: theta[n] + eta.to(theta[n].dtype) * v for n, v in direction.items()}
+        logits = check_logits(functional_call(model, params, (inputs,)))
+        out = (per_sequence(functional, logits, targets),)
+        if with_log_prob:
+            out += (sequence_log_prob(logits, targets),)
+        return out
+
+    return f
+
+
+def derivatives(f: PerSequence) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], tuple[Tensor, ...]]:
+    """(values, first derivatives, second derivatives) of ``f`` at η = 0, by nested forward mode."""
+    zero = torch.zeros((), dtype=torch.float64)
+    one = torch.ones((), dtype=torch.float64)
+
+    def value_and_first(eta: Tensor) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+        return jvp(f, (eta,), (one,))
+
+    (values, firsts), (_, seconds) = jvp(value_and_first, (zero,), (one,))
+    return values, firsts, seconds
+
+
+def gradient_dot(model: nn.Module, direction: dict[str, Tensor], total: Callable[[dict[str, Tensor]], Tensor]) -> float:
+    """∇T(θ)·v by reverse mode, for a scalar T(params)."""
+    theta = base_parameters(model, direction)
+    g = grad(total)(theta)
+    return float(sum(torch.sum(g[n].double() * direction[n].double()) for n in direction))
+
+
+def hessian_quadratic(
+    model: nn.Module, direction: dict[str, Tensor], total: Callable[[dict[str, Tensor]], Tensor]
+) -> float:
+    """vᵀ ∇²T(θ) v as v · (∇²T v), the Hessian-vector product by forward-over-reverse mode."""
+    theta = base_parameters(model, direction)
+    _, hv = jvp(grad(total), (theta,), ({n: direction[n].to(theta[n].dtype) for n in theta},))
+    return float(sum(torch.sum(hv[n].double() * direction[n].double()) for n in direction))

@@ -1,0 +1,233 @@
+"""The probe's terms against finite differences and reverse mode, computed by independent code."""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from optiscope.optim import Adam, AdamW
+from optiscope.probe import entropy_per_sequence, probe_step, sample_sequences, update_direction
+
+VOCAB, WIDTH, T, E = 7, 6, 5, 9
+
+
+class TinyCausalLM(nn.Module):
+    """Embedding → causal running mean of the prefix → MLP → logits. Small, smooth and causal."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.mix = nn.Linear(2 * WIDTH, WIDTH)
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, idx):
+        h = self.embed(idx)
+        prefix = h.cumsum(1) / torch.arange(1, idx.shape[1] + 1, dtype=h.dtype).view(1, -1, 1)
+        return self.head(torch.tanh(self.mix(torch.cat([h, prefix], -1))))
+
+
+def setup(seed=0, optimizer="adamw"):
+    torch.manual_seed(seed)
+    model = TinyCausalLM().double()
+    data = torch.randint(0, VOCAB, (E, T + 1))
+    batch = torch.randint(0, VOCAB, (8, T + 1))
+    opt = {"adamw": lambda ps: AdamW(ps, lr=1e-2), "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)}[
+        optimizer
+    ](model.parameters())
+    for _ in range(3):  # give the optimizer some state
+        opt.zero_grad()
+        lm_loss(model, batch).backward()
+        opt.step()
+    return model, opt, data, batch
+
+
+def lm_loss(model, batch):
+    logits = model(batch[:, :-1])
+    return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), batch[:, 1:].reshape(-1))
+
+
+def mean_entropy_at(model, direction, eta, data):
+    """H(θ + ηv) by plain means: a copy of the model with its parameters moved, then a forward pass."""
+    moved = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in moved.named_parameters():
+            if name in direction:
+                p.add_(eta * direction[name])
+        return float(entropy_per_sequence(moved(data[:, :-1])).sum()) / (data.shape[0] * T)
+
+
+def test_linear_and_quadratic_terms_match_finite_differences():
+    model, opt, data, batch = setup()
+    v = update_direction(model, opt, lm_loss, batch)
+    result = probe_step(model, v, data, [1e-3], reverse_check=True)
+    h = 1e-4
+    plus, zero, minus = (mean_entropy_at(model, v, s * h, data) for s in (1, 0, -1))
+    central = (plus - minus) / (2 * h)
+    assert result["approx"]["delta_h_per_lr"] == pytest.approx(central, rel=1e-6)
+    h = 1e-3
+    plus, minus = mean_entropy_at(model, v, h, data), mean_entropy_at(model, v, -h, data)
+    second = (plus - 2 * zero + minus) / h**2
+    assert result["approx"]["quadratic"]["vHvv"] == pytest.approx(second, rel=1e-5)
+    assert result["base_value"] == pytest.approx(zero, rel=1e-13)
+    # reverse mode (gradient · v, Hessian-vector product) agrees with the nested forward mode
+    reverse = result["approx"]["reverse"]
+    assert reverse["gdotv"] == pytest.approx(result["approx"]["delta_h_per_lr"], rel=1e-10)
+    assert reverse["vHvv"] == pytest.approx(result["approx"]["quadratic"]["vHvv"], rel=1e-9)
+
+
+def test_true_change_is_exact_and_per_sequence_parts_sum_to_totals():
+    model, opt, data, batch = setup()
+    v = update_direction(model, opt, lm_loss, batch)
+    etas = [1e-4, 1e-3, 1e-2]
+    result = probe_step(model, v, data, etas, chunk_size=4)  # chunking must not change anything
+    base = mean_entropy_at(model, v, 0.0, data)
+    for entry, eta in zip(result["true"]["entries"], etas, strict=True):
+        assert entry["delta_h_true"] == pytest.approx(mean_entropy_at(model, v, eta, data) - base, rel=1e-9, abs=1e-15)
+        d = entry["diagnostics"]
+        w = np.asarray(d["normalized_weights"]) * d["weights_sum"]
+        counts, h_new = np.asarray(d["token_counts"]), np.asarray(d["h_new"])
+        per_seq_true = w * h_new / np.dot(counts, w) - counts / counts.sum() * d["base_entropy"]
+        assert per_seq_true.sum() == pytest.approx(entry["delta_h_true"], abs=1e-12)
+    per_seq = [r["gdotv"] for r in result["approx"]["per_sequence"]]
+    assert math.fsum(per_seq) == pytest.approx(result["approx"]["delta_h_per_lr"], abs=1e-12)
+
+
+def test_small_steps_are_linear():
+    model, opt, data, batch = setup()
+    v = update_direction(model, opt, lm_loss, batch)
+    etas = np.logspace(-6, -4, 5).tolist()
+    result = probe_step(model, v, data, etas)
+    linear = result["approx"]["delta_h_per_lr"]
+    for entry in result["true"]["entries"]:
+        assert entry["delta_h_true"] / (linear * entry["eta"]) == pytest.approx(1.0, abs=0.02)
+    slope = np.polyfit(np.log(etas), np.log([abs(e["delta_h_true"]) for e in result["true"]["entries"]]), 1)[0]
+    assert slope == pytest.approx(1.0, abs=0.05)
+
+
+def snis_entropy(model, direction, eta, sequences):
+    """Ĥ(η) = Σ w_i S_i(η) / Σ w_i n_i with w_i = p_{θ+ηv}(x_i)/p_θ(x_i), by plain forward passes."""
+
+    def scores(m):
+        with torch.no_grad():
+            logits = m(sequences[:, :-1])
+            logp = torch.log_softmax(logits.double(), -1)
+            seq_logp = torch.gather(logp, -1, sequences[:, 1:, None]).sum((1, 2))
+            return entropy_per_sequence(logits), seq_logp
+
+    moved = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in moved.named_parameters():
+            if name in direction:
+                p.add_(eta * direction[name])
+    _, logp0 = scores(model)
+    S, logp = scores(moved)
+    w = torch.exp(logp - logp0)
+    return float((w * S).sum() / (w * T).sum())
+
+
+def test_policy_mode_terms_are_derivatives_of_the_importance_weighted_estimate():
+    model, opt, data, batch = setup(seed=1)
+    v = update_direction(model, opt, lm_loss, batch)
+    sequences = sample_sequences(model, data[:, 0], T, block_size=T, generator=torch.Generator().manual_seed(0))
+    result = probe_step(model, v, sequences, [1e-3, 1e-2], mode="policy")
+    h = 1e-4
+    central = (snis_entropy(model, v, h, sequences) - snis_entropy(model, v, -h, sequences)) / (2 * h)
+    assert result["approx"]["delta_h_per_lr"] == pytest.approx(central, rel=1e-6)
+    h = 1e-3
+    second = (
+        snis_entropy(model, v, h, sequences)
+        - 2 * snis_entropy(model, v, 0, sequences)
+        + snis_entropy(model, v, -h, sequences)
+    ) / h**2
+    assert result["approx"]["quadratic"]["vHvv"] == pytest.approx(second, rel=1e-4)
+    for entry in result["true"]["entries"]:
+        assert entry["delta_h_true"] == pytest.approx(
+            snis_entropy(model, v, entry["eta"], sequences) - snis_entropy(model, v, 0, sequences), rel=1e-9
+        )
+        assert 1 <= entry["diagnostics"]["ess"] <= E
+    per_seq = [r["gdotv"] for r in result["approx"]["per_sequence"]]
+    assert math.fsum(per_seq) == pytest.approx(result["approx"]["delta_h_per_lr"], abs=1e-12)
+
+
+def test_loss_functional_matches_finite_differences():
+    model, opt, data, batch = setup()
+    v = update_direction(model, None, lm_loss, batch)  # the plain gradient direction
+    result = probe_step(model, v, batch, [1e-3], functional="loss")
+
+    def loss_at(eta):
+        moved = copy.deepcopy(model)
+        with torch.no_grad():
+            for name, p in moved.named_parameters():
+                p.add_(eta * v[name])
+            return float(lm_loss(moved, batch))
+
+    h = 1e-4
+    assert result["approx"]["delta_h_per_lr"] == pytest.approx((loss_at(h) - loss_at(-h)) / (2 * h), rel=1e-6)
+    assert result["approx"]["delta_h_per_lr"] < 0  # the negative gradient lowers the loss on its own batch
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_direction_leaves_everything_untouched_and_reproduces_the_step(optimizer):
+    model, opt, data, batch = setup(optimizer=optimizer)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 0.5)  # a stale gradient the probe must put back
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    state = copy.deepcopy(opt.state_dict())
+    rng = torch.get_rng_state()
+    v = update_direction(model, opt, lm_loss, batch)
+    for n, p in model.named_parameters():
+        assert torch.equal(p, params[n]) and torch.equal(p.grad, grads[n])
+    after = opt.state_dict()
+    for k, s in state["state"].items():
+        for key, value in s.items():
+            assert torch.equal(value, after["state"][k][key]), key
+    assert torch.equal(torch.get_rng_state(), rng)
+    # θ + lr·v is the step the optimizer then really takes
+    lr = opt.param_groups[0]["lr"]
+    opt.zero_grad()
+    lm_loss(model, batch).backward()
+    opt.step()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), params[n] + lr * v[n], rtol=1e-12, atol=1e-14)
+
+
+def test_direction_for_our_adam_includes_the_moments():
+    """v depends on the optimizer's state: after different histories the same batch gives different v."""
+    model, opt, data, batch = setup()
+    fresh = Adam(model.parameters(), lr=1e-2)
+    v_fresh = update_direction(model, fresh, lm_loss, batch)
+    v_used = update_direction(model, opt, lm_loss, batch)
+    name = "head.weight"
+    assert not torch.allclose(v_fresh[name], v_used[name])
+    # a fresh Adam's first step is sign-like: v = −g/(|g| + ε) (m̂ = g, √v̂ = |g| at t = 1)
+    model.zero_grad()
+    lm_loss(model, batch).backward()
+    g = dict(model.named_parameters())[name].grad
+    torch.testing.assert_close(v_fresh[name], -g / (g.abs() + 1e-8), rtol=1e-9, atol=1e-12)
+
+
+def test_bad_input_is_named():
+    model, opt, data, batch = setup()
+    v = update_direction(model, opt, lm_loss, batch)
+    with pytest.raises(ValueError, match=r"η grid \[0.0, 0.001\] must be a non-empty list of finite step sizes > 0"):
+        probe_step(model, v, data, [0.0, 1e-3])
+    with pytest.raises(ValueError, match="mode='sampled'; valid: fixed, policy"):
+        probe_step(model, v, data, [1e-3], mode="sampled")
+
+    class Regressor(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(1, 1)
+
+        def forward(self, idx):
+            return self.lin(idx.double().unsqueeze(-1)).squeeze(-1)
+
+    reg = Regressor().double()
+    with pytest.raises(ValueError, match="is not a next-token distribution"):
+        probe_step(reg, {"lin.weight": torch.ones(1, 1, dtype=torch.float64)}, data, [1e-3])
+    with pytest.raises(ValueError, match="not parameters of the model"):
+        probe_step(model, {"nope": torch.ones(1)}, data, [1e-3])
