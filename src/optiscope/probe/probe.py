@@ -33,7 +33,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-
 from torch.func import functional_call
 
 from .functionals import check_logits, per_sequence
