@@ -231,3 +231,28 @@ def test_bad_input_is_named():
         probe_step(reg, {"lin.weight": torch.ones(1, 1, dtype=torch.float64)}, data, [1e-3])
     with pytest.raises(ValueError, match="not parameters of the model"):
         probe_step(model, {"nope": torch.ones(1)}, data, [1e-3])
+
+
+@pytest.mark.parametrize("mode", ["fixed", "policy"])
+def test_subsets_rescore_like_the_whole_batch(mode):
+    """A 'subset' of all E sequences reproduces the full estimate; smaller subsets are scored on
+    their own, checked here against probing the subset directly."""
+    from optiscope.probe import subset_errors
+
+    model, opt, data, batch = setup(seed=2)
+    v = update_direction(model, opt, lm_loss, batch)
+    seqs = data if mode == "fixed" else sample_sequences(model, data[:, 0], T, T, torch.Generator().manual_seed(3))
+    eta = 1e-2
+    result = probe_step(model, v, seqs, [eta], mode=mode)
+    whole = subset_errors(result, eta, size=E, count=1, seed=0)
+    entry = result["true"]["entries"][0]
+    expected = (result["approx"]["delta_h_per_lr"] * eta - entry["delta_h_true"]) / abs(entry["delta_h_true"])
+    assert whole["errors"][0] == pytest.approx(expected, rel=1e-9)
+    part = subset_errors(result, eta, size=4, count=1, seed=5)
+    idx = torch.randperm(E, generator=torch.Generator().manual_seed(5))[:4]
+    direct = probe_step(model, v, seqs[idx], [eta], mode=mode)
+    d_entry = direct["true"]["entries"][0]
+    direct_error = (direct["approx"]["delta_h_per_lr"] * eta - d_entry["delta_h_true"]) / abs(d_entry["delta_h_true"])
+    assert part["errors"][0] == pytest.approx(direct_error, rel=1e-8)
+    with pytest.raises(ValueError, match="subset size=99 must be between 1 and the number of sequences E=9"):
+        subset_errors(result, eta, size=99, count=1, seed=0)

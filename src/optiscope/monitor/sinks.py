@@ -31,18 +31,24 @@ class ConsoleSink:
         embedding.weight   g=3.1e-05 w=1.0e+00 u=1.6e-06 u/w=1.6e-06 cos=+0.98 lr_eff=[1.0e-04 3.2e-03 9.9e-02]
 
     With more than ``max_rows`` parameters only the largest and smallest movers (by u/w) are shown,
-    and a line says how many were skipped; ``full=True`` prints them all.
+    and a line says how many were skipped; ``full=True`` prints them all. ``every`` thins the table to
+    steps that are multiples of it (and the first), when the monitor measures more often than you
+    want to read; divergence is always printed.
     """
 
-    def __init__(self, console: Console | None = None, max_rows: int = 12, full: bool = False) -> None:
+    def __init__(
+        self, console: Console | None = None, max_rows: int = 12, full: bool = False, every: int = 1
+    ) -> None:
         self.console = console or Console()
-        self.max_rows, self.full = max_rows, full
+        self.max_rows, self.full, self.every = max_rows, full, every
 
     def write(self, record: dict[str, Any]) -> None:
         if not is_rank_zero():
             return
         if record.get("diverged"):
             self._write_divergence(record)
+            return
+        if record["step"] != 1 and record["step"] % self.every:
             return
         self.console.print(self._header(record), highlight=False, soft_wrap=True)
         rows = sorted(record.get("params", {}).items(), key=lambda kv: -_sortable(kv[1]["u_over_w"]))

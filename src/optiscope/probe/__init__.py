@@ -7,7 +7,7 @@ linear prediction η·∇H·v and the quadratic one η·∇H·v + ½η²·vᵀ�
 
 from .direction import update_direction
 from .functionals import FUNCTIONALS, entropy_per_sequence, loss_per_sequence
-from .probe import MODES, check_etas, probe_step, sample_sequences
+from .probe import MODES, check_etas, probe_step, sample_sequences, subset_errors
 from .terms import unwrap
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "loss_per_sequence",
     "probe_step",
     "sample_sequences",
+    "subset_errors",
     "unwrap",
     "update_direction",
 ]

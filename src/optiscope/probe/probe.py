@@ -21,6 +21,10 @@ and Ĥ″ follows from the quotient rule with w_i″ = s_i² + s_i′. In both m
 (``approx.per_sequence[i].gdotv``) sum to the total exactly, as do the per-sequence true contributions
 w_i S_i(η)/Σ_j w_j n_j − (n_i/N)·H(0) that the seed's notebook rebuilds from ``true.entries[].diagnostics``.
 η* = 2|H′|/|H″| is the step size at which the quadratic term equals the linear one.
+
+Beyond the seed's fields, ``approx.per_sequence[i]`` also holds ``h_base`` (S_i at θ), ``d_sum`` (S_i′)
+and, on-policy, ``score`` (s_i): enough to recompute every estimate on any subset of the sequences
+(``subset_errors``).
 """
 
 from __future__ import annotations
@@ -181,10 +185,11 @@ def _probe(
         )
     seconds_true = time.perf_counter() - started
 
+    columns = {"gdotv": per_seq, "h_base": S, "d_sum": dS, **({"score": first[1]} if policy else {})}
     approx: dict[str, Any] = {
         "delta_h_per_lr": linear,
         "quadratic": {"gdotv": linear, "vHvv": quadratic},
-        "per_sequence": [{"gdotv": float(g)} for g in per_seq],
+        "per_sequence": [dict(zip(columns, row, strict=True)) for row in zip(*(c.tolist() for c in columns.values()))],
         "eta_star": 2 * abs(linear) / abs(quadratic) if quadratic != 0 else math.inf,
     }
     if reverse_check and not policy:
@@ -225,3 +230,42 @@ def _reverse_terms(
         return per_sequence(functional, logits, targets).sum() / total_tokens
 
     return {"gdotv": gradient_dot(net, direction, total), "vHvv": hessian_quadratic(net, direction, total)}
+
+
+def subset_errors(result: dict[str, Any], eta: float, size: int, count: int, seed: int) -> dict[str, Any]:
+    """Relative error (linear − true)/|true| of the linear prediction on ``count`` random subsets of
+    ``size`` sequences at step size ``eta`` (one of the probed η): how far a smaller evaluation batch
+    can be trusted. Each subset is scored as if it were the whole batch (its own H, weights and N)."""
+    entry = next((e for e in result["true"]["entries"] if math.isclose(e["eta"], eta, rel_tol=1e-9)), None)
+    if entry is None:
+        raise ValueError(f"eta={eta} is not on the probed grid {[e['eta'] for e in result['true']['entries']]}")
+    total = len(result["approx"]["per_sequence"])
+    if not 1 <= size <= total:
+        raise ValueError(f"subset size={size} must be between 1 and the number of sequences E={total}")
+    seqs = result["approx"]["per_sequence"]
+    base = torch.tensor([r["h_base"] for r in seqs], dtype=torch.float64)
+    d_sum = torch.tensor([r["d_sum"] for r in seqs], dtype=torch.float64)
+    score = torch.tensor([r.get("score", 0.0) for r in seqs], dtype=torch.float64)
+    d = entry["diagnostics"]
+    n = torch.tensor(d["token_counts"], dtype=torch.float64)
+    h_new = torch.tensor(d["h_new"], dtype=torch.float64)
+    w = torch.tensor(d["normalized_weights"], dtype=torch.float64) * d["weights_sum"]
+    generator = torch.Generator().manual_seed(seed)
+    errors = []
+    for _ in range(count):
+        idx = torch.randperm(total, generator=generator)[:size]
+        tokens = n[idx].sum()
+        h = base[idx].sum() / tokens
+        true = (w[idx] * h_new[idx]).sum() / (w[idx] * n[idx]).sum() - h
+        linear = eta * (d_sum[idx] + score[idx] * (base[idx] - n[idx] * h)).sum() / tokens
+        errors.append(float((linear - true) / true.abs()) if true != 0 else math.nan)
+    finite = torch.tensor([e for e in errors if math.isfinite(e)], dtype=torch.float64)
+    return {
+        "eta": eta,
+        "size": size,
+        "count": count,
+        "seed": seed,
+        "errors": errors,
+        "mean": float(finite.mean()) if len(finite) else math.nan,
+        "std": float(finite.std()) if len(finite) > 1 else math.nan,
+    }

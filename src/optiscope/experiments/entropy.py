@@ -1,0 +1,200 @@
+"""Experiment ``entropy``: predict what one optimizer step does to a language model's entropy, and check it.
+
+Seed 001's study, for any optimizer. Starting from a trained GPT (an ``lm`` run directory given with
+``--checkpoint``, or one trained here), each optimizer first takes ``warm_steps`` real steps so that its
+state (momentum, Adam's moments) is that of a running optimizer; then, for each of ``runs`` independent
+draws, ``update_direction`` gives v = Δθ/lr of its next step on a training batch, and ``probe_step``
+measures on E evaluation sequences the true change of mean next-token entropy ΔH(η) at θ + ηv over an η
+grid of ``eta_decades`` decades around the optimizer's lr, against η·∇H·v and η·∇H·v + ½η²·vᵀ∇²Hv. The
+same direction is probed for the validation loss, so each optimizer's entropy change can be set against
+the loss decrease it buys. Subsets of the E sequences show how far a smaller evaluation batch can be
+trusted. Every run's results keep the seed notebook's layout (``approx.*``, ``true.entries[].diagnostics``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from torch import Tensor, nn
+
+from .. import runs
+from ..data import sample_batch
+from ..models import GPT
+from ..optim import clip_grad_norm
+from ..probe import MODES, probe_step, sample_sequences, subset_errors, update_direction
+from . import ConfigError, lm, parse_names, require
+
+SUMMARY = "One optimizer step's true vs predicted (linear, quadratic) change of a GPT's entropy and loss"
+
+
+@dataclass
+class Config:
+    checkpoint: str | None = field(
+        default=None, metadata={"help": "an `optiscope run lm` directory to probe (default: train one here)"}
+    )
+    checkpoint_run: str | None = field(
+        default=None, metadata={"help": "which run of that directory (default: lowest final validation loss)"}
+    )
+    optimizers: str = field(default="sgd,adam,adamw", metadata={"help": f"directions to probe: {', '.join(lm.DEFAULTS)}"})
+    mode: str = field(default="fixed", metadata={"help": "fixed: held-out text; policy: sequences sampled from the model"})
+    E: int = field(default=512, metadata={"help": "evaluation sequences per run"})
+    runs: int = field(default=4, metadata={"help": "independent draws of sequences and step batch"})
+    seq_len: int = field(default=64, metadata={"help": "tokens per evaluation sequence (<= the model's context)"})
+    eta_decades: float = field(default=3.0, metadata={"help": "the η grid spans lr·10^-d … lr·10 (d = this minus 1)"})
+    n_etas: int = field(default=7, metadata={"help": "η values per run (log-spaced)"})
+    warm_steps: int = field(default=20, metadata={"help": "real steps each optimizer takes before it is probed"})
+    subset_size: int = field(default=128, metadata={"help": "sequences per random subset"})
+    subsets: int = field(default=500, metadata={"help": "random subsets per run"})
+    subset_seed: int = 42
+    train_steps: int = field(default=1000, metadata={"help": "steps of the GPT trained here when no --checkpoint"})
+    seed: int = 0
+    precision: str = field(default="float64", metadata={"help": "float64 (a float64 copy of the model) or model"})
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        parse_names(self.optimizers, tuple(lm.DEFAULTS), "--optimizers")
+        require(self.mode in MODES, f"--mode={self.mode!r}; valid: {', '.join(MODES)}")
+        require(self.precision in ("float64", "model"), f"--precision={self.precision!r}; valid: float64, model")
+        for name in ("E", "runs", "seq_len", "n_etas", "subset_size", "subsets", "train_steps"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and value >= 1, f"--{name.replace('_', '-')}={value!r} must be an integer >= 1")
+        require(self.n_etas >= 3, f"--n-etas={self.n_etas} must be >= 3 (a slope needs points)")
+        require(self.eta_decades >= 2, f"--eta-decades={self.eta_decades} must be >= 2 (the grid spans at least two decades)")
+        require(self.warm_steps >= 0, f"--warm-steps={self.warm_steps} must be >= 0")
+        require(self.subset_size <= self.E, f"--subset-size={self.subset_size} must be <= --E={self.E}")
+
+
+QUICK = dict(E=64, runs=2, seq_len=32, n_etas=5, subset_size=16, subsets=200, train_steps=300, warm_steps=10)
+
+
+def eta_grid(lr: float, decades: float, n: int) -> list[float]:
+    """n log-spaced step sizes from lr·10^(1−decades) to lr·10: the real step (η = lr) sits inside."""
+    return (lr * np.logspace(1 - decades, 1, n)).tolist()
+
+
+def loss_fn(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    return model(*batch)[1]
+
+
+# ----------------------------------------------------------------------------------- the model
+def trained_model(config: Config, run_dir: Path, console: Console) -> tuple[GPT, lm.Config, lm.Corpus, str]:
+    """(model, its lm config, its corpus, a description): from --checkpoint, or trained here."""
+    if config.checkpoint is None:
+        lm_dir = run_dir / "lm"
+        lm_config = lm.Config(
+            optimizers="adamw", steps=config.train_steps, warmup=min(100, config.train_steps // 10),
+            eval_every=max(config.train_steps // 4, 1), checkpoint_every=config.train_steps, quiet=config.quiet,
+            seed=config.seed, sample_tokens=40,
+        )
+        if not config.quiet:
+            console.rule(f"[bold]training a GPT to probe ({config.train_steps} AdamW steps)")
+        runs.prepare_run_dir(lm_dir, "lm", {k: v for k, v in asdict(lm_config).items() if k != "resume"})
+        runs.atomic_write_json(lm_dir / runs.RESULTS, {"experiment": "lm", **lm.run(lm_config, lm_dir)})
+        source, label = lm_dir, "adamw"
+    else:
+        source = Path(config.checkpoint)
+        stored = runs.read_json(source / runs.CONFIG)
+        if stored.get("experiment") != "lm":
+            raise ConfigError(f"--checkpoint {source} holds a {stored.get('experiment')!r} run; give an `lm` run directory")
+        lm_config = lm.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored["config"].items()})
+        label = config.checkpoint_run or _best_run(source)
+    lm_config = replace(lm_config, resume=False, quiet=True)
+    spec = next((s for s in lm.parse_runs(lm_config.optimizers) if s.label == label), None)
+    if spec is None:
+        raise ConfigError(f"--checkpoint-run={label!r}; runs in {source}: {[s.label for s in lm.parse_runs(lm_config.optimizers)]}")
+    data = lm.load_data(lm_config)
+    model = GPT(lm.model_config(lm_config, data.tokenizer.vocab_size))
+    model.load_state_dict(runs.load_checkpoint(lm.checkpoint_path(source, spec))["model"])
+    return model, lm_config, data, f"{source} run {label}"
+
+
+def _best_run(source: Path) -> str:
+    results = runs.read_json(source / runs.RESULTS)["runs"]
+    finite = {k: r["final"]["val_loss"] for k, r in results.items() if math.isfinite(r["final"]["val_loss"])}
+    if not finite:
+        raise ConfigError(f"{source}: no run finished with a finite validation loss; pick one with --checkpoint-run")
+    return min(finite, key=finite.get)
+
+
+# ----------------------------------------------------------------------------------------- run
+def evaluation_sequences(data: lm.Corpus, E: int, length: int, generator: torch.Generator) -> Tensor:
+    """E windows of ``length`` + 1 held-out tokens at random starts."""
+    windows = len(data.val) - length
+    require(
+        windows >= E,
+        f"--E={E} sequences of --seq-len={length} need at least {E + length} validation tokens; "
+        f"the corpus has {len(data.val)}: lower --E or --seq-len",
+    )
+    starts = torch.randperm(windows, generator=generator)[:E]
+    return data.val[starts[:, None] + torch.arange(length + 1)]
+
+
+def warmed_optimizer(model: GPT, name: str, lm_config: lm.Config, data: lm.Corpus, steps: int, seed: int):
+    spec = lm.RunSpec(name, name, lm.DEFAULTS[name][0])
+    optimizer = lm.build_optimizer(spec, model, lm_config)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        batch = sample_batch(data.train, lm_config.block_size, lm_config.batch_size, generator)
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model, batch).backward()
+        clip_grad_norm(model.parameters(), lm_config.clip)
+        optimizer.step()
+    return optimizer, spec.lr
+
+
+def run(config: Config, run_dir: Path) -> dict[str, Any]:
+    console = Console(quiet=config.quiet)
+    base, lm_config, data, description = trained_model(config, run_dir, console)
+    require(config.seq_len <= lm_config.block_size, f"--seq-len={config.seq_len} must be <= the model's context {lm_config.block_size}")
+    out: dict[str, Any] = {"model": description, "parameters": base.num_parameters(), "mode": config.mode, "optimizers": {}}
+    for name in parse_names(config.optimizers, tuple(lm.DEFAULTS), "--optimizers"):
+        model = copy.deepcopy(base)
+        optimizer, lr = warmed_optimizer(model, name, lm_config, data, config.warm_steps, config.seed)
+        etas = eta_grid(lr, config.eta_decades, config.n_etas)
+        probes = []
+        for r in range(config.runs):
+            generator = torch.Generator().manual_seed(config.seed * 1000 + r)
+            batch = sample_batch(data.train, lm_config.block_size, lm_config.batch_size, generator)
+            v = update_direction(model, optimizer, loss_fn, batch, max_grad_norm=lm_config.clip)
+            held_out = evaluation_sequences(data, config.E, config.seq_len, generator)
+            sequences = held_out
+            if config.mode == "policy":
+                sequences = sample_sequences(model.eval(), held_out[:, 0], config.seq_len, lm_config.block_size, generator)
+                model.train()
+            entropy = probe_step(model, v, sequences, etas, mode=config.mode, precision=config.precision)
+            loss = probe_step(model, v, held_out, etas, functional="loss", precision=config.precision)
+            subset_eta = min(etas, key=lambda e: abs(math.log(e / (lr / 10))))
+            entropy["optimizer"], entropy["lr"], entropy["run"] = name, lr, r
+            entropy["subsets"] = subset_errors(entropy, subset_eta, config.subset_size, config.subsets, config.subset_seed + r)
+            entropy["loss_probe"] = {
+                "delta_per_lr": loss["approx"]["delta_h_per_lr"],
+                "vHvv": loss["approx"]["quadratic"]["vHvv"],
+                "base": loss["base_value"],
+                "true": [{"eta": e["eta"], "delta": e["delta_h_true"]} for e in loss["true"]["entries"]],
+            }
+            probes.append(entropy)
+            if not config.quiet:
+                console.print(
+                    f"{name} run {r}: ∇H·v = {entropy['approx']['delta_h_per_lr']:+.3e}, "
+                    f"∇L·v = {loss['approx']['delta_h_per_lr']:+.3e}, η* = {entropy['approx']['eta_star']:.2e} (lr {lr:g})"
+                )
+        out["optimizers"][name] = {"lr": lr, "etas": etas, "runs": probes, "fits": [loglog_fit(p) for p in probes]}
+    return out
+
+
+def loglog_fit(result: dict[str, Any]) -> dict[str, float]:
+    """Least-squares line through (log η, log |ΔH_true|) over the probed grid: slope, intercept, R²."""
+    entries = result["true"]["entries"]
+    x = np.log([e["eta"] for e in entries])
+    y = np.log(np.maximum(np.abs([e["delta_h_true"] for e in entries]), 1e-300))
+    slope, intercept = np.polyfit(x, y, 1)
+    residual = y - (slope * x + intercept)
+    total = np.sum((y - y.mean()) ** 2)
+    return {"slope": float(slope), "intercept": float(intercept), "r2": float(1 - residual @ residual / total) if total > 0 else math.nan}

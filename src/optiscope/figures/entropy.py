@@ -1,0 +1,170 @@
+"""Figures of the ``entropy`` experiment, drawn from its results.json alone.
+
+* ``entropy_delta_vs_eta.png`` — ΔH against η per run (true, linear, linear + quadratic; log-x), one row
+  per optimizer.
+* ``entropy_delta_vs_eta_aggregate.png`` — the same averaged over runs (true: mean ± std).
+* ``entropy_loglog.png`` — |ΔH_true| against η on log-log axes, with the fitted slope and R² of each run.
+* ``entropy_subsets.png`` — relative error of the linear prediction on random subsets of the E sequences.
+* ``entropy_vs_loss.png`` — beyond the seed: how much entropy each optimizer's step moves per unit of
+  validation-loss decrease (∇H·v / −∇L·v), and the true ΔH against the true ΔL along each direction.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from . import style
+
+TRUE, LINEAR, QUADRATIC = style.INK, "#1f6fb2", "#d4802a"
+
+
+def _curves(result: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(η, true ΔH, linear, linear + quadratic) of one run, read as the seed's notebook reads them."""
+    entries = sorted(result["true"]["entries"], key=lambda e: e["eta"])
+    eta = np.array([e["eta"] for e in entries])
+    true = np.array([e["delta_h_true"] for e in entries])
+    gdotv = result["approx"]["quadratic"]["gdotv"]
+    linear = result["approx"]["delta_h_per_lr"] * eta
+    quadratic = gdotv * eta + 0.5 * result["approx"]["quadratic"]["vHvv"] * eta**2
+    return eta, true, linear, quadratic
+
+
+def _lr_line(ax, lr: float) -> None:
+    ax.axvline(lr, color=style.MUTED, lw=0.8, ls=":")
+    ax.text(lr, 0.02, " lr", transform=ax.get_xaxis_transform(), fontsize=7, color=style.MUTED)
+
+
+def draw_per_run(results: dict[str, Any], path: Path) -> Path:
+    optimizers = list(results["optimizers"].items())
+    cols = max(len(o["runs"]) for _, o in optimizers)
+    fig, axes = plt.subplots(len(optimizers), cols, figsize=(3.6 * cols, 2.9 * len(optimizers)), squeeze=False)
+    for row, (name, opt) in enumerate(optimizers):
+        for col in range(cols):
+            ax = axes[row, col]
+            if col >= len(opt["runs"]):
+                ax.axis("off")
+                continue
+            eta, true, linear, quadratic = _curves(opt["runs"][col])
+            ax.plot(eta, true, "o-", color=TRUE, lw=1.6, ms=4, label="true ΔH")
+            ax.plot(eta, linear, "s--", color=LINEAR, lw=1.2, ms=3, label="linear η·∇H·v")
+            ax.plot(eta, quadratic, "^:", color=QUADRATIC, lw=1.2, ms=3, label="+ ½η²·vᵀ∇²H v")
+            ax.set_xscale("log")
+            _lr_line(ax, opt["lr"])
+            ax.set_title(f"{name}, run {col}", fontsize=9.5)
+            if col == 0:
+                ax.set_ylabel("ΔH (nats/token)")
+            if row == len(optimizers) - 1:
+                ax.set_xlabel("step size η")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=3)
+    fig.suptitle(f"Entropy change after one step θ → θ + ηv ({results['mode']} contexts)", y=1.02, fontsize=11)
+    fig.tight_layout()
+    return style.save(fig, path)
+
+
+def draw_aggregate(results: dict[str, Any], path: Path) -> Path:
+    optimizers = list(results["optimizers"].items())
+    fig, axes = plt.subplots(1, len(optimizers), figsize=(4.4 * len(optimizers), 3.8), squeeze=False)
+    for ax, (name, opt) in zip(axes[0], optimizers, strict=True):
+        curves = [_curves(r) for r in opt["runs"]]
+        eta = curves[0][0]
+        true = np.array([c[1] for c in curves])
+        ax.errorbar(eta, true.mean(0), yerr=true.std(0), fmt="o-", color=TRUE, capsize=3, label="true (mean ± std)")
+        ax.plot(eta, np.mean([c[2] for c in curves], 0), "s--", color=LINEAR, label="linear (mean)")
+        ax.plot(eta, np.mean([c[3] for c in curves], 0), "^:", color=QUADRATIC, label="lin + quad (mean)")
+        ax.set_xscale("log")
+        _lr_line(ax, opt["lr"])
+        ax.set_title(f"{name}: {len(curves)} runs, E = {opt['runs'][0]['E']}", fontsize=10)
+        ax.set_xlabel("step size η")
+    axes[0, 0].set_ylabel("ΔH (nats/token)")
+    axes[0, 0].legend()
+    fig.suptitle("Entropy change vs step size, averaged over runs", fontsize=11)
+    fig.tight_layout()
+    return style.save(fig, path)
+
+
+def draw_loglog(results: dict[str, Any], path: Path) -> Path:
+    optimizers = list(results["optimizers"].items())
+    fig, axes = plt.subplots(1, len(optimizers), figsize=(4.4 * len(optimizers), 3.9), squeeze=False)
+    for ax, (name, opt) in zip(axes[0], optimizers, strict=True):
+        colors = plt.get_cmap("tab10")
+        lines = []
+        for i, (result, fit) in enumerate(zip(opt["runs"], opt["fits"], strict=True)):
+            eta, true, _, _ = _curves(result)
+            grid = np.logspace(np.log10(eta.min()), np.log10(eta.max()), 100)
+            ax.loglog(eta, np.abs(true), "o", color=colors(i), alpha=0.75, ms=4)
+            ax.loglog(grid, np.exp(fit["intercept"]) * grid ** fit["slope"], color=colors(i), lw=1, alpha=0.7)
+            lines.append(f"run {i}: slope {fit['slope']:.2f}, R² {fit['r2']:.3f}")
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("step size η")
+        style.note(ax, "\n".join(lines), (0.03, 0.97))
+    axes[0, 0].set_ylabel("|ΔH_true|")
+    fig.suptitle("|ΔH_true| vs η: a slope of 1 means the change is linear in the step size", fontsize=11)
+    fig.tight_layout()
+    return style.save(fig, path)
+
+
+def draw_subsets(results: dict[str, Any], path: Path) -> Path:
+    optimizers = list(results["optimizers"].items())
+    fig, axes = plt.subplots(1, len(optimizers), figsize=(4.4 * len(optimizers), 3.6), squeeze=False)
+    for ax, (name, opt) in zip(axes[0], optimizers, strict=True):
+        errors = np.concatenate([r["subsets"]["errors"] for r in opt["runs"]])
+        errors = errors[np.isfinite(errors)]
+        s = opt["runs"][0]["subsets"]
+        ax.hist(errors, bins=40, color=style.optimizer_color(name), alpha=0.8)
+        ax.axvline(0, color=style.INK, lw=0.8)
+        mean, std = (float(errors.mean()), float(errors.std())) if len(errors) else (math.nan, math.nan)
+        ax.set_title(f"{name}: η = {s['eta']:.2e}", fontsize=10)
+        ax.set_xlabel("(linear − true) / |true|")
+        style.note(ax, f"mean {mean:+.3f}\nstd {std:.3f}\n{len(errors)} subsets of {s['size']}", (0.97, 0.97), ha="right")
+    axes[0, 0].set_ylabel("subsets")
+    fig.suptitle("Relative error of the linear prediction on random subsets of the evaluation sequences", fontsize=11)
+    fig.tight_layout()
+    return style.save(fig, path)
+
+
+def draw_entropy_vs_loss(results: dict[str, Any], path: Path) -> Path:
+    optimizers = list(results["optimizers"].items())
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4))
+    names, means, stds = [], [], []
+    for name, opt in optimizers:
+        ratios = [
+            r["approx"]["delta_h_per_lr"] / -r["loss_probe"]["delta_per_lr"]
+            for r in opt["runs"]
+            if r["loss_probe"]["delta_per_lr"] != 0
+        ]
+        names.append(name)
+        means.append(np.mean(ratios))
+        stds.append(np.std(ratios))
+        for i, r in enumerate(opt["runs"]):
+            dh = [e["delta_h_true"] for e in sorted(r["true"]["entries"], key=lambda e: e["eta"])]
+            dl = [e["delta"] for e in sorted(r["loss_probe"]["true"], key=lambda e: e["eta"])]
+            right.plot(dl, dh, "o-", color=style.optimizer_color(name), alpha=0.7, ms=3, label=name if i == 0 else None)
+    left.bar(names, means, yerr=stds, capsize=4, color=[style.optimizer_color(n) for n in names])
+    left.axhline(0, color=style.INK, lw=0.8)
+    left.set_ylabel("∇H·v / (−∇L·v)")
+    left.set_title("Entropy change per unit of loss decrease (first order)", fontsize=10)
+    right.axhline(0, color=style.MUTED, lw=0.6)
+    right.axvline(0, color=style.MUTED, lw=0.6)
+    right.set_xlabel("true ΔL (validation loss)")
+    right.set_ylabel("true ΔH (entropy)")
+    right.set_title("Along each direction, over the η grid", fontsize=10)
+    right.legend()
+    fig.tight_layout()
+    return style.save(fig, path)
+
+
+def draw(results: dict[str, Any], fig_dir: Path) -> list[Path]:
+    style.apply()
+    return [
+        draw_per_run(results, fig_dir / "entropy_delta_vs_eta.png"),
+        draw_aggregate(results, fig_dir / "entropy_delta_vs_eta_aggregate.png"),
+        draw_loglog(results, fig_dir / "entropy_loglog.png"),
+        draw_subsets(results, fig_dir / "entropy_subsets.png"),
+        draw_entropy_vs_loss(results, fig_dir / "entropy_vs_loss.png"),
+    ]
