@@ -72,7 +72,9 @@ def main() -> None:
     for _ in range(args.rounds):
         for setting in contenders:
             rates[setting].append(train(setting, args.steps))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, GPT {base.num_parameters() / 1e6:.2f}M params")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, GPT {base.num_parameters() / 1e6:.2f}M params"
+    )
     off = statistics.median(rates["off"])
     print(f"{'monitor':<10}{'steps/s':>9}{'overhead':>10}")
     for setting, values in rates.items():

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from pathlib import Path
 
 import torch
 
+from common import extra_peak_mib, timed
 from optiscope import optim as ours
 
 # bytes per element a step must read + write at the least (params, grads, state), float32
@@ -56,36 +55,8 @@ def stream_bandwidth(numel: int) -> float:
     floats (read + write), best of 7. The fastest a memory-bound update could hope to stream."""
     x = torch.ones(numel)
     x.mul_(1.0000001)
-    best = min(_timed(lambda: x.mul_(1.0000001)) for _ in range(7))
+    best = min(timed(lambda: x.mul_(1.0000001)) for _ in range(7))
     return 2 * 4 * numel / best
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def _rss_kib(field: str) -> int | None:
-    status = Path("/proc/self/status")
-    if not status.exists():
-        return None
-    for line in status.read_text().splitlines():
-        if line.startswith(field):
-            return int(line.split()[1])
-    return None
-
-
-def step_extra_memory(opt: torch.optim.Optimizer) -> float | None:
-    """MiB allocated by one step beyond what was resident before it (None off Linux)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return None
-    before = _rss_kib("VmRSS:")
-    opt.step()
-    peak = _rss_kib("VmHWM:")
-    return None if before is None or peak is None else max(peak - before, 0) / 1024
 
 
 def main() -> None:
@@ -126,12 +97,12 @@ def main() -> None:
         times: dict[str, list[float]] = {k: [] for k in opts}
         for _ in range(args.reps):  # alternate, so drift and noise hit every contender alike
             for impl, opt in opts.items():
-                times[impl].append(_timed(opt.step))
+                times[impl].append(timed(opt.step))
         torch_ms = statistics.median(times["torch"]) * 1e3 if "torch" in times else None
         for impl, opt in opts.items():
             ms = statistics.median(times[impl]) * 1e3
             moved = MIN_TRAFFIC[name] * args.numel / (ms / 1e3)
-            extra = step_extra_memory(opt)
+            extra = extra_peak_mib(opt.step)
             row(
                 [
                     name,

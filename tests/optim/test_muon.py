@@ -103,7 +103,8 @@ def test_muon_with_adamw_steps_each_group_like_its_optimizer():
     hybrid = muon_with_adamw(model, lr=0.02, weight_decay=0.01, adamw_lr=3e-3, adamw_weight_decay=0.1)
     muon_params, adamw_params = split_params_for_muon(model)
     shadow = {id(p): p.detach().clone().requires_grad_() for p in model.parameters()}
-    ref_muon = Muon([shadow[id(p)] for p in muon_params], lr=0.02, weight_decay=0.01)
+    # on the CPU the hybrid runs Newton–Schulz in float32 (ns_dtype=None picks it by device)
+    ref_muon = Muon([shadow[id(p)] for p in muon_params], lr=0.02, weight_decay=0.01, ns_dtype=torch.float32)
     ref_adamw = AdamW([shadow[id(p)] for p in adamw_params], lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
     for _ in range(3):
         hybrid.zero_grad()

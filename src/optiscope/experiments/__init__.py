@@ -15,7 +15,10 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-EXPERIMENTS: dict[str, str] = {}
+EXPERIMENTS: dict[str, str] = {
+    "lm": "optiscope.experiments.lm",
+    "entropy": "optiscope.experiments.entropy",
+}
 
 
 class ConfigError(ValueError):

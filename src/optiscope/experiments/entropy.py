@@ -42,8 +42,12 @@ class Config:
     checkpoint_run: str | None = field(
         default=None, metadata={"help": "which run of that directory (default: lowest final validation loss)"}
     )
-    optimizers: str = field(default="sgd,adam,adamw", metadata={"help": f"directions to probe: {', '.join(lm.DEFAULTS)}"})
-    mode: str = field(default="fixed", metadata={"help": "fixed: held-out text; policy: sequences sampled from the model"})
+    optimizers: str = field(
+        default="sgd,adam,adamw", metadata={"help": f"directions to probe: {', '.join(lm.DEFAULTS)}"}
+    )
+    mode: str = field(
+        default="fixed", metadata={"help": "fixed: held-out text; policy: sequences sampled from the model"}
+    )
     E: int = field(default=512, metadata={"help": "evaluation sequences per run"})
     runs: int = field(default=4, metadata={"help": "independent draws of sequences and step batch"})
     seq_len: int = field(default=64, metadata={"help": "tokens per evaluation sequence (<= the model's context)"})
@@ -54,6 +58,9 @@ class Config:
     subsets: int = field(default=500, metadata={"help": "random subsets per run"})
     subset_seed: int = 42
     train_steps: int = field(default=1000, metadata={"help": "steps of the GPT trained here when no --checkpoint"})
+    train_layers: int = field(default=4, metadata={"help": "layers of the GPT trained here"})
+    train_width: int = field(default=128, metadata={"help": "width (n_embd) of the GPT trained here"})
+    text: str | None = field(default=None, metadata={"help": "text to train it on (default: Shakespeare)"})
     seed: int = 0
     precision: str = field(default="float64", metadata={"help": "float64 (a float64 copy of the model) or model"})
     quiet: bool = False
@@ -62,21 +69,50 @@ class Config:
         parse_names(self.optimizers, tuple(lm.DEFAULTS), "--optimizers")
         require(self.mode in MODES, f"--mode={self.mode!r}; valid: {', '.join(MODES)}")
         require(self.precision in ("float64", "model"), f"--precision={self.precision!r}; valid: float64, model")
-        for name in ("E", "runs", "seq_len", "n_etas", "subset_size", "subsets", "train_steps"):
+        for name in (
+            "E",
+            "runs",
+            "seq_len",
+            "n_etas",
+            "subset_size",
+            "subsets",
+            "train_steps",
+            "train_layers",
+            "train_width",
+        ):
             value = getattr(self, name)
-            require(isinstance(value, int) and value >= 1, f"--{name.replace('_', '-')}={value!r} must be an integer >= 1")
+            require(
+                isinstance(value, int) and value >= 1, f"--{name.replace('_', '-')}={value!r} must be an integer >= 1"
+            )
         require(self.n_etas >= 3, f"--n-etas={self.n_etas} must be >= 3 (a slope needs points)")
-        require(self.eta_decades >= 2, f"--eta-decades={self.eta_decades} must be >= 2 (the grid spans at least two decades)")
+        require(
+            self.eta_decades >= 2,
+            f"--eta-decades={self.eta_decades} must be >= 2 (the grid spans at least two decades)",
+        )
         require(self.warm_steps >= 0, f"--warm-steps={self.warm_steps} must be >= 0")
         require(self.subset_size <= self.E, f"--subset-size={self.subset_size} must be <= --E={self.E}")
 
 
-QUICK = dict(E=64, runs=2, seq_len=32, n_etas=5, subset_size=16, subsets=200, train_steps=300, warm_steps=10)
+QUICK = dict(
+    E=64,
+    runs=2,
+    seq_len=32,
+    n_etas=5,
+    subset_size=16,
+    subsets=200,
+    train_steps=300,
+    warm_steps=10,
+    train_layers=2,
+    train_width=64,
+)
 
 
 def eta_grid(lr: float, decades: float, n: int) -> list[float]:
-    """n log-spaced step sizes from lr·10^(1−decades) to lr·10: the real step (η = lr) sits inside."""
-    return (lr * np.logspace(1 - decades, 1, n)).tolist()
+    """n log-spaced step sizes from lr·10^(1−decades) to lr·10, plus η = lr (the real step) if not on it."""
+    grid = lr * np.logspace(1 - decades, 1, n)
+    if not np.any(np.isclose(grid, lr, rtol=1e-9)):
+        grid = np.sort(np.append(grid, lr))
+    return grid.tolist()
 
 
 def loss_fn(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
@@ -89,9 +125,19 @@ def trained_model(config: Config, run_dir: Path, console: Console) -> tuple[GPT,
     if config.checkpoint is None:
         lm_dir = run_dir / "lm"
         lm_config = lm.Config(
-            optimizers="adamw", steps=config.train_steps, warmup=min(100, config.train_steps // 10),
-            eval_every=max(config.train_steps // 4, 1), checkpoint_every=config.train_steps, quiet=config.quiet,
-            seed=config.seed, sample_tokens=40,
+            optimizers="adamw",
+            steps=config.train_steps,
+            warmup=min(100, config.train_steps // 10),
+            eval_every=max(config.train_steps // 4, 1),
+            checkpoint_every=config.train_steps,
+            quiet=config.quiet,
+            seed=config.seed,
+            sample_tokens=40,
+            text=config.text,
+            n_layer=config.train_layers,
+            prompts=lm.Config.prompts if config.text is None else (),
+            n_embd=config.train_width,
+            n_head=max(1, config.train_width // 32),
         )
         if not config.quiet:
             console.rule(f"[bold]training a GPT to probe ({config.train_steps} AdamW steps)")
@@ -102,15 +148,20 @@ def trained_model(config: Config, run_dir: Path, console: Console) -> tuple[GPT,
         source = Path(config.checkpoint)
         stored = runs.read_json(source / runs.CONFIG)
         if stored.get("experiment") != "lm":
-            raise ConfigError(f"--checkpoint {source} holds a {stored.get('experiment')!r} run; give an `lm` run directory")
+            raise ConfigError(
+                f"--checkpoint {source} holds a {stored.get('experiment')!r} run; give an `lm` run directory"
+            )
         lm_config = lm.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored["config"].items()})
         label = config.checkpoint_run or _best_run(source)
     lm_config = replace(lm_config, resume=False, quiet=True)
     spec = next((s for s in lm.parse_runs(lm_config.optimizers) if s.label == label), None)
     if spec is None:
-        raise ConfigError(f"--checkpoint-run={label!r}; runs in {source}: {[s.label for s in lm.parse_runs(lm_config.optimizers)]}")
+        raise ConfigError(
+            f"--checkpoint-run={label!r}; runs in {source}: {[s.label for s in lm.parse_runs(lm_config.optimizers)]}"
+        )
     data = lm.load_data(lm_config)
-    model = GPT(lm.model_config(lm_config, data.tokenizer.vocab_size))
+    # the math attention path: forward-mode AD has no rule for the fused CPU/GPU attention kernels
+    model = GPT(replace(lm.model_config(lm_config, data.tokenizer.vocab_size), attention="math"))
     model.load_state_dict(runs.load_checkpoint(lm.checkpoint_path(source, spec))["model"])
     return model, lm_config, data, f"{source} run {label}"
 
@@ -152,8 +203,16 @@ def warmed_optimizer(model: GPT, name: str, lm_config: lm.Config, data: lm.Corpu
 def run(config: Config, run_dir: Path) -> dict[str, Any]:
     console = Console(quiet=config.quiet)
     base, lm_config, data, description = trained_model(config, run_dir, console)
-    require(config.seq_len <= lm_config.block_size, f"--seq-len={config.seq_len} must be <= the model's context {lm_config.block_size}")
-    out: dict[str, Any] = {"model": description, "parameters": base.num_parameters(), "mode": config.mode, "optimizers": {}}
+    require(
+        config.seq_len <= lm_config.block_size,
+        f"--seq-len={config.seq_len} must be <= the model's context {lm_config.block_size}",
+    )
+    out: dict[str, Any] = {
+        "model": description,
+        "parameters": base.num_parameters(),
+        "mode": config.mode,
+        "optimizers": {},
+    }
     for name in parse_names(config.optimizers, tuple(lm.DEFAULTS), "--optimizers"):
         model = copy.deepcopy(base)
         optimizer, lr = warmed_optimizer(model, name, lm_config, data, config.warm_steps, config.seed)
@@ -166,13 +225,17 @@ def run(config: Config, run_dir: Path) -> dict[str, Any]:
             held_out = evaluation_sequences(data, config.E, config.seq_len, generator)
             sequences = held_out
             if config.mode == "policy":
-                sequences = sample_sequences(model.eval(), held_out[:, 0], config.seq_len, lm_config.block_size, generator)
+                sequences = sample_sequences(
+                    model.eval(), held_out[:, 0], config.seq_len, lm_config.block_size, generator
+                )
                 model.train()
             entropy = probe_step(model, v, sequences, etas, mode=config.mode, precision=config.precision)
             loss = probe_step(model, v, held_out, etas, functional="loss", precision=config.precision)
             subset_eta = min(etas, key=lambda e: abs(math.log(e / (lr / 10))))
             entropy["optimizer"], entropy["lr"], entropy["run"] = name, lr, r
-            entropy["subsets"] = subset_errors(entropy, subset_eta, config.subset_size, config.subsets, config.subset_seed + r)
+            entropy["subsets"] = subset_errors(
+                entropy, subset_eta, config.subset_size, config.subsets, config.subset_seed + r
+            )
             entropy["loss_probe"] = {
                 "delta_per_lr": loss["approx"]["delta_h_per_lr"],
                 "vHvv": loss["approx"]["quadratic"]["vHvv"],
@@ -183,7 +246,8 @@ def run(config: Config, run_dir: Path) -> dict[str, Any]:
             if not config.quiet:
                 console.print(
                     f"{name} run {r}: ∇H·v = {entropy['approx']['delta_h_per_lr']:+.3e}, "
-                    f"∇L·v = {loss['approx']['delta_h_per_lr']:+.3e}, η* = {entropy['approx']['eta_star']:.2e} (lr {lr:g})"
+                    f"∇L·v = {loss['approx']['delta_h_per_lr']:+.3e}, "
+                    f"η* = {entropy['approx']['eta_star']:.2e} (lr {lr:g})"
                 )
         out["optimizers"][name] = {"lr": lr, "etas": etas, "runs": probes, "fits": [loglog_fit(p) for p in probes]}
     return out
@@ -197,4 +261,8 @@ def loglog_fit(result: dict[str, Any]) -> dict[str, float]:
     slope, intercept = np.polyfit(x, y, 1)
     residual = y - (slope * x + intercept)
     total = np.sum((y - y.mean()) ** 2)
-    return {"slope": float(slope), "intercept": float(intercept), "r2": float(1 - residual @ residual / total) if total > 0 else math.nan}
+    return {
+        "slope": float(slope),
+        "intercept": float(intercept),
+        "r2": float(1 - residual @ residual / total) if total > 0 else math.nan,
+    }

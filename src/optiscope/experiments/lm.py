@@ -125,10 +125,23 @@ class Config:
         require(self.tokenizer in TOKENIZERS, f"--tokenizer={self.tokenizer!r}; valid: {', '.join(TOKENIZERS)}")
         require(self.schedule in SCHEDULES, f"--schedule={self.schedule!r}; valid: {', '.join(SCHEDULES)}")
         require(self.device in DEVICES, f"--device={self.device!r}; valid: {', '.join(DEVICES)}")
-        for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "steps", "eval_every",
-                     "eval_batches", "log_every", "checkpoint_every", "vocab_cap"):
+        for name in (
+            "n_layer",
+            "n_head",
+            "n_embd",
+            "block_size",
+            "batch_size",
+            "steps",
+            "eval_every",
+            "eval_batches",
+            "log_every",
+            "checkpoint_every",
+            "vocab_cap",
+        ):
             value = getattr(self, name)
-            require(isinstance(value, int) and value >= 1, f"--{name.replace('_', '-')}={value!r} must be an integer >= 1")
+            require(
+                isinstance(value, int) and value >= 1, f"--{name.replace('_', '-')}={value!r} must be an integer >= 1"
+            )
         require(self.n_embd % self.n_head == 0, f"--n-embd={self.n_embd} must be divisible by --n-head={self.n_head}")
         require(0 <= self.warmup < self.steps, f"--warmup={self.warmup} must be in [0, --steps={self.steps})")
         require(0 <= self.min_lr_ratio <= 1, f"--min-lr-ratio={self.min_lr_ratio} must be in [0, 1]")
@@ -140,8 +153,15 @@ class Config:
 
 
 QUICK = dict(
-    n_layer=2, n_head=2, n_embd=64, steps=300, eval_every=100, eval_batches=8, checkpoint_every=100,
-    warmup=30, sample_tokens=60,
+    n_layer=2,
+    n_head=2,
+    n_embd=64,
+    steps=300,
+    eval_every=100,
+    eval_batches=8,
+    checkpoint_every=100,
+    warmup=30,
+    sample_tokens=60,
 )
 
 
@@ -348,7 +368,9 @@ def train_run(
             runs.truncate_jsonl(metrics, lambda r: r.get("run") != spec.label or r["step"] <= history["step"])
     net: nn.Module = model
     if procs.world > 1:
-        net = nn.parallel.DistributedDataParallel(model, device_ids=[procs.device] if procs.device.type == "cuda" else None)
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[procs.device] if procs.device.type == "cuda" else None
+        )
     if config.compile:
         net = torch.compile(net)
     sinks: list[Any] = []
@@ -395,15 +417,10 @@ def train_run(
         with progress:
             while history["step"] < config.steps:
                 x, y = sample_batch(data.train, config.block_size, config.batch_size, batches)
-                x, y = x[rows].to(procs.device), y[rows].to(procs.device)
-                _, loss = net(x, y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                clip_grad_norm(model.parameters(), config.clip, nonfinite="skip")  # a non-finite loss trips the guard
-                optimizer.step()
-                scheduler.step()
+                record = train_step(
+                    net, optimizer, scheduler, monitor, x[rows].to(procs.device), y[rows].to(procs.device), config.clip
+                )
                 history["step"] += 1
-                record = monitor.step(loss)
                 step = history["step"]
                 now = time.perf_counter()
                 history["train_seconds"] += now - clock
@@ -439,6 +456,25 @@ def train_run(
     return history
 
 
+def train_step(
+    net: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    monitor: Monitor,
+    x: Tensor,
+    y: Tensor,
+    clip: float,
+) -> dict[str, Any] | None:
+    """One optimizer step on (x, y): forward, backward, clip, step, schedule, monitor (which may raise Diverged)."""
+    _, loss = net(x, y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    clip_grad_norm(net.parameters(), clip, nonfinite="skip")  # a non-finite loss trips the monitor's guard
+    optimizer.step()
+    scheduler.step()
+    return monitor.step(loss)
+
+
 def _remember(history: dict[str, Any], record: dict[str, Any]) -> None:
     history["train"]["step"].append(record["step"])
     history["train"]["loss"].append(record["loss"])
@@ -458,7 +494,9 @@ def _evaluate_into(history: dict[str, Any], model: GPT, data: Corpus, config: Co
     e["train_loss"].append(train)
     e["perplexity"].append(safe_perplexity(val))
     e["seconds"].append(history["train_seconds"])
-    history["samples"].append({"step": history["step"], "samples": greedy_samples(model, data.tokenizer, config, procs.device)})
+    history["samples"].append(
+        {"step": history["step"], "samples": greedy_samples(model, data.tokenizer, config, procs.device)}
+    )
 
 
 def _final(history: dict[str, Any], config: Config, procs: Processes) -> dict[str, Any]:

@@ -10,7 +10,10 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-DRAWERS: dict[str, str] = {}
+DRAWERS: dict[str, str] = {
+    "lm": "optiscope.figures.lm",
+    "entropy": "optiscope.figures.entropy",
+}
 
 
 def draw(results: dict[str, Any], fig_dir: Path) -> list[Path]:

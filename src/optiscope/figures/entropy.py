@@ -61,9 +61,9 @@ def draw_per_run(results: dict[str, Any], path: Path) -> Path:
             if row == len(optimizers) - 1:
                 ax.set_xlabel("step size η")
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=3)
-    fig.suptitle(f"Entropy change after one step θ → θ + ηv ({results['mode']} contexts)", y=1.02, fontsize=11)
-    fig.tight_layout()
+    fig.suptitle(f"Entropy change after one step θ → θ + ηv ({results['mode']} contexts)", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.legend(handles, labels, loc="upper center", ncol=3, bbox_to_anchor=(0.5, 0.965))
     return style.save(fig, path)
 
 
@@ -121,7 +121,9 @@ def draw_subsets(results: dict[str, Any], path: Path) -> Path:
         mean, std = (float(errors.mean()), float(errors.std())) if len(errors) else (math.nan, math.nan)
         ax.set_title(f"{name}: η = {s['eta']:.2e}", fontsize=10)
         ax.set_xlabel("(linear − true) / |true|")
-        style.note(ax, f"mean {mean:+.3f}\nstd {std:.3f}\n{len(errors)} subsets of {s['size']}", (0.97, 0.97), ha="right")
+        style.note(
+            ax, f"mean {mean:+.3f}\nstd {std:.3f}\n{len(errors)} subsets of {s['size']}", (0.97, 0.97), ha="right"
+        )
     axes[0, 0].set_ylabel("subsets")
     fig.suptitle("Relative error of the linear prediction on random subsets of the evaluation sequences", fontsize=11)
     fig.tight_layout()
@@ -129,31 +131,50 @@ def draw_subsets(results: dict[str, Any], path: Path) -> Path:
 
 
 def draw_entropy_vs_loss(results: dict[str, Any], path: Path) -> Path:
+    """Both first-order changes of the real step (η = lr), and the true changes up to it."""
     optimizers = list(results["optimizers"].items())
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4))
-    names, means, stds = [], [], []
-    for name, opt in optimizers:
-        ratios = [
-            r["approx"]["delta_h_per_lr"] / -r["loss_probe"]["delta_per_lr"]
-            for r in opt["runs"]
-            if r["loss_probe"]["delta_per_lr"] != 0
-        ]
-        names.append(name)
-        means.append(np.mean(ratios))
-        stds.append(np.std(ratios))
-        for i, r in enumerate(opt["runs"]):
-            dh = [e["delta_h_true"] for e in sorted(r["true"]["entries"], key=lambda e: e["eta"])]
-            dl = [e["delta"] for e in sorted(r["loss_probe"]["true"], key=lambda e: e["eta"])]
-            right.plot(dl, dh, "o-", color=style.optimizer_color(name), alpha=0.7, ms=3, label=name if i == 0 else None)
-    left.bar(names, means, yerr=stds, capsize=4, color=[style.optimizer_color(n) for n in names])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.6))
+    x = np.arange(len(optimizers))
+    loss = [np.array([o["lr"] * r["loss_probe"]["delta_per_lr"] for r in o["runs"]]) for _, o in optimizers]
+    entropy = [np.array([o["lr"] * r["approx"]["delta_h_per_lr"] for r in o["runs"]]) for _, o in optimizers]
+    colors = [style.optimizer_color(n) for n, _ in optimizers]
+    left.bar(
+        x - 0.2,
+        [v.mean() for v in loss],
+        0.4,
+        yerr=[v.std() for v in loss],
+        capsize=3,
+        color="#9a9a9a",
+        label="lr·∇L·v  (validation loss)",
+    )
+    left.bar(
+        x + 0.2,
+        [v.mean() for v in entropy],
+        0.4,
+        yerr=[v.std() for v in entropy],
+        capsize=3,
+        color=colors,
+        label="lr·∇H·v  (entropy)",
+    )
+    ratios = [e.mean() / -lo.mean() if lo.mean() != 0 else math.nan for lo, e in zip(loss, entropy, strict=True)]
+    left.set_xticks(x, [f"{n}\nΔH / (−ΔL) = {r:+.2f}" for (n, _), r in zip(optimizers, ratios, strict=True)])
     left.axhline(0, color=style.INK, lw=0.8)
-    left.set_ylabel("∇H·v / (−∇L·v)")
-    left.set_title("Entropy change per unit of loss decrease (first order)", fontsize=10)
+    left.set_ylabel("first-order change of the real step")
+    left.set_title("Entropy vs loss change of one real step (mean ± std over runs)", fontsize=10)
+    left.legend(loc="best")
+    for name, opt in optimizers:
+        for i, r in enumerate(opt["runs"]):
+            dh = {e["eta"]: e["delta_h_true"] for e in r["true"]["entries"]}
+            dl = {e["eta"]: e["delta"] for e in r["loss_probe"]["true"]}
+            etas = [e for e in sorted(dh) if e <= opt["lr"] * (1 + 1e-9)]
+            color = style.optimizer_color(name)
+            right.plot([dl[e] for e in etas], [dh[e] for e in etas], "-", color=color, alpha=0.5)
+            right.plot([dl[etas[-1]]], [dh[etas[-1]]], "o", color=color, ms=7, label=name if i == 0 else None)
     right.axhline(0, color=style.MUTED, lw=0.6)
     right.axvline(0, color=style.MUTED, lw=0.6)
     right.set_xlabel("true ΔL (validation loss)")
     right.set_ylabel("true ΔH (entropy)")
-    right.set_title("Along each direction, over the η grid", fontsize=10)
+    right.set_title("True changes for η up to the real step (dots: η = lr)", fontsize=10)
     right.legend()
     fig.tight_layout()
     return style.save(fig, path)

@@ -113,7 +113,9 @@ def draw_embedding_rows(results: dict[str, Any], path: Path) -> Path:
         update = np.asarray(run["embedding_rows"]["update"], dtype=float)
         seen = counts > 0
         rho = spearman(torch.as_tensor(counts[seen]), torch.as_tensor(update[seen]))
-        ax.scatter(counts[seen], np.maximum(update[seen], 1e-12), s=14, alpha=0.75, color=_label_style(label, run, i)["color"])
+        ax.scatter(
+            counts[seen], np.maximum(update[seen], 1e-12), s=14, alpha=0.75, color=_label_style(label, run, i)["color"]
+        )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("token count in the training text")
@@ -128,9 +130,6 @@ def draw_embedding_rows(results: dict[str, Any], path: Path) -> Path:
 
 def draw_summary(results: dict[str, Any], path: Path) -> Path:
     items = list(results["runs"].items())
-    fig = plt.figure(figsize=(13, 1.6 + 0.45 * len(items) + 1.25 * len(items)))
-    ax = fig.add_axes((0.02, 0.02, 0.96, 0.96))
-    ax.axis("off")
     header = ["run", "status", "steps", "final val loss", "perplexity", "tokens/s"]
     rows = []
     for label, run in items:
@@ -145,23 +144,30 @@ def draw_summary(results: dict[str, Any], path: Path) -> Path:
                 f"{f['tokens_per_s']:,.0f}" if math.isfinite(f["tokens_per_s"]) else "—",
             ]
         )
-    table = ax.table(cellText=rows, colLabels=header, loc="upper center", cellLoc="left", colLoc="left")
+    lines: list[tuple[str, dict[str, Any]]] = [
+        ("Greedy samples (temperature 0) at the last evaluation; ⏎ marks a newline", {"fontweight": "bold"})
+    ]
+    for label, run in items:
+        if run["samples"]:
+            last = run["samples"][-1]
+            lines.append((f"{label} (step {last['step']})", {"fontweight": "bold"}))
+            for s in last["samples"]:
+                text = (s["prompt"] + " ▸ " + s["output"]).replace("\n", "⏎")
+                lines.append(("    " + textwrap.shorten(text, 140, placeholder=" …"), {"family": "monospace"}))
+    table_h, line_h = 0.27 * (len(rows) + 1), 0.24
+    fig = plt.figure(figsize=(13, 0.8 + table_h + line_h * len(lines)))
+    height = fig.get_figheight()
+    table_ax = fig.add_axes((0.01, 1 - (0.55 + table_h) / height, 0.98, table_h / height))
+    table_ax.axis("off")
+    table = table_ax.table(cellText=rows, colLabels=header, loc="upper center", cellLoc="left", colLoc="left")
     table.auto_set_font_size(False)
     table.set_fontsize(9)
-    table.scale(1, 1.4)
-    y = 1 - (len(items) + 2) * 0.06
-    ax.text(0, y, "Greedy samples (temperature 0) at the last evaluation", fontsize=10, fontweight="bold", va="top")
-    for label, run in items:
-        if not run["samples"]:
-            continue
-        last = run["samples"][-1]
-        y -= 0.05
-        ax.text(0, y, f"{label} (step {last['step']})", fontsize=9, fontweight="bold", va="top")
-        for s in last["samples"][:2]:
-            text = (s["prompt"] + "▸" + s["output"]).replace("\n", "⏎ ")
-            y -= 0.04
-            ax.text(0.02, y, textwrap.shorten(text, 150, placeholder=" …"), fontsize=8, family="monospace", va="top")
-    fig.suptitle("Language model: final numbers and samples", fontsize=11, y=0.995)
+    table.scale(1, 1.3)
+    y = 1 - (0.75 + table_h) / height
+    for text, kwargs in lines:
+        fig.text(0.01, y, text, fontsize=8.5, va="top", **kwargs)
+        y -= line_h / height
+    fig.suptitle("Language model: final numbers and samples", fontsize=11, y=1 - 0.1 / height)
     return style.save(fig, path)
 
 

@@ -36,9 +36,7 @@ class ConsoleSink:
     want to read; divergence is always printed.
     """
 
-    def __init__(
-        self, console: Console | None = None, max_rows: int = 12, full: bool = False, every: int = 1
-    ) -> None:
+    def __init__(self, console: Console | None = None, max_rows: int = 12, full: bool = False, every: int = 1) -> None:
         self.console = console or Console()
         self.max_rows, self.full, self.every = max_rows, full, every
 

@@ -13,7 +13,9 @@ NS(d): X₀ = d / max(‖d‖_F, ε) on the wide orientation (rows ≤ columns),
 X ← a X + (b A + c A²) X with A = X Xᵀ. Each iteration maps every singular value s of X to
 a s + b s³ + c s⁵, which with (a, b, c) = (3.4445, −4.775, 2.0315) pushes all of (0, 1] towards ~1 in
 five steps (not exactly to 1: the quintic trades accuracy for speed). The arithmetic runs in
-``ns_dtype`` (bfloat16 by default, as torch.optim.Muon).
+``ns_dtype``: bfloat16 by default in ``Muon``, as torch.optim.Muon; ``None`` (the default of
+``MuonWithAdamW``) means bfloat16 on a GPU and float32 on a CPU, where bfloat16 matrix products are
+emulated and ~10× slower.
 
 Muon is for hidden 2-D weights only. ``muon_with_adamw(model)`` splits a model the standard way and
 returns one ``MuonWithAdamW`` optimizer that steps hidden matrices with Muon and the rest with AdamW.
@@ -141,8 +143,8 @@ MUON_RULES = {
     "eps": positive(),
     "adjust_lr_fn": (lambda x: x in ADJUST_LR_FNS, f"one of {ADJUST_LR_FNS}"),
     "ns_dtype": (
-        lambda x: isinstance(x, torch.dtype) and x.is_floating_point,
-        "a floating-point torch.dtype such as torch.bfloat16 or torch.float32",
+        lambda x: x is None or (isinstance(x, torch.dtype) and x.is_floating_point),
+        "a floating-point torch.dtype such as torch.bfloat16 or torch.float32, or None (by device)",
     ),
 }
 
@@ -165,14 +167,24 @@ def update_muon_group(state: Any, group: dict[str, Any], params: list[Tensor], i
         if "momentum_buffer" not in state[p]:
             state[p]["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
     hyper = {k: group[k] for k in MUON_HYPER}
-    hyper.update(ns_dtype=group["ns_dtype"], maximize=group["maximize"])
+    hyper.update(maximize=group["maximize"])
     if impl == "forloop":
         for p in params:
-            muon_step_(p, p.grad, state[p]["momentum_buffer"], **hyper)
+            muon_step_(p, p.grad, state[p]["momentum_buffer"], ns_dtype=_ns_dtype(group, p), **hyper)
         return
     for idx in grouped_by_device_and_dtype(params).values():
         ps = [params[i] for i in idx]
-        muon_foreach_(ps, [p.grad for p in ps], [state[p]["momentum_buffer"] for p in ps], **hyper)
+        muon_foreach_(
+            ps,
+            [p.grad for p in ps],
+            [state[p]["momentum_buffer"] for p in ps],
+            ns_dtype=_ns_dtype(group, ps[0]),
+            **hyper,
+        )
+
+
+def _ns_dtype(group: dict[str, Any], param: Tensor) -> torch.dtype:
+    return group["ns_dtype"] or (torch.bfloat16 if param.is_cuda else torch.float32)
 
 
 class Muon(OptiscopeOptimizer):
@@ -246,7 +258,7 @@ class MuonWithAdamW(OptiscopeOptimizer):
         ns_steps: int = 5,
         ns_eps: float = 1e-7,
         adjust_lr_fn: str | None = None,
-        ns_dtype: torch.dtype = torch.bfloat16,
+        ns_dtype: torch.dtype | None = None,
         adamw_lr: float = 1e-3,
         adamw_betas: tuple[float, float] = (0.9, 0.95),
         adamw_eps: float = 1e-8,

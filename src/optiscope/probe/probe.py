@@ -134,7 +134,13 @@ def _probe(
     parts = []
     for s in _chunks(len(sequences), chunk_size):
         f = along(net, direction, inputs[s], targets[s], functional, with_log_prob=policy)
-        parts.append(derivatives(f))
+        try:
+            parts.append(derivatives(f))
+        except NotImplementedError as e:
+            raise ValueError(
+                "the model's forward pass does not support forward-mode AD, which the probe needs "
+                f"({str(e).splitlines()[0]}); use plain tensor ops there, e.g. GPTConfig(attention='math')"
+            ) from e
     value, first, second = (_concat(parts, k) for k in range(3))
     seconds_terms = time.perf_counter() - started
     S, dS, d2S = value[0], first[0], second[0]
@@ -189,7 +195,9 @@ def _probe(
     approx: dict[str, Any] = {
         "delta_h_per_lr": linear,
         "quadratic": {"gdotv": linear, "vHvv": quadratic},
-        "per_sequence": [dict(zip(columns, row, strict=True)) for row in zip(*(c.tolist() for c in columns.values()))],
+        "per_sequence": [
+            dict(zip(columns, row, strict=True)) for row in zip(*(c.tolist() for c in columns.values()), strict=True)
+        ],
         "eta_star": 2 * abs(linear) / abs(quadratic) if quadratic != 0 else math.inf,
     }
     if reverse_check and not policy:

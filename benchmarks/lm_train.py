@@ -1,0 +1,138 @@
+"""nanoGPT's CPU Shakespeare run, with optiscope's training loop and each optimizer.
+
+The configuration of nanoGPT's README for a CPU (``config/train_shakespeare_char.py`` with
+``--block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128 --max_iters=2000
+--lr_decay_iters=2000 --dropout=0.0``: AdamW lr 1e-3, β2 0.99, 100 warmup steps, cosine to 1e-4,
+weight decay 0.1, clip 1.0), which the README reports reaching a validation loss of about 1.88, on
+char-level tinyshakespeare (``../shared/data/tinyshakespeare.txt`` beside the repository, or --text).
+
+1. Throughput: optiscope's loop (our AdamW, our schedule and clipping, the monitor at every=10: the
+   ``lm`` experiment's ``train_step``) against a bare loop with ``torch.optim.AdamW(fused=True)`` and
+   no instruments — nanoGPT's loop in all that costs time — alternating rounds of 50 steps.
+2. Quality: full runs through the ``lm`` experiment for each configuration below, evaluated every 100
+   steps on 240 validation windows (nanoGPT: 20 batches of 12); prints the final validation loss and the
+   first evaluated step at which it is ≤ 1.89.
+
+    python benchmarks/lm_train.py [--rounds 6] [--configs adamw,adamw@2e-3,muon] [--steps 2000] [--text PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from optiscope.data import load_corpus, sample_batch, train_val_split
+from optiscope.data.tokenizers import CharTokenizer
+from optiscope.experiments import lm
+from optiscope.models import GPT
+from optiscope.monitor import Monitor
+from optiscope.optim import Schedule, as_lambda_lr
+
+SHARED_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
+TARGET = 1.89
+
+
+def throughput(config: lm.Config, rounds: int) -> tuple[float, float]:
+    """(optiscope steps/s, bare-loop steps/s), medians over alternating rounds of 50 steps."""
+    text = load_corpus(text_path=config.text)
+    tokenizer = CharTokenizer.from_text(text)
+    train, _ = train_val_split(torch.tensor(tokenizer.encode(text)), 0.1)
+    torch.manual_seed(0)
+    base = GPT(lm.model_config(config, tokenizer.vocab_size))
+    spec = lm.RunSpec("adamw", "adamw", 1e-3)
+    ours = copy.deepcopy(base)
+    ours_opt = lm.build_optimizer(spec, ours, config)
+    ours_sched = as_lambda_lr(ours_opt, lm.build_schedule(spec, config))
+    monitor = Monitor(ours, ours_opt, every=config.log_every, guard=None)
+    bare = copy.deepcopy(base)
+    decay = [
+        {"params": [p for p in bare.parameters() if p.ndim >= 2], "weight_decay": 0.1},
+        {"params": [p for p in bare.parameters() if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    bare_opt = torch.optim.AdamW(decay, lr=1e-3, betas=(0.9, 0.99), fused=True)
+    bare_sched = torch.optim.lr_scheduler.LambdaLR(
+        bare_opt, lambda k: Schedule(1e-3, 100, config.steps, 1e-4)(k + 1) / 1e-3
+    )
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+
+    def run_ours(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            x, y = sample_batch(train, config.block_size, config.batch_size, g1)
+            lm.train_step(ours, ours_opt, ours_sched, monitor, x, y, config.clip)
+        return n / (time.perf_counter() - start)
+
+    def run_bare(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            x, y = sample_batch(train, config.block_size, config.batch_size, g2)
+            _, loss = bare(x, y)
+            bare_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(bare.parameters(), config.clip)
+            bare_opt.step()
+            bare_sched.step()
+        return n / (time.perf_counter() - start)
+
+    run_ours(5), run_bare(5)
+    ours_rates, bare_rates = [], []
+    for _ in range(rounds):
+        ours_rates.append(run_ours(50))
+        bare_rates.append(run_bare(50))
+    return statistics.median(ours_rates), statistics.median(bare_rates)
+
+
+def quality(config: lm.Config, label: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        result = lm.run(replace(config, optimizers=label), Path(tmp))["runs"][label]
+    ev = result["eval"]
+    hit = next((s for s, v in zip(ev["step"], ev["val_loss"], strict=True) if v <= TARGET), None)
+    return {
+        "final": ev["val_loss"][-1],
+        "steps_to_target": hit,
+        "steps_per_s": result["final"]["steps_per_s"],
+        "status": result["status"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--configs", default="adamw,adam,muon,lion,sgd,momentum")
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--text", default=None)
+    args = parser.parse_args()
+    text = args.text or (str(SHARED_TEXT) if SHARED_TEXT.exists() else None)
+    config = lm.Config(
+        text=text,
+        steps=args.steps,
+        eval_every=100,
+        eval_batches=20,
+        checkpoint_every=args.steps,
+        quiet=True,
+        prompts=("ROMEO:",),
+        sample_tokens=20,
+    )
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; corpus: {text or 'packaged Shakespeare'}")
+    ours, bare = throughput(config, args.rounds)
+    print(f"throughput: optiscope loop {ours:.2f} steps/s, bare torch loop {bare:.2f} steps/s, ratio {ours / bare:.3f}")
+    print(f"\n{'config':<14}{'final val':>10}{'steps to <= 1.89':>18}{'steps/s':>9}  status")
+    for label in [c.strip() for c in args.configs.split(",") if c.strip()]:
+        r = quality(config, label)
+        hit = str(r["steps_to_target"]) if r["steps_to_target"] else "not reached"
+        print(f"{label:<14}{r['final']:>10.3f}{hit:>18}{r['steps_per_s']:>9.2f}  {r['status']}", flush=True)
+    print(
+        f"\nGoals: AdamW <= {TARGET} in {args.steps} steps at >= 0.95x the bare loop's steps/s; "
+        f"best <= {TARGET} in <= 1400 steps."
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The entropy experiment on a tiny GPT: the seed's results layout, linearity at small η, clean errors."""
+
+import math
+
+import pytest
+from test_lm import TINY, run_cli, text  # noqa: F401  (the text fixture)
+
+from optiscope import cli, runs
+from optiscope.experiments import entropy
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory, text):  # noqa: F811
+    out = tmp_path_factory.mktemp("lm") / "run"
+    assert run_cli(out, text, "--steps", "30", "--optimizers", "adamw,sgd") == 0
+    return out
+
+
+PROBE = [
+    "--E",
+    "24",
+    "--runs",
+    "2",
+    "--seq-len",
+    "12",
+    "--n-etas",
+    "5",
+    "--subset-size",
+    "8",
+    "--subsets",
+    "50",
+    "--warm-steps",
+    "3",
+    "--quiet",
+]
+
+
+def test_results_keep_the_seed_layout_and_small_steps_are_linear(tmp_path, lm_dir):
+    out = tmp_path / "probe"
+    args = ["run", "entropy", "--out", str(out), "--checkpoint", str(lm_dir), "--optimizers", "sgd,adamw", *PROBE]
+    assert cli.main([*args, "--eta-decades", "4"]) == 0
+    results = runs.read_json(out / "results.json")
+    finals = {k: r["final"]["val_loss"] for k, r in runs.read_json(lm_dir / "results.json")["runs"].items()}
+    assert results["model"].endswith(f"run {min(finals, key=finals.get)}")  # the lm run with the lowest val loss
+    for name, opt in results["optimizers"].items():
+        assert any(math.isclose(e, opt["lr"]) for e in opt["etas"])  # the real step is on the grid
+        assert opt["etas"][-1] / opt["etas"][0] >= 100  # at least two decades
+        for r in opt["runs"]:
+            approx, entries = r["approx"], r["true"]["entries"]
+            assert {"delta_h_per_lr", "quadratic", "per_sequence"} <= set(approx)
+            assert {"gdotv", "vHvv"} <= set(approx["quadratic"]) and len(approx["per_sequence"]) == 24
+            diag = entries[0]["diagnostics"]
+            assert {"weights_sum", "normalized_weights", "token_counts", "h_new", "base_entropy"} <= set(diag)
+            smallest = entries[0]
+            assert smallest["delta_h_true"] / (approx["delta_h_per_lr"] * smallest["eta"]) == pytest.approx(1, abs=0.02)
+        small = [entropy.loglog_fit({"true": {"entries": r["true"]["entries"][:3]}}) for r in opt["runs"]]
+        for fit in small:  # over the linear regime (the three smallest η) the slope is 1
+            assert fit["slope"] == pytest.approx(1, abs=0.05) and fit["r2"] >= 0.99, (name, fit)
+    assert {p.name for p in (out / "figures").iterdir()} == {
+        "entropy_delta_vs_eta.png",
+        "entropy_delta_vs_eta_aggregate.png",
+        "entropy_loglog.png",
+        "entropy_subsets.png",
+        "entropy_vs_loss.png",
+    }
+
+
+def test_policy_mode_reports_importance_weights(tmp_path, lm_dir):
+    out = tmp_path / "policy"
+    args = [
+        "run",
+        "entropy",
+        "--out",
+        str(out),
+        "--checkpoint",
+        str(lm_dir),
+        "--optimizers",
+        "adamw",
+        "--mode",
+        "policy",
+    ]
+    assert cli.main([*args, *PROBE]) == 0
+    r = runs.read_json(out / "results.json")["optimizers"]["adamw"]["runs"][0]
+    assert r["mode"] == "policy"
+    for entry in r["true"]["entries"]:
+        assert 1 <= entry["diagnostics"]["ess"] <= 24
+        assert sum(entry["diagnostics"]["normalized_weights"]) == pytest.approx(1)
+
+
+def test_trains_its_own_model_when_given_no_checkpoint(tmp_path, text):  # noqa: F811
+    out = tmp_path / "own"
+    args = [
+        "run",
+        "entropy",
+        "--out",
+        str(out),
+        "--text",
+        str(text),
+        "--train-steps",
+        "10",
+        "--train-layers",
+        "1",
+        "--train-width",
+        "16",
+        "--optimizers",
+        "adam",
+        *PROBE,
+    ]
+    assert cli.main(args) == 0
+    assert runs.read_json(out / "lm" / "config.json")["experiment"] == "lm"
+    assert runs.read_json(out / "results.json")["optimizers"]["adam"]["runs"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--E", "100000"], "need at least"),
+        (["--eta-decades", "1"], "must be >= 2"),
+        (["--optimizers", "adam,newton"], "unknown 'newton'"),
+        (["--seq-len", "999"], "must be <= the model's context"),
+        (["--mode", "sampled"], "valid: fixed, policy"),
+    ],
+)
+def test_bad_settings_are_clean_errors(tmp_path, lm_dir, capsys, extra, message):
+    args = ["run", "entropy", "--out", str(tmp_path / "bad"), "--checkpoint", str(lm_dir), *PROBE, *extra]
+    assert cli.main(args) == cli.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().out.replace("\n", "")
+
+
+def test_checkpoint_must_be_an_lm_run(tmp_path, capsys):
+    other = tmp_path / "other"
+    runs.prepare_run_dir(other, "landscapes", {})
+    assert cli.main(["run", "entropy", "--out", str(tmp_path / "x"), "--checkpoint", str(other), *PROBE]) == 2
+    assert "give an `lm` run directory" in capsys.readouterr().out
