@@ -158,8 +158,8 @@ class Monitor:
         w = stats.foreach_norms(weights)
         u = stats.foreach_norms(neg_updates)
         cos_dot = stats.foreach_dots(neg_updates, grads)  # ⟨−u, g⟩ = ⟨u, −g⟩
-        bad_g, zero_g = stats.foreach_counts(grads)
-        bad_w, _ = stats.foreach_counts(weights)
+        bad_g, bad_w = stats.nonfinite_counts(grads, g), stats.nonfinite_counts(weights, w)
+        zero_g = stats.zero_counts(grads)
         per_param: dict[str, dict[str, Any]] = {}
         for i, p in enumerate(params):
             n = p.numel()
@@ -170,9 +170,9 @@ class Monitor:
                 "u_over_w": stats.safe_ratio(float(u[i]), float(w[i])),
                 "cos": stats.cosine(float(cos_dot[i]), float(u[i]), float(g[i])),
                 "u_rms": float(u[i]) / math.sqrt(n) if n else 0.0,
-                "zero_grad": float(zero_g[i]) / n if n else 0.0,
-                "nonfinite_grad": int(bad_g[i]),
-                "nonfinite_w": int(bad_w[i]),
+                "zero_grad": zero_g[i] / n if n else 0.0,
+                "nonfinite_grad": bad_g[i],
+                "nonfinite_w": bad_w[i],
             }
             eff = stats.effective_lr(optimizer, p)
             if eff is not None:
