@@ -16,6 +16,7 @@ import importlib
 from types import ModuleType
 
 EXPERIMENTS: dict[str, str] = {
+    "landscapes": "optiscope.experiments.landscapes",
     "rare-tokens": "optiscope.experiments.rare_tokens",
 }
 

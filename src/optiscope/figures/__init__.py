@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 DRAWERS: dict[str, str] = {
+    "landscapes": "optiscope.figures.landscapes",
     "rare-tokens": "optiscope.figures.rare_tokens",
 }
 

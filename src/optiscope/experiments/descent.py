@@ -1,0 +1,105 @@
+"""Gradient descent on a 2-D surface with one optimizer over a grid of learning rates, and the pick of
+the best learning rate.
+
+Each learning rate's point θ is its own param group of one optimizer: every rule used here is
+element-wise, so the runs are independent, and one optimizer steps them all with less overhead.
+A run stops at the first step where f(θ) − f* ≤ tolerance ("reached"), or where f(θ) − f* is not
+finite or exceeds ``DIVERGED_FACTOR`` times its starting value ("diverged"), or after ``steps`` steps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from .surfaces import Surface
+from .zoo import make_optimizer
+
+DIVERGED_FACTOR = 1e6
+#: Points of a path closer than this fraction of the plot's diagonal to the last kept one are dropped.
+PATH_RESOLUTION = 1e-3
+#: How many (log-spaced) steps of the f − f* curve results.json keeps.
+GAP_POINTS = 200
+
+
+def descend(surface: Surface, name: str, lrs: list[float], steps: int, tolerance: float) -> dict[str, Any]:
+    """Run optimizer ``name`` from ``surface.start`` once per learning rate.
+
+    Returns per run: ``reached_at`` and ``diverged_at`` (a step or None), ``final_gap`` (f − f* where
+    it stopped), and the full ``path`` (n, 2) and ``gap`` (n,) arrays, n = the steps it ran + 1.
+    """
+    # The points are rows of one (runs, 2) tensor and their gradients rows of another: the optimizer
+    # updates the rows in place, so θ and g of every run are read and written without a Python loop.
+    theta = torch.tensor(surface.start, dtype=torch.float64).repeat(len(lrs), 1)
+    gradients = torch.zeros_like(theta)
+    points = list(theta.unbind(0))
+    for point, gradient in zip(points, gradients.unbind(0), strict=True):
+        point.grad = gradient
+    optimizer = make_optimizer(name, [{"params": [p], "lr": lr} for p, lr in zip(points, lrs, strict=True)], lrs[0])
+    path = torch.full((steps + 1, len(lrs), 2), math.nan, dtype=torch.float64)
+    gap = torch.full((steps + 1, len(lrs)), math.nan, dtype=torch.float64)
+    path[0] = theta
+    gap[0] = surface.f(theta) - surface.f_star
+    limit = DIVERGED_FACTOR * max(float(gap[0, 0]), tolerance)
+    reached_at: list[int | None] = [None] * len(lrs)
+    diverged_at: list[int | None] = [None] * len(lrs)
+    stopped_at = [steps] * len(lrs)
+    running = torch.ones(len(lrs), dtype=torch.bool)
+    for t in range(steps):
+        gradients.copy_(surface.grad(theta))
+        optimizer.step()
+        gaps = surface.f(theta) - surface.f_star
+        path[t + 1, running] = theta[running]
+        gap[t + 1, running] = gaps[running]
+        done = running & ((gaps <= tolerance) | ~(gaps <= limit))  # ~(x <= limit) also catches NaN
+        if bool(done.any()):
+            for i in done.nonzero()[:, 0].tolist():
+                (reached_at if bool(gaps[i] <= tolerance) else diverged_at)[i] = t + 1
+                stopped_at[i] = t + 1
+                points[i].grad = None  # a group without gradients is not stepped again
+            running &= ~done
+            if not bool(running.any()):
+                break
+    return {
+        "lrs": list(lrs),
+        "reached_at": reached_at,
+        "diverged_at": diverged_at,
+        "final_gap": [float(gap[stopped_at[i], i]) for i in range(len(lrs))],
+        "path": [path[: stopped_at[i] + 1, i].numpy() for i in range(len(lrs))],
+        "gap": [gap[: stopped_at[i] + 1, i].numpy() for i in range(len(lrs))],
+    }
+
+
+def best_run(runs: dict[str, Any]) -> int | None:
+    """The learning rate (index) to show: the fewest steps to the tolerance; if none reached it, the
+    smallest final f − f* among the runs that did not diverge; None if every run diverged."""
+    reached = [i for i, t in enumerate(runs["reached_at"]) if t is not None]
+    if reached:
+        return min(reached, key=lambda i: runs["reached_at"][i])
+    alive = [i for i, t in enumerate(runs["diverged_at"]) if t is None]
+    return min(alive, key=lambda i: runs["final_gap"][i]) if alive else None
+
+
+def thin_path(path: np.ndarray, extent: tuple[float, float, float, float]) -> list[list[float]]:
+    """The path's points, dropping each one closer than PATH_RESOLUTION × (plot diagonal) to the last
+    kept point: below a pixel when drawn, so the drawn shape is unchanged. First and last are kept."""
+    x_min, x_max, y_min, y_max = extent
+    resolution = PATH_RESOLUTION * math.hypot(x_max - x_min, y_max - y_min)
+    kept = [path[0]]
+    for point in path[1:-1]:
+        if math.hypot(point[0] - kept[-1][0], point[1] - kept[-1][1]) >= resolution:
+            kept.append(point)
+    if len(path) > 1:
+        kept.append(path[-1])
+    return [[float(x), float(y)] for x, y in kept]
+
+
+def log_sampled(values: np.ndarray) -> dict[str, list]:
+    """``values`` (indexed by step 0 … n−1) at step 0 and at about GAP_POINTS log-spaced steps."""
+    last = len(values) - 1
+    at = np.unique(np.round(np.geomspace(1, max(last, 1), GAP_POINTS)).astype(int)) if last else np.array([], int)
+    at = np.concatenate(([0], at[at <= last]))
+    return {"steps": at.tolist(), "values": [float(values[t]) for t in at]}
