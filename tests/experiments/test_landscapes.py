@@ -126,7 +126,7 @@ def test_plot_extent_holds_the_paths_but_is_capped():
     widened = ls.plot_extent(extent, [[[0.0, 0.0], [1.5, -1.2]]])
     assert widened[1] > 1.5 and widened[2] < -1.2 and widened[0] == -1.0 and widened[3] == 1.0
     capped = ls.plot_extent(extent, [[[100.0, 0.0]]])
-    assert capped[1] == 3.0
+    assert capped[1] == 2.0
 
 
 # ----------------------------------------------------------------------------------- bias correction

@@ -19,6 +19,8 @@ from .surfaces import Surface
 from .zoo import make_optimizer
 
 DIVERGED_FACTOR = 1e6
+#: Stopping (tolerance reached, divergence) is checked every this many steps, for every step in between.
+STOP_CHECK_EVERY = 64
 #: Points of a path closer than this fraction of the plot's diagonal to the last kept one are dropped.
 PATH_RESOLUTION = 1e-3
 #: How many (log-spaced) steps of the f − f* curve results.json keeps.
@@ -39,37 +41,42 @@ def descend(surface: Surface, name: str, lrs: list[float], steps: int, tolerance
     for point, gradient in zip(points, gradients.unbind(0), strict=True):
         point.grad = gradient
     optimizer = make_optimizer(name, [{"params": [p], "lr": lr} for p, lr in zip(points, lrs, strict=True)], lrs[0])
-    path = torch.full((steps + 1, len(lrs), 2), math.nan, dtype=torch.float64)
-    gap = torch.full((steps + 1, len(lrs)), math.nan, dtype=torch.float64)
+    path = torch.empty((steps + 1, len(lrs), 2), dtype=torch.float64)
     path[0] = theta
-    gap[0] = surface.f(theta) - surface.f_star
-    limit = DIVERGED_FACTOR * max(float(gap[0, 0]), tolerance)
+    gap0 = float(surface.f(theta[0]) - surface.f_star)
+    limit = DIVERGED_FACTOR * max(gap0, tolerance)
     reached_at: list[int | None] = [None] * len(lrs)
     diverged_at: list[int | None] = [None] * len(lrs)
     stopped_at = [steps] * len(lrs)
-    running = torch.ones(len(lrs), dtype=torch.bool)
-    for t in range(steps):
-        gradients.copy_(surface.grad(theta))
-        optimizer.step()
-        gaps = surface.f(theta) - surface.f_star
-        path[t + 1, running] = theta[running]
-        gap[t + 1, running] = gaps[running]
-        done = running & ((gaps <= tolerance) | ~(gaps <= limit))  # ~(x <= limit) also catches NaN
-        if bool(done.any()):
-            for i in done.nonzero()[:, 0].tolist():
-                (reached_at if bool(gaps[i] <= tolerance) else diverged_at)[i] = t + 1
-                stopped_at[i] = t + 1
+    running = set(range(len(lrs)))
+    # Stopping is checked once per chunk of steps, on the chunk's whole path at once: a run that stopped
+    # inside a chunk takes a few steps more, which its results (cut at its stopping step) never show.
+    for chunk_start in range(0, steps, STOP_CHECK_EVERY):
+        chunk_end = min(chunk_start + STOP_CHECK_EVERY, steps)
+        for t in range(chunk_start, chunk_end):
+            gradients.copy_(surface.grad(theta))
+            optimizer.step()
+            path[t + 1] = theta
+        gaps = surface.f(path[chunk_start + 1 : chunk_end + 1]) - surface.f_star
+        done = (gaps <= tolerance) | ~(gaps <= limit)  # ~(x <= limit) also catches NaN
+        for i in sorted(running):
+            hits = done[:, i].nonzero()
+            if len(hits):
+                t = chunk_start + 1 + int(hits[0])
+                (reached_at if bool(gaps[t - chunk_start - 1, i] <= tolerance) else diverged_at)[i] = t
+                stopped_at[i] = t
                 points[i].grad = None  # a group without gradients is not stepped again
-            running &= ~done
-            if not bool(running.any()):
-                break
+                running.discard(i)
+        if not running:
+            break
+    gap = [(surface.f(path[: stopped_at[i] + 1, i]) - surface.f_star).numpy() for i in range(len(lrs))]
     return {
         "lrs": list(lrs),
         "reached_at": reached_at,
         "diverged_at": diverged_at,
-        "final_gap": [float(gap[stopped_at[i], i]) for i in range(len(lrs))],
+        "final_gap": [float(g[-1]) for g in gap],
         "path": [path[: stopped_at[i] + 1, i].numpy() for i in range(len(lrs))],
-        "gap": [gap[: stopped_at[i] + 1, i].numpy() for i in range(len(lrs))],
+        "gap": gap,
     }
 
 

@@ -98,16 +98,17 @@ QUICK = dict(steps=1500, lrs=(1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0), decay_step
 
 
 def plot_extent(extent: tuple[float, float, float, float], paths: list[list[list[float]]]) -> list[float]:
-    """The surface's plot extent widened to hold every path with a 4% margin, but by at most its own
-    width (height) on each side, so that one wild path cannot shrink the picture of the others."""
+    """The surface's plot extent widened to hold every path with a 4% margin, but by at most half its
+    width (height) on each side: one wild first step should not shrink the picture of everything else
+    (a path that goes further leaves the frame, visibly)."""
     x_min, x_max, y_min, y_max = extent
     width, height = x_max - x_min, y_max - y_min
     points = np.asarray([point for path in paths for point in path], dtype=np.float64).reshape(-1, 2)
     if len(points):
-        x_min = max(min(x_min, points[:, 0].min() - 0.04 * width), x_min - width)
-        x_max = min(max(x_max, points[:, 0].max() + 0.04 * width), x_max + width)
-        y_min = max(min(y_min, points[:, 1].min() - 0.04 * height), y_min - height)
-        y_max = min(max(y_max, points[:, 1].max() + 0.04 * height), y_max + height)
+        x_min = max(min(x_min, points[:, 0].min() - 0.04 * width), x_min - width / 2)
+        x_max = min(max(x_max, points[:, 0].max() + 0.04 * width), x_max + width / 2)
+        y_min = max(min(y_min, points[:, 1].min() - 0.04 * height), y_min - height / 2)
+        y_max = min(max(y_max, points[:, 1].max() + 0.04 * height), y_max + height / 2)
     return [float(x_min), float(x_max), float(y_min), float(y_max)]
 
 

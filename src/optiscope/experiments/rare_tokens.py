@@ -38,6 +38,8 @@ TRUE_WEIGHT = 1.0
 LEARNED_WITHIN = 0.1
 #: A run has diverged once any |w − w*| exceeds this (or is not finite).
 DIVERGED_BEYOND = 1e3
+#: Divergence is checked every this many steps, for every step in between.
+DIVERGENCE_CHECK_EVERY = 64
 #: How many points of each weight trajectory results.json keeps (evenly spaced steps).
 TRAJECTORY_POINTS = 500
 #: Modelling decisions that results.json (and the figures) state next to the numbers.
@@ -133,24 +135,36 @@ def train(name: str, lrs: list[float], counts: Tensor, target_sums: Tensor, batc
     do not report one, and for diverged runs).
     """
     steps, tokens = counts.shape[0], counts.shape[1]
-    weights = [torch.zeros(tokens, 1, dtype=torch.float64, requires_grad=True) for _ in lrs]
+    # The tables are slices of one (runs, K, 1) tensor and their gradients slices of another: the
+    # optimizer updates the slices in place, so every run is read and written without a Python loop.
+    tables = torch.zeros(len(lrs), tokens, 1, dtype=torch.float64)
+    gradients = torch.zeros_like(tables)
+    weights = list(tables.unbind(0))
+    for w, g in zip(weights, gradients.unbind(0), strict=True):
+        w.grad = g
     optimizer = make_optimizer(name, [{"params": [w], "lr": lr} for w, lr in zip(weights, lrs, strict=True)], lrs[0])
-    trajectory = torch.full((steps + 1, len(lrs), tokens), math.nan, dtype=torch.float64)
+    trajectory = torch.empty((steps + 1, len(lrs), tokens), dtype=torch.float64)
     trajectory[0] = 0.0
     diverged_at: list[int | None] = [None] * len(lrs)
-    running = list(range(len(lrs)))
-    for t in range(steps):
-        for i in running:
-            weights[i].grad = token_gradient(weights[i].detach(), counts[t], target_sums[t], batch_size)
-        optimizer.step()
-        for i in running:
-            trajectory[t + 1, i] = weights[i].detach()[:, 0]
+    running = set(range(len(lrs)))
+    # Divergence is checked once per chunk of steps, on the chunk's whole trajectory at once.
+    for chunk_start in range(0, steps, DIVERGENCE_CHECK_EVERY):
+        chunk_end = min(chunk_start + DIVERGENCE_CHECK_EVERY, steps)
+        for t in range(chunk_start, chunk_end):
+            gradients.copy_(token_gradient(tables, counts[t], target_sums[t], batch_size))
+            optimizer.step()
+            trajectory[t + 1] = tables[:, :, 0]
         # NaN fails the comparison too, so a NaN weight counts as diverged
-        blown = [i for i in running if not bool(((trajectory[t + 1, i] - TRUE_WEIGHT).abs() <= DIVERGED_BEYOND).all())]
-        for i in blown:
-            diverged_at[i] = t + 1
-            weights[i].grad = None  # a group without gradients is not stepped again
-            running.remove(i)
+        within = ((trajectory[chunk_start + 1 : chunk_end + 1] - TRUE_WEIGHT).abs() <= DIVERGED_BEYOND).all(dim=2)
+        for i in sorted(running):
+            blown = (~within[:, i]).nonzero()
+            if len(blown):
+                diverged_at[i] = chunk_start + 1 + int(blown[0])
+                weights[i].grad = None  # a group without gradients is not stepped again
+                running.discard(i)
+    for i, at in enumerate(diverged_at):
+        if at is not None:
+            trajectory[at + 1 :, i] = math.nan
     effective_lr: list[list[float] | None] = [None] * len(lrs)
     if hasattr(optimizer, "effective_lr"):
         effective_lr = [

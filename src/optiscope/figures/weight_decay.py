@@ -73,16 +73,18 @@ def draw_weight_decay(story: dict[str, Any], path: Path) -> Path:
 
     decay_ax = axes[1, 0]
     index = np.arange(len(group))
-    for name, run in story["runs"].items():
+    for position, (name, run) in enumerate(story["runs"].items()):
         decay = np.asarray(run["effective_decay"])
         decay_ax.scatter(index, decay, s=6, color=style.optimizer_color(name), label=LABELS.get(name, name))
+        # the first run's labels go under its points, the second's over them, so they cannot collide
+        below = position == 0
         for j in range(len(scales)):
             median = float(np.median(decay[group == j]))
             decay_ax.annotate(
                 f"median {median:.2g}",
-                (index[group == j].mean(), float(decay[group == j].max())),
+                (index[group == j].mean(), float(decay[group == j].min() if below else decay[group == j].max())),
                 textcoords="offset points",
-                xytext=(0, 5),
+                xytext=(0, -11 if below else 5),
                 ha="center",
                 fontsize=7.5,
                 color=style.optimizer_color(name),
