@@ -24,7 +24,7 @@ from . import parse_names, require
 from .bias_correction import bias_correction_story
 from .checks import finite, positive, positive_int
 from .descent import best_run, descend, log_sampled, thin_path
-from .surfaces import surfaces
+from .surfaces import Surface, surfaces
 from .weight_decay import weight_decay_story
 from .zoo import describe
 
@@ -112,7 +112,7 @@ def plot_extent(extent: tuple[float, float, float, float], paths: list[list[list
     return [float(x_min), float(x_max), float(y_min), float(y_max)]
 
 
-def contour_grid(surface, extent: list[float]) -> dict[str, Any]:
+def contour_grid(surface: Surface, extent: list[float]) -> dict[str, Any]:
     """f − f* on a CONTOUR_GRID² grid over ``extent`` (what the contours are drawn from)."""
     x_min, x_max, y_min, y_max = extent
     xs = torch.linspace(x_min, x_max, CONTOUR_GRID, dtype=torch.float64)
@@ -122,7 +122,7 @@ def contour_grid(surface, extent: list[float]) -> dict[str, Any]:
     return {"x": xs.tolist(), "y": ys.tolist(), "gap": [[float(f"{v:.5g}") for v in row] for row in gap.tolist()]}
 
 
-def surface_results(surface, config: Config) -> dict[str, Any]:
+def surface_results(surface: Surface, config: Config) -> dict[str, Any]:
     runs: dict[str, Any] = {}
     for name in config.optimizers:
         found = descend(surface, name, list(config.lrs), config.steps, config.tolerance)
