@@ -96,7 +96,7 @@ def cmd_list(console: Console) -> int:
     table = Table(title="optiscope experiments", show_lines=False)
     table.add_column("name", style="bold")
     table.add_column("what it shows")
-    for name in sorted(experiments.EXPERIMENTS):
+    for name in experiments.EXPERIMENTS:
         table.add_row(name, experiments.load(name).SUMMARY)
     console.print(table)
     console.print("Run one with: optiscope run <name> --out DIR [--quick]; options: optiscope run <name> --help")
@@ -152,7 +152,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     """Every experiment in quick mode, one after another, then a list of the figures."""
     out = Path(args.out)
     written: list[tuple[str, str, float]] = []
-    names = sorted(experiments.EXPERIMENTS)
+    names = list(experiments.EXPERIMENTS)  # the registry's order tells the story
     if not names:
         console.print("No experiments are registered yet.")
         return 0

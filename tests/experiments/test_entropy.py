@@ -3,10 +3,11 @@
 import math
 
 import pytest
-from test_lm import TINY, run_cli, text  # noqa: F401  (the text fixture)
 
 from optiscope import cli, runs
 from optiscope.experiments import entropy
+
+from .test_lm import TINY, run_cli, text  # noqa: F401  (the text fixture)
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
 """entropy figures from a real probe result of a tiny model: drawn, deterministic, not blank."""
 
 import torch
-from support_figures import assert_redraws_identically
 
-from optiscope import figures
+from figure_checks import assert_figures_drawn_and_replotted
+from optiscope import cli, runs
 from optiscope.experiments.entropy import eta_grid, loglog_fit
 from optiscope.probe import probe_step, subset_errors, update_direction
 from tiny_lm import lm_loss, setup
@@ -35,5 +35,13 @@ def probe_results():
 def test_entropy_figures(tmp_path):
     results = probe_results()
     assert torch.isfinite(torch.tensor(results["optimizers"]["sgd"]["fits"][0]["slope"]))
-    paths = assert_redraws_identically(lambda r, d: figures.draw(r, d), results, tmp_path)
-    assert len(paths) == 5
+    runs.atomic_write_json(tmp_path / "results.json", results)
+    assert cli.main(["plot", str(tmp_path)]) == 0
+    names = [
+        "entropy_delta_vs_eta.png",
+        "entropy_delta_vs_eta_aggregate.png",
+        "entropy_loglog.png",
+        "entropy_subsets.png",
+        "entropy_vs_loss.png",
+    ]
+    assert_figures_drawn_and_replotted(tmp_path, names)

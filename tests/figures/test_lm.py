@@ -2,9 +2,8 @@
 
 import math
 
-from support_figures import assert_redraws_identically
-
-from optiscope import figures
+from figure_checks import assert_figures_drawn_and_replotted
+from optiscope import cli, runs
 
 
 def fake_run(optimizer, diverged=False, steps=40):
@@ -57,5 +56,7 @@ RESULTS = {
 
 
 def test_lm_figures(tmp_path):
-    paths = assert_redraws_identically(lambda r, d: figures.draw(r, d), RESULTS, tmp_path)
-    assert [p.name for p in paths] == ["lm_loss.png", "lm_update_ratio.png", "lm_embedding_rows.png", "lm_summary.png"]
+    runs.atomic_write_json(tmp_path / "results.json", RESULTS)
+    assert cli.main(["plot", str(tmp_path)]) == 0
+    names = ["lm_loss.png", "lm_update_ratio.png", "lm_embedding_rows.png", "lm_summary.png"]
+    assert_figures_drawn_and_replotted(tmp_path, names)

@@ -16,6 +16,8 @@ import importlib
 from types import ModuleType
 
 EXPERIMENTS: dict[str, str] = {
+    "rare-tokens": "optiscope.experiments.rare_tokens",
+    "landscapes": "optiscope.experiments.landscapes",
     "lm": "optiscope.experiments.lm",
     "entropy": "optiscope.experiments.entropy",
 }

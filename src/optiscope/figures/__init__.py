@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 DRAWERS: dict[str, str] = {
+    "rare-tokens": "optiscope.figures.rare_tokens",
+    "landscapes": "optiscope.figures.landscapes",
     "lm": "optiscope.figures.lm",
     "entropy": "optiscope.figures.entropy",
 }

@@ -1,0 +1,200 @@
+"""Figures of the landscapes experiment, drawn from its results.json alone.
+
+* ``landscapes.png`` — contours of the ravine, the saddle and Rosenbrock with every optimizer's path at
+  its best learning rate, and f − f* against the step.
+* ``convergence_table.png`` — steps to reach the tolerance per optimizer and surface at the best η, and
+  the whole learning-rate grid behind it.
+* ``bias_correction.png`` and ``adamw_vs_adaml2.png`` — see ``figures.bias_correction`` and
+  ``figures.weight_decay``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import LogNorm
+
+from . import style
+from .bias_correction import draw_bias_correction
+from .weight_decay import draw_weight_decay
+
+SURFACE_TITLES = {"ravine": "Ravine", "saddle": "Saddle", "rosenbrock": "Rosenbrock"}
+
+
+def draw(results: dict[str, Any], fig_dir: Path) -> list[Path]:
+    style.apply()
+    return [
+        draw_landscapes(results, fig_dir / "landscapes.png"),
+        draw_convergence_table(results, fig_dir / "convergence_table.png"),
+        draw_bias_correction(results["bias_correction"], fig_dir / "bias_correction.png"),
+        draw_weight_decay(results["weight_decay"], fig_dir / "adamw_vs_adaml2.png"),
+    ]
+
+
+def outcome(run: dict[str, Any], budget: int) -> str:
+    """'97 steps (η = 0.01)', 'not reached in 3000 steps …' or 'diverged at every η'."""
+    if run["best_lr"] is None:
+        return "diverged at every η"
+    if run["reached_at"] is None:
+        return f"not reached in {budget} steps\n(closest: f − f* = {run['final_gap']:.2g} at η = {run['best_lr']:g})"
+    return f"{run['reached_at']} steps (η = {run['best_lr']:g})"
+
+
+def fastest(surface: dict[str, Any]) -> list[str]:
+    """The optimizers that reached the tolerance in the fewest steps on this surface."""
+    reached = {name: run["reached_at"] for name, run in surface["runs"].items() if run["reached_at"] is not None}
+    if not reached:
+        return []
+    least = min(reached.values())
+    return [name for name, steps in reached.items() if steps == least]
+
+
+# -------------------------------------------------------------------------------------- contours
+def plot_contours(ax, surface: dict[str, Any]) -> None:
+    contours = surface["contours"]
+    gap = np.asarray(contours["gap"], dtype=float)
+    positive = gap[gap > 0]
+    levels = np.geomspace(max(positive.min(), positive.max() * 1e-6), positive.max(), 16)
+    ax.contourf(
+        contours["x"],
+        contours["y"],
+        np.maximum(gap, levels[0]),
+        levels=levels,
+        norm=LogNorm(),
+        cmap="Greys_r",
+        alpha=0.35,
+    )
+    ax.contour(contours["x"], contours["y"], gap, levels=levels, norm=LogNorm(), colors="#8a8a8a", linewidths=0.5)
+    for i, (name, run) in enumerate(surface["runs"].items()):
+        if run["path"] is None:
+            continue
+        path = np.asarray(run["path"])
+        color = style.optimizer_color(name, i)
+        ax.plot(path[:, 0], path[:, 1], color=color, lw=1.3, alpha=0.9)
+        ax.plot(*path[-1], marker="o", ms=4, color=color)
+    ax.plot(*surface["start"], marker="o", ms=7, color=style.INK, zorder=6)
+    ax.annotate("start", surface["start"], textcoords="offset points", xytext=(6, 6), fontsize=8)
+    for minimum in surface["minima"]:
+        ax.plot(*minimum, marker="*", ms=13, color="gold", markeredgecolor=style.INK, zorder=6)
+    x_min, x_max, y_min, y_max = surface["extent"]
+    ax.set_xlim(x_min, x_max)
+    ax.set_ylim(y_min, y_max)
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.grid(False)
+
+
+def plot_gap_curves(ax, surface: dict[str, Any], tolerance: float, budget: int) -> None:
+    for i, (name, run) in enumerate(surface["runs"].items()):
+        if run["gap_curve"] is None:
+            continue
+        steps = np.asarray(run["gap_curve"]["steps"], dtype=float)
+        values = np.asarray(run["gap_curve"]["values"], dtype=float)
+        shown = values > 0  # log axes: an exact 0 cannot be drawn
+        ax.plot(
+            np.maximum(steps[shown], 1),
+            values[shown],
+            color=style.optimizer_color(name, i),
+            lw=1.4,
+            label=f"{name} (η = {run['best_lr']:g})",
+        )
+    ax.axhline(tolerance, color=style.GOOD, lw=0.9, ls="--")
+    ax.text(1, tolerance, f" tolerance {tolerance:g}", color=style.GOOD, fontsize=7.5, va="bottom")
+    ax.axvline(budget, color=style.MUTED, lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("step (log scale)")
+    ax.set_ylabel("f − f* (log scale)")
+
+
+def draw_landscapes(results: dict[str, Any], path: Path) -> Path:
+    names = list(results["surfaces"])
+    fig, axes = plt.subplots(
+        2, len(names), figsize=(6.2 * len(names), 11), gridspec_kw={"height_ratios": [1.25, 1]}, layout="constrained"
+    )
+    for column, name in enumerate(names):
+        surface = results["surfaces"][name]
+        plot_contours(axes[0, column], surface)
+        winners = fastest(surface)
+        verdict = f"fastest: {', '.join(winners)}" if winners else "no optimizer reached the tolerance"
+        axes[0, column].set_title(f"{SURFACE_TITLES.get(name, name)}: {surface['formula']}\n{verdict}", fontsize=10.5)
+        plot_gap_curves(axes[1, column], surface, results["tolerance"], results["steps"])
+        axes[1, column].set_title("f − f* at each optimizer's best η (colours as in the paths above)", fontsize=10)
+        axes[1, column].legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=7.5)
+    grid = ", ".join(f"{lr:g}" for lr in results["lrs"])
+    fig.suptitle(
+        f"Optimizer paths at each one's best learning rate from the grid {grid}"
+        f" (budget {results['steps']} steps; a path ends where f − f* ≤ {results['tolerance']:g})",
+        fontsize=12.5,
+        fontweight="bold",
+    )
+    return style.save(fig, path)
+
+
+# ----------------------------------------------------------------------------------------- table
+def grid_cell(entry: dict[str, Any]) -> str:
+    if entry["reached_at"] is not None:
+        return str(entry["reached_at"])
+    return "div." if entry["diverged_at"] is not None else "—"
+
+
+def draw_convergence_table(results: dict[str, Any], path: Path) -> Path:
+    surfaces = results["surfaces"]
+    names = list(surfaces)
+    optimizers = list(next(iter(surfaces.values()))["runs"])
+    fig = plt.figure(figsize=(6.2 * len(names), 2.0 + 1.0 * len(optimizers)), layout="constrained")
+    grid = fig.add_gridspec(2, len(names), height_ratios=[1, 1.15])
+
+    table_ax = fig.add_subplot(grid[0, :])
+    table_ax.axis("off")
+    cells, colors = [], []
+    for optimizer in optimizers:
+        row, row_colors = [], []
+        for name in names:
+            run = surfaces[name]["runs"][optimizer]
+            row.append(outcome(run, results["steps"]))
+            if optimizer in fastest(surfaces[name]):
+                row_colors.append("#d7eedf")
+            elif run["reached_at"] is None:
+                row_colors.append("#f6dcd8")
+            else:
+                row_colors.append("white")
+        cells.append(row)
+        colors.append(row_colors)
+    settings = [surfaces[names[0]]["runs"][o]["setting"] for o in optimizers]
+    table = table_ax.table(
+        cellText=[[f"{o}: {s}", *row] for o, s, row in zip(optimizers, settings, cells, strict=True)],
+        cellColours=[["white", *row] for row in colors],
+        colLabels=["optimizer", *(f"{SURFACE_TITLES.get(n, n)}: {surfaces[n]['formula']}" for n in names)],
+        colWidths=[0.25] + [0.75 / len(names)] * len(names),
+        cellLoc="center",
+        bbox=[0, 0, 1, 1],
+    )
+    table.auto_set_font_size(False)
+    table.set_fontsize(9)
+    table_ax.set_title(
+        f"Steps until f − f* ≤ {results['tolerance']:g} at each optimizer's best η "
+        "(green: fastest; red: not reached at any η)",
+        fontsize=11,
+    )
+
+    lrs = results["lrs"]
+    for column, name in enumerate(names):
+        ax = fig.add_subplot(grid[1, column])
+        steps = np.full((len(optimizers), len(lrs)), np.nan)
+        for row, optimizer in enumerate(optimizers):
+            for j, entry in enumerate(surfaces[name]["runs"][optimizer]["grid"]):
+                steps[row, j] = entry["reached_at"] if entry["reached_at"] is not None else np.nan
+                ax.text(j, row, grid_cell(entry), ha="center", va="center", fontsize=7)
+        ax.imshow(np.log10(steps), cmap="YlGn_r", aspect="auto", vmin=0, vmax=np.log10(results["steps"]))
+        ax.set_xticks(range(len(lrs)))
+        ax.set_xticklabels([f"{lr:g}" for lr in lrs], fontsize=7.5)
+        ax.set_yticks(range(len(optimizers)))
+        ax.set_yticklabels(optimizers, fontsize=8)
+        ax.set_xlabel("learning rate η")
+        ax.grid(False)
+        ax.set_title(f"{SURFACE_TITLES.get(name, name)}: steps per η (—: not reached, div.: diverged)", fontsize=9.5)
+    return style.save(fig, path)

@@ -1,0 +1,347 @@
+"""Figures of the rare-tokens experiment, drawn from its results.json alone.
+
+* ``sgd_vs_adam.png`` — the seed's layout: SGD and Adam weight trajectories, final errors, and Adam's
+  effective learning rate against token frequency.
+* ``optimizers.png`` — every optimizer's error against token frequency, and the rarest token's path.
+* ``lr_sweep.png`` — can SGD be rescued by a larger learning rate, and what does it cost the common tokens.
+
+Titles and notes are sentences built from the numbers in results, so they say what this run measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from . import style
+
+
+def draw(results: dict[str, Any], fig_dir: Path) -> list[Path]:
+    style.apply()
+    return [
+        draw_sgd_vs_adam(results, fig_dir / "sgd_vs_adam.png"),
+        draw_optimizers(results, fig_dir / "optimizers.png"),
+        draw_lr_sweep(results, fig_dir / "lr_sweep.png"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def token_colors(frequencies: list[float]) -> list[tuple[float, float, float]]:
+    """Blue for the most common token through red for the rarest, whatever order the tokens come in."""
+    ramp = style.ramp(len(frequencies))
+    order = np.argsort(-np.asarray(frequencies), kind="stable")
+    colors: list[tuple[float, float, float]] = [ramp[0]] * len(frequencies)
+    for position, k in enumerate(order):
+        colors[k] = ramp[position]
+    return colors
+
+
+def token_label(results: dict[str, Any], k: int) -> str:
+    return f"{results['tokens'][k]} (p={results['frequencies'][k]:.2g})"
+
+
+def learned_count(errors: list[float] | None, within: float) -> int:
+    return 0 if errors is None else sum(e <= within for e in errors)
+
+
+def trajectory_title(results: dict[str, Any], name: str, label: str) -> str:
+    """'SGD: the rarest token reached 1.6% of its target; 2 of 6 tokens within 0.1'."""
+    run = results["optimizers"][name]
+    if run["diverged_at"] is not None:
+        return f"{label}: diverged at step {run['diverged_at']}"
+    rarest = results["rarest"]
+    share = run["final_weight"][rarest] / results["true_weight"]
+    learned = learned_count(run["final_error"], results["learned_within"])
+    return (
+        f"{label} — weight trajectories (η = {results['lr']:g})\n"
+        f"the rarest token reached {share:.1%} of its target; "
+        f"{learned} of {len(results['tokens'])} tokens end within {results['learned_within']:g} of w*"
+    )
+
+
+def plot_trajectories(ax, results: dict[str, Any], name: str, label: str) -> None:
+    run = results["optimizers"][name]
+    colors = token_colors(results["frequencies"])
+    steps = np.asarray(run["trajectory"]["steps"])
+    weights = np.asarray(run["trajectory"]["weights"], dtype=float)
+    ax.axhline(results["true_weight"], color=style.INK, lw=1, ls="--", alpha=0.35, label="true weight w*")
+    for k, color in enumerate(colors):
+        ax.plot(steps, weights[k], color=color, lw=1.5, label=token_label(results, k))
+    finite = weights[np.isfinite(weights)]
+    top = max(1.8, float(finite.max()) + 0.1) if finite.size else 1.8
+    bottom = min(-0.3, float(finite.min()) - 0.1) if finite.size else -0.3
+    ax.set_ylim(bottom, top)
+    ax.set_xlim(0, steps[-1])
+    ax.set_title(trajectory_title(results, name, label), fontsize=10.5)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("learned weight w")
+    ax.legend(loc="upper center", ncol=4, fontsize=7.5)
+    if run["diverged_at"] is None:
+        annotate_rarest(ax, results, name, colors[results["rarest"]], steps[-1], bottom, top)
+
+
+def annotate_rarest(ax, results: dict[str, Any], name: str, color, last_step: int, bottom: float, top: float) -> None:
+    """An arrow to the rarest token's final weight, the text placed in the emptier half of the axes."""
+    rarest = results["rarest"]
+    w = results["optimizers"][name]["final_weight"][rarest]
+    height = (w - bottom) / (top - bottom)
+    text_y = bottom + (top - bottom) * (0.2 if height > 0.45 else 0.5)
+    ax.annotate(
+        f"rarest token: w = {w:.3f} after {results['steps']} steps\n"
+        f"({results['occurrences'][rarest]:.0f} occurrences in {results['steps'] * results['batch_size']} draws)",
+        xy=(last_step, w),
+        xytext=(last_step * 0.58, text_y),
+        fontsize=8,
+        color=color,
+        va="center",
+        arrowprops=dict(arrowstyle="->", color=color, lw=1.1),
+        bbox=dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor=color, alpha=0.9, lw=0.8),
+    )
+
+
+# -------------------------------------------------------------------------------------- the seed
+def draw_sgd_vs_adam(results: dict[str, Any], path: Path) -> Path:
+    fig = plt.figure(figsize=(16, 11))
+    grid = fig.add_gridspec(2, 3, hspace=0.42, wspace=0.3)
+    plot_trajectories(fig.add_subplot(grid[0, :2]), results, "sgd", "SGD")
+    plot_final_errors(fig.add_subplot(grid[0, 2]), results)
+    plot_trajectories(fig.add_subplot(grid[1, :2]), results, "adam", "Adam")
+    plot_effective_lr(fig.add_subplot(grid[1, 2]), results)
+    fig.suptitle(
+        f"SGD vs Adam on rare tokens: same data, same η = {results['lr']:g}, {results['steps']} steps of "
+        f"{results['batch_size']} token draws — {comparison(results)}",
+        fontsize=13,
+        fontweight="bold",
+        y=0.965,
+    )
+    return style.save(fig, path)
+
+
+def comparison(results: dict[str, Any]) -> str:
+    """Which of SGD and Adam ends closer to w* on the rarest token (or which diverged)."""
+    sgd, adam = results["optimizers"]["sgd"], results["optimizers"]["adam"]
+    diverged = [label for label, run in (("SGD", sgd), ("Adam", adam)) if run["diverged_at"] is not None]
+    if diverged:
+        return f"{' and '.join(diverged)} diverged"
+    rarest = results["rarest"]
+    a, s = adam["final_error"][rarest], sgd["final_error"][rarest]
+    verdict = "smaller than" if a < s else "not smaller than"
+    return f"Adam's final rarest-token error is {verdict} SGD's ({a:.3f} vs {s:.3f})"
+
+
+def plot_final_errors(ax, results: dict[str, Any]) -> None:
+    sgd, adam = results["optimizers"]["sgd"], results["optimizers"]["adam"]
+    x = np.arange(len(results["tokens"]))
+    width = 0.38
+    for offset, run, name, label in ((-width / 2, sgd, "sgd", "SGD"), (width / 2, adam, "adam", "Adam")):
+        errors = np.asarray(run["final_error"] if run["final_error"] is not None else [np.nan] * len(x))
+        bars = ax.bar(x + offset, errors, width, color=style.optimizer_color(name), alpha=0.9, label=label)
+        texts = [f"{e:.2f}" if np.isfinite(e) else "" for e in errors]
+        ax.bar_label(bars, labels=texts, fontsize=6.5, padding=1.5, color=style.MUTED)
+    ax.axhline(results["learned_within"], color=style.MUTED, lw=0.8, ls=":")
+    ax.text(
+        len(x) - 0.5,
+        results["learned_within"],
+        f"{results['learned_within']:g}",
+        fontsize=7,
+        color=style.MUTED,
+        ha="right",
+        va="bottom",
+    )
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{k + 1}\n{p:.2g}" for k, p in enumerate(results["frequencies"])])
+    ax.tick_params(axis="x", labelsize=7.5)
+    ax.set_xlabel("token, and its frequency p")
+    ax.set_ylabel("final |w − w*|")
+    ax.set_title("Final weight error (lower is better)", fontsize=10.5)
+    ax.legend(loc="upper left")
+    ax.set_ylim(0, max(1.0, ax.get_ylim()[1]) * 1.08)
+
+
+def plot_effective_lr(ax, results: dict[str, Any]) -> None:
+    adam = results["optimizers"]["adam"]
+    if adam["effective_lr"] is None:
+        ax.set_axis_off()
+        style.note(ax, f"Adam diverged at step {adam['diverged_at']}:\nno effective learning rate to show", (0.1, 0.6))
+        return
+    frequencies = np.asarray(results["frequencies"])
+    effective = np.asarray(adam["effective_lr"])
+    colors = token_colors(results["frequencies"])
+    ax.scatter(frequencies, effective, c=colors, s=110, zorder=5, edgecolors="white", linewidths=1.5)
+    for k, token in enumerate(results["tokens"]):
+        ax.annotate(token, (frequencies[k], effective[k]), textcoords="offset points", xytext=(7, 4), fontsize=7.5)
+    slope, intercept = np.polyfit(np.log(frequencies), np.log(effective), 1)
+    span = np.geomspace(frequencies.min(), frequencies.max(), 50)
+    ax.plot(span, np.exp(intercept) * span**slope, color=style.MUTED, lw=1, ls="-", alpha=0.6)
+    ax.axhline(results["lr"], color=style.INK, lw=1, ls="--", alpha=0.5)
+    ax.text(frequencies.min(), results["lr"] * 1.25, f"nominal η = {results['lr']:g}", fontsize=8, color=style.INK)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(min(results["lr"], effective.min()) / 3, effective.max() * 4)
+    ax.set_xlim(frequencies.min() / 2.5, frequencies.max() * 3)
+    ax.set_xlabel("token frequency p (log scale)")
+    ax.set_ylabel("Adam's effective LR η/(√v̂ + ε) at the end (log)")
+    rarest, common = results["rarest"], results["most_common"]
+    ratio = effective[rarest] / effective[common]
+    ax.set_title(
+        f"Adam's effective LR: the rarest token's is {ratio:.0f}× the most common's\n"
+        f"fitted slope {slope:.2f} (−1 would cancel the frequency exactly)",
+        fontsize=10.5,
+    )
+
+
+# ------------------------------------------------------------------------------- every optimizer
+def draw_optimizers(results: dict[str, Any], path: Path) -> Path:
+    fig, (errors_ax, rarest_ax) = plt.subplots(
+        1, 2, figsize=(15, 6.6), gridspec_kw={"width_ratios": [1.1, 1]}, layout="constrained"
+    )
+    frequencies = np.asarray(results["frequencies"])
+    order = np.argsort(frequencies)
+    within = results["learned_within"]
+    finished = {name: run for name, run in results["optimizers"].items() if run["diverged_at"] is None}
+    # A final error can be ~0 by chance (Lion's ±η steps land on w* exactly); on log axes those
+    # markers sit on a floor a decade below the smallest RMS error, so they do not stretch the axis.
+    floor = min((min(run["tail_rms_error"]) for run in finished.values()), default=within) / 10
+    counts = []
+    for i, (name, run) in enumerate(results["optimizers"].items()):
+        color = style.optimizer_color(name, i)
+        if run["diverged_at"] is not None:
+            counts.append(f"{name}: diverged at step {run['diverged_at']}")
+            continue
+        tail = np.asarray(run["tail_rms_error"])[order]
+        final = np.asarray(run["final_error"])[order]
+        errors_ax.plot(frequencies[order], tail, color=color, lw=1.8, marker="o", ms=4, label=name)
+        errors_ax.scatter(frequencies[order], np.maximum(final, floor), color=color, marker="x", s=22, lw=1)
+        counts.append(f"{name}: {learned_count(run['tail_rms_error'], within)}/{len(frequencies)}")
+        steps = np.asarray(run["trajectory"]["steps"])
+        rarest_ax.plot(steps, run["trajectory"]["weights"][results["rarest"]], color=color, lw=1.4)
+    errors_ax.axhline(within, color=style.MUTED, lw=0.8, ls=":")
+    errors_ax.set_xscale("log")
+    errors_ax.set_yscale("log")
+    errors_ax.set_ylim(bottom=floor / 1.5)
+    errors_ax.set_xlabel("token frequency p (log scale)")
+    errors_ax.set_ylabel(
+        f"line: RMS of w − w* over the last quarter\n×: final |w − w*| (drawn at {floor:.1g} when below it)"
+    )
+    errors_ax.set_title(f"Error against token frequency, every optimizer at η = {results['lr']:g}", fontsize=10.5)
+    style.note(errors_ax, f"tokens learned (RMS ≤ {within:g}):\n" + "\n".join(counts), (0.02, 0.03), va="bottom")
+    rarest = results["rarest"]
+    rarest_ax.axhline(results["true_weight"], color=style.INK, lw=1, ls="--", alpha=0.35)
+    rarest_ax.set_xlabel("training step")
+    rarest_ax.set_ylabel("weight of the rarest token")
+    rarest_ax.set_title(
+        f"The rarest token ({token_label(results, rarest)}, {results['occurrences'][rarest]:.0f} occurrences)",
+        fontsize=10.5,
+    )
+    rarest_ax.legend(
+        *errors_ax.get_legend_handles_labels(),
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.1),
+        ncol=len(results["optimizers"]),
+    )
+    settings = "; ".join(f"{name} = {run['setting']}" for name, run in results["optimizers"].items())
+    notes = "".join(f"\n{name}: {note}" for name, note in results["notes"].items() if name in results["optimizers"])
+    fig.suptitle(
+        f"Rare tokens, every optimizer: same data stream, {results['steps']} steps, η = {results['lr']:g}",
+        fontsize=13,
+        fontweight="bold",
+    )
+    fig.supxlabel(settings + notes, fontsize=7.5, color=style.MUTED)
+    return style.save(fig, path)
+
+
+# ------------------------------------------------------------------------------------ the LR sweep
+def sweep_title(results: dict[str, Any]) -> str:
+    sweep = results["lr_sweep"]
+    findings = sweep["findings"]
+    diverging = findings["smallest_diverging_sgd_lr"]
+    diverges = f"; SGD diverges from η = {diverging:g}" if diverging is not None else "; no swept η diverged"
+    if findings["rescue_lr"] is None:
+        return (
+            "No swept learning rate lets SGD learn the rarest token "
+            f"(tail RMS error ≤ {results['learned_within']:g}){diverges}"
+        )
+    ratio = findings["rescue_common_tail_std"] / findings["nominal_common_tail_std"]
+    return (
+        f"SGD learns the rarest token from η = {findings['rescue_lr']:g}, but there the most common token jitters "
+        f"{ratio:.0f}× as much as at η = {results['lr']:g} (std {findings['rescue_common_tail_std']:.3f} vs "
+        f"{findings['nominal_common_tail_std']:.4f}){diverges}"
+    )
+
+
+def plot_sweep_errors(ax, results: dict[str, Any], name: str, label: str) -> None:
+    sweep = results["lr_sweep"]
+    lrs = np.asarray(sweep["lrs"])
+    colors = token_colors(results["frequencies"])
+    diverged = [run["diverged_at"] is not None for run in sweep[name]]
+    for k, color in enumerate(colors):
+        errors = [np.nan if run["diverged_at"] is not None else run["tail_rms_error"][k] for run in sweep[name]]
+        ax.plot(lrs, errors, color=color, lw=1.6, marker="o", ms=3.5, label=token_label(results, k))
+    if any(diverged):
+        first = lrs[diverged.index(True)]
+        ax.axvspan(first / 1.1, lrs.max() * 1.3, color=style.BAD, alpha=0.08, lw=0)
+        ax.text(first, 0.97, " diverged", transform=ax.get_xaxis_transform(), color=style.BAD, fontsize=8, va="top")
+    ax.axhline(results["learned_within"], color=style.MUTED, lw=0.8, ls=":")
+    ax.axvline(results["lr"], color=style.INK, lw=0.8, ls="--", alpha=0.5)
+    ax.text(
+        results["lr"], 0.97, " nominal η", transform=ax.get_xaxis_transform(), fontsize=7.5, color=style.MUTED, va="top"
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lrs.min() / 1.3, lrs.max() * 1.3)
+    ax.set_xlabel("learning rate η (log scale)")
+    ax.set_ylabel("RMS of w − w* over the last quarter (log)")
+    ax.set_title(f"{label}: error per token against η", fontsize=10.5)
+
+
+def plot_tradeoff(ax, results: dict[str, Any]) -> None:
+    """Rarest-token error against the most common token's jitter, one point per η."""
+    sweep = results["lr_sweep"]
+    rarest, common = results["rarest"], results["most_common"]
+    for name, label in (("sgd", "SGD"), ("adam", "Adam")):
+        points = [
+            (lr, run["tail_rms_error"][rarest], run["tail_std"][common])
+            for lr, run in zip(sweep["lrs"], sweep[name], strict=True)
+            if run["diverged_at"] is None
+        ]
+        if not points:
+            continue
+        lrs, rare_error, jitter = (np.asarray(v) for v in zip(*points, strict=True))
+        color = style.optimizer_color(name)
+        ax.plot(jitter, rare_error, color=color, lw=1.6, marker="o", ms=4, label=label)
+        for lr, x, y in points:
+            ax.annotate(f"{lr:g}", (y, x), textcoords="offset points", xytext=(4, 3), fontsize=6.5, color=color)
+    ax.axhline(results["learned_within"], color=style.MUTED, lw=0.8, ls=":")
+    ax.text(
+        0.99,
+        results["learned_within"],
+        f"learned: RMS ≤ {results['learned_within']:g}",
+        transform=ax.get_yaxis_transform(),
+        fontsize=7.5,
+        color=style.MUTED,
+        ha="right",
+        va="bottom",
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"jitter of the most common token ({results['tokens'][common]}): std of w, last quarter")
+    ax.set_ylabel(f"rarest token ({results['tokens'][rarest]}): RMS error, last quarter")
+    ax.set_title("The trade-off (labels: η); lower left is better", fontsize=10.5)
+    ax.legend(loc="center left")
+
+
+def draw_lr_sweep(results: dict[str, Any], path: Path) -> Path:
+    fig, axes = plt.subplots(1, 3, figsize=(18, 6.2), layout="constrained")
+    plot_sweep_errors(axes[0], results, "sgd", "SGD")
+    plot_sweep_errors(axes[1], results, "adam", "Adam")
+    plot_tradeoff(axes[2], results)
+    lows = [ax.get_ylim()[0] for ax in axes[:2]]
+    highs = [ax.get_ylim()[1] for ax in axes[:2]]
+    for ax in axes[:2]:
+        ax.set_ylim(min(lows), max(highs))
+    axes[1].legend(loc="lower right", fontsize=7.5)
+    fig.suptitle(sweep_title(results), fontsize=12, fontweight="bold")
+    return style.save(fig, path)

@@ -1,0 +1,189 @@
+"""The rare-tokens simulation against independent oracles: autograd, closed forms, the NumPy Adam twin."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from figure_checks import assert_figures_drawn_and_replotted, printed
+from optiscope import cli, reference, runs
+from optiscope.experiments import ConfigError
+from optiscope.experiments import rare_tokens as rt
+
+FREQUENCIES = rt.zipf_frequencies(rt.ZIPF_RANKS)
+
+
+def test_default_frequencies_are_zipf_over_three_decades():
+    p = np.asarray(rt.Config().frequencies)
+    assert math.isclose(p.sum(), 1.0, rel_tol=0, abs_tol=1e-12)
+    assert p.max() / p.min() >= 1000
+    ranks = np.asarray(rt.ZIPF_RANKS)
+    assert np.allclose(p * ranks, p[0] * ranks[0])  # frequency x rank is constant: Zipf's law
+
+
+def test_stream_counts_batches_and_follows_the_frequencies():
+    counts, target_sums = rt.token_stream(FREQUENCIES, batch_size=32, steps=4000, label_noise=0.3, seed=1)
+    assert counts.shape == (4000, 6, 1)
+    assert torch.equal(counts.sum(dim=(1, 2)), torch.full((4000,), 32.0, dtype=torch.float64))
+    observed = counts.sum(dim=(0, 2)) / (4000 * 32)
+    expected = torch.tensor(FREQUENCIES, dtype=torch.float64)
+    # binomial standard error per token; 5 sigma
+    se = (expected * (1 - expected) / (4000 * 32)).sqrt()
+    assert ((observed - expected).abs() <= 5 * se).all()
+    # targets are 1 + σξ: per occurrence mean 1 and variance σ²
+    n = counts.sum()
+    mean = target_sums.sum() / n
+    assert abs(float(mean) - 1.0) < 5 * 0.3 / math.sqrt(float(n))
+
+
+def test_gradient_matches_autograd_of_the_squared_error():
+    generator = torch.Generator().manual_seed(0)
+    batch = 5  # fewer draws than tokens: some token is surely absent
+    tokens = torch.randint(0, 6, (batch,), generator=generator)
+    targets = 1 + 0.3 * torch.randn(batch, generator=generator, dtype=torch.float64)
+    weights = torch.randn(6, 1, generator=generator, dtype=torch.float64, requires_grad=True)
+    loss = 0.5 * ((weights[tokens, 0] - targets) ** 2).mean()
+    (expected,) = torch.autograd.grad(loss, weights)
+    counts = torch.zeros(6, 1, dtype=torch.float64)
+    sums = torch.zeros(6, 1, dtype=torch.float64)
+    for k, y in zip(tokens.tolist(), targets.tolist(), strict=True):
+        counts[k] += 1
+        sums[k] += y
+    got = rt.token_gradient(weights.detach(), counts, sums, batch)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-14)
+    absent = counts[:, 0] == 0
+    assert absent.any() and (got[absent] == 0).all()  # no occurrence, no gradient
+
+
+def test_sgd_without_noise_follows_the_closed_form():
+    """With y = w* exactly, SGD gives w_t − 1 = Π_s (1 − η c_s/B) (w_0 − 1)."""
+    counts, sums = rt.token_stream(FREQUENCIES, batch_size=8, steps=300, label_noise=0.0, seed=3)
+    lr = 0.5
+    trained = rt.train("sgd", [lr], counts, sums, 8)
+    factors = 1 - lr * counts[:, :, 0] / 8
+    expected = 1 - torch.cumprod(factors, dim=0)
+    torch.testing.assert_close(trained["trajectory"][1:, 0], expected, rtol=1e-10, atol=1e-12)
+
+
+def test_adam_matches_the_numpy_twin_and_its_effective_lr():
+    counts, sums = rt.token_stream(FREQUENCIES, batch_size=32, steps=400, label_noise=0.3, seed=4)
+    trained = rt.train("adam", [0.01], counts, sums, 32)
+    w = np.zeros((6, 1))
+    param = {"params": w, "grad": np.zeros_like(w)}
+    twin = reference.Adam([param], lr=0.01)
+    for t in range(400):
+        param["grad"][...] = (counts[t].numpy() * w - sums[t].numpy()) / 32
+        twin.step()
+    np.testing.assert_allclose(trained["trajectory"][-1, 0].numpy(), w[:, 0], rtol=1e-9)
+    np.testing.assert_allclose(trained["effective_lr"][0], twin.effective_lr(0)[:, 0], rtol=1e-9)
+
+
+def test_runs_with_several_learning_rates_do_not_interact():
+    counts, sums = rt.token_stream(FREQUENCIES, batch_size=8, steps=200, label_noise=0.3, seed=5)
+    together = rt.train("adam", [0.01, 0.3], counts, sums, 8)["trajectory"]
+    alone = rt.train("adam", [0.3], counts, sums, 8)["trajectory"]
+    torch.testing.assert_close(together[:, 1], alone[:, 0], rtol=0, atol=0)
+
+
+def test_divergence_is_detected_and_stops_the_run():
+    counts, sums = rt.token_stream(FREQUENCIES, batch_size=8, steps=200, label_noise=0.3, seed=6)
+    trained = rt.train("sgd", [0.01, 100.0], counts, sums, 8)
+    assert trained["diverged_at"][0] is None
+    at = trained["diverged_at"][1]
+    assert at is not None and at < 50
+    assert torch.isnan(trained["trajectory"][at + 1 :, 1]).all()
+    assert rt.run_summary(trained["trajectory"][:, 1], at)["final_error"] is None
+
+
+def test_summary_statistics_against_direct_formulas():
+    trajectory = torch.tensor([[0.0, 0.0], [0.5, 2.0], [0.9, 1.5], [1.2, 0.5], [1.0, 1.0]], dtype=torch.float64)
+    summary = rt.run_summary(trajectory, None)
+    tail = np.array([[1.2, 0.5], [1.0, 1.0]])  # the last quarter of 4 steps: steps 3 and 4
+    assert summary["final_error"] == [0.0, 0.0]
+    np.testing.assert_allclose(summary["tail_rms_error"], np.sqrt(((tail - 1) ** 2).mean(axis=0)))
+    np.testing.assert_allclose(summary["tail_std"], tail.std(axis=0, ddof=1))
+
+
+def test_sampled_trajectory_keeps_the_ends_and_at_most_the_cap():
+    trajectory = torch.arange(2001, dtype=torch.float64).repeat(3, 1).T
+    sampled = rt.sampled_trajectory(trajectory)
+    assert sampled["steps"][0] == 0 and sampled["steps"][-1] == 2000
+    assert len(sampled["steps"]) <= rt.TRAJECTORY_POINTS
+    assert sampled["weights"][2] == [float(s) for s in sampled["steps"]]
+
+
+def test_sweep_findings_pick_the_smallest_rescuing_lr():
+    def run(rare_error, common_std, diverged=None):
+        return {"diverged_at": diverged, "tail_rms_error": [0.01, rare_error], "tail_std": [common_std, 0.0]}
+
+    sweep = {"lrs": [0.01, 1.0, 2.0, 4.0], "sgd": [run(0.9, 0.001), run(0.3, 0.05), run(0.05, 0.1), run(0, 0, 7)]}
+    findings = rt.sweep_findings(sweep, {"tail_std": [0.002, 0.0], "tail_rms_error": [0.01, 0.9]}, 1, 0)
+    assert findings["rescue_lr"] == 2.0
+    assert findings["rescue_common_tail_std"] == 0.1 and findings["nominal_common_tail_std"] == 0.002
+    assert findings["largest_stable_sgd_lr"] == 2.0 and findings["smallest_diverging_sgd_lr"] == 4.0
+    sweep["sgd"][2] = run(0.2, 0.1)
+    assert (
+        rt.sweep_findings(sweep, {"tail_std": [0.002, 0.0], "tail_rms_error": [0.01, 0.9]}, 1, 0)["rescue_lr"] is None
+    )
+
+
+@pytest.fixture(scope="module")
+def seed_results():
+    """The seed's comparison at its settings (η = 0.01, Zipf frequencies), shortened."""
+    config = rt.Config(steps=1500, optimizers=("sgd", "adam"), sweep_lrs=(0.01, 2.0))
+    return rt.run(config, None)
+
+
+def test_adam_learns_the_rarest_token_and_sgd_does_not(seed_results):
+    rarest = seed_results["rarest"]
+    sgd, adam = seed_results["optimizers"]["sgd"], seed_results["optimizers"]["adam"]
+    assert seed_results["frequencies"][rarest] == min(FREQUENCIES)
+    assert adam["final_error"][rarest] < sgd["final_error"][rarest]
+    assert sgd["final_error"][rarest] > 0.5 > 0.2 > adam["tail_rms_error"][rarest]
+    # SGD's expected progress on a token is 1 − (1 − ηp)^T; the rarest is barely moved
+    expected = 1 - (1 - 0.01 * min(FREQUENCIES)) ** 1500
+    assert abs(sgd["final_weight"][rarest] - expected) < 0.02
+
+
+def test_effective_lr_is_larger_for_rarer_tokens(seed_results):
+    effective = seed_results["optimizers"]["adam"]["effective_lr"]
+    assert effective[seed_results["rarest"]] > effective[seed_results["most_common"]]
+    assert seed_results["optimizers"]["sgd"]["effective_lr"] is None  # SGD has no per-weight rate
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"optimizers": ("sgd", "adam", "adagrad")}, "unknown 'adagrad'; valid: sgd, momentum"),
+        ({"optimizers": ("adam", "lion")}, "must include sgd"),
+        ({"steps": 0}, "steps=0 must be a positive integer"),
+        ({"lr": -0.1}, "lr=-0.1 must be a finite number > 0"),
+        ({"lr": float("nan")}, "lr=nan must be a finite number > 0"),
+        ({"frequencies": (0.5, 0.4)}, "frequencies sum to 0.9; they must sum to 1"),
+        ({"frequencies": (1.5, -0.5)}, "[-0.5] are not finite numbers > 0"),
+        ({"sweep_lrs": (0.1, 0.0)}, "sweep_lrs=(0.1, 0.0)"),
+        ({"batch_size": 2.5}, "batch_size=2.5 must be a positive integer"),
+    ],
+)
+def test_bad_config_names_the_value_and_what_is_valid(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        rt.Config(**overrides)
+    assert message in str(error.value)
+
+
+def test_cli_quick_run_then_plot_reproduces_the_figures(tmp_path):
+    out = tmp_path / "rare"
+    options = ["--steps", "300", "--sweep-lrs", "0.01,5", "--optimizers", "sgd,adam,lion,muon"]
+    assert cli.main(["run", "rare-tokens", "--quick", "--out", str(out), *options]) == 0
+    results = runs.read_json(out / "results.json")
+    assert results["experiment"] == "rare-tokens" and results["quick"] is True
+    assert runs.read_json(out / "config.json")["config"]["steps"] == 300
+    assert set(results["optimizers"]) == {"sgd", "adam", "lion", "muon"}
+    assert_figures_drawn_and_replotted(out, ["sgd_vs_adam.png", "optimizers.png", "lr_sweep.png"])
+
+
+def test_cli_rejects_frequencies_that_do_not_sum_to_one(tmp_path, capsys):
+    code = cli.main(["run", "rare-tokens", "--out", str(tmp_path / "x"), "--frequencies", "0.5,0.3"])
+    assert code == cli.EXIT_BAD_INPUT
+    assert "frequencies sum to 0.8; they must sum to 1" in printed(capsys)

@@ -1,0 +1,94 @@
+"""Landscapes figures: table cells, verdict sentences built from the measurements, robustness to divergence.
+
+The figures of a normal run are opened and checked, and redrawn byte for byte, by the CLI test in
+tests/experiments/test_landscapes.py.
+"""
+
+import matplotlib.pyplot as plt
+import pytest
+
+from figure_checks import assert_drawn_png
+from optiscope.experiments import landscapes as ls
+from optiscope.experiments.weight_decay import seed_claims
+from optiscope.figures import bias_correction, style, weight_decay
+from optiscope.figures import landscapes as fig
+
+
+def run(best_lr=0.1, reached_at=None, final_gap=0.5):
+    return {"best_lr": best_lr, "reached_at": reached_at, "final_gap": final_gap}
+
+
+def test_table_cells_say_how_each_run_ended():
+    assert fig.outcome(run(reached_at=97, best_lr=0.01), 3000) == "97 steps (η = 0.01)"
+    assert fig.outcome(run(best_lr=0.003, final_gap=0.00037), 3000) == (
+        "not reached in 3000 steps\n(closest: f − f* = 0.00037 at η = 0.003)"
+    )
+    assert fig.outcome(run(best_lr=None), 3000) == "diverged at every η"
+
+
+def test_fastest_lists_ties_and_nothing_when_none_reached():
+    surface = {"runs": {"a": run(reached_at=30), "b": run(reached_at=30), "c": run(reached_at=31), "d": run()}}
+    assert fig.fastest(surface) == ["a", "b"]
+    assert fig.fastest({"runs": {"d": run()}}) == []
+
+
+def story_with(skew_w, skew_l2, kurt_w, kurt_l2, max_w, max_l2, n=300):
+    def stats(skew, kurt, max_abs):
+        return {"skewness": skew, "excess_kurtosis": kurt, "max_abs": max_abs}
+
+    adamw, adaml2 = stats(skew_w, kurt_w, max_w), stats(skew_l2, kurt_l2, max_l2)
+    return {
+        "runs": {
+            "adamw": {"stats": adamw, "rms_distance_to_l2_optimum": 0.2},
+            "adaml2": {"stats": adaml2, "rms_distance_to_l2_optimum": 0.01},
+        },
+        "seed_claims": seed_claims(adamw, adaml2, n),
+        "skewness_standard_error": (6 / n) ** 0.5,
+    }
+
+
+def test_claim_lines_follow_the_measurement():
+    contradicted = " ".join(weight_decay.claim_lines(story_with(-0.1, -0.14, 1.0, 1.2, 2.7, 2.6)))
+    assert "AdamW symmetric, and Adam+L2 not skewed either" in contradicted
+    assert "no clear difference in the tails" in contradicted
+    assert "max |w| 2.70 vs 2.60 (AdamW's is larger)" in contradicted
+    confirmed = " ".join(weight_decay.claim_lines(story_with(0.0, 0.9, 0.2, 3.0, 2.0, 4.0)))
+    assert "Adam+L2 skewed, as the seed says" in confirmed
+    assert "Adam+L2's tails are heavier" in confirmed and "(Adam+L2's is larger)" in confirmed
+
+
+def test_bias_title_reads_the_runs():
+    story = {
+        "lr": 0.05,
+        "start": 3.0,
+        "runs": {
+            "adam": {"first_step": 0.05, "largest_step": 0.05, "largest_step_at": 1, "overshoot": 0.006},
+            "adam-no-bc": {"first_step": 0.158, "largest_step": 0.29, "largest_step_at": 7, "overshoot": 0.9},
+        },
+    }
+    title = bias_correction.bias_title(story)
+    assert "without it the first step is 3.2η (with it 1.00η)" in title
+    assert "the largest 5.8η at step 7" in title
+    assert "overshoots the minimum by 0.9 (30% of |x₀|) against 0.006 (0.2%)" in title
+
+
+@pytest.fixture(scope="module")
+def diverging_results():
+    """η = 2 everywhere: SGD diverges on the ravine and on Rosenbrock."""
+    config = ls.Config(
+        steps=60, lrs=(2.0,), optimizers=("sgd", "adam"), bias_steps=20, decay_steps=20, weights_per_group=5
+    )
+    return {"experiment": "landscapes", **ls.run(config, None)}
+
+
+def test_landscape_figures_survive_runs_that_diverged_at_every_rate(diverging_results, tmp_path):
+    assert diverging_results["surfaces"]["rosenbrock"]["runs"]["sgd"]["best_lr"] is None
+    for draw, name in ((fig.draw_landscapes, "landscapes.png"), (fig.draw_convergence_table, "table.png")):
+        assert_drawn_png(draw(diverging_results, tmp_path / name))
+
+
+def test_the_png_check_rejects_a_blank_figure(tmp_path):
+    blank = plt.figure(figsize=(8, 6))
+    path = style.save(blank, tmp_path / "blank.png")
+    with pytest.raises(AssertionError, match="looks blank"):
+        assert_drawn_png(path)
