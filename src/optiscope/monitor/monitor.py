@@ -161,6 +161,7 @@ class Monitor:
         bad_g, bad_w = stats.nonfinite_counts(grads, g), stats.nonfinite_counts(weights, w)
         zero_g = stats.zero_counts(grads)
         per_param: dict[str, dict[str, Any]] = {}
+        group_of = {id(q): group for group in optimizer.param_groups for q in group["params"]}
         for i, p in enumerate(params):
             n = p.numel()
             entry = {
@@ -174,11 +175,11 @@ class Monitor:
                 "nonfinite_grad": bad_g[i],
                 "nonfinite_w": bad_w[i],
             }
-            eff = stats.effective_lr(optimizer, p)
-            if eff is not None:
-                entry["eff_lr"] = stats.summarize(eff)
+            summary = stats.effective_lr_summary(optimizer, p, group_of[id(p)])
+            if summary is not None:
+                entry["eff_lr"] = summary
                 if self.histograms:
-                    entry["eff_lr_hist"] = stats.log_histogram(eff)
+                    entry["eff_lr_hist"] = stats.log_histogram(stats.effective_lr(optimizer, p))
             per_param[self.names.get(id(p), f"param{i}")] = entry
             if p is self.embedding:
                 self._track_rows(neg_updates[i])

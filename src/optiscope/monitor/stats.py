@@ -99,15 +99,43 @@ def effective_lr(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor | No
     return None
 
 
-MEDIAN_SAMPLE = 16384
+def effective_lr_summary(
+    optimizer: torch.optim.Optimizer, param: Tensor, group: dict[str, Any]
+) -> dict[str, float] | None:
+    """min / median / max of the effective learning rate, without building it element by element.
+
+    For Adam-style state, η/(√(v/(1 − β2ᵗ)) + ε) decreases with v, so its min, median and max are the
+    map of v's max, median and min: two reductions over v instead of a parameter-sized temporary.
+    Other optimizers with an ``effective_lr`` method (RMSprop) are summarised from the full tensor.
+    """
+    state = optimizer.state.get(param, {})
+    if "exp_avg_sq" in state and "step" in state and "betas" in group and "eps" in group:
+        v = state["max_exp_avg_sq"] if group.get("amsgrad") else state["exp_avg_sq"]
+        beta2 = group["betas"][1]
+        bc2 = 1 - beta2 ** float(state["step"]) if group.get("bias_correction", True) else 1.0
+        lr, eps = float(group["lr"]), float(group["eps"])
+
+        def eff(x: float) -> float:
+            return lr / (math.sqrt(max(x, 0.0) / bc2) + eps) if math.isfinite(x) else math.nan
+
+        if v.numel() == 0:
+            return {"min": math.nan, "median": math.nan, "max": math.nan}
+        lo, hi = torch.aminmax(v)
+        middle = sampled(v.flatten()).median()  # the median is the effective lr at v's median
+        return {"min": eff(float(hi)), "median": eff(float(middle)), "max": eff(float(lo))}
+    values = effective_lr(optimizer, param)
+    return None if values is None else summarize(values)
+
+
+MEDIAN_SAMPLE = 8192
 
 
 def summarize(values: Tensor) -> dict[str, float]:
     """min / median / max of a tensor's finite entries (nan when there are none).
 
     min and max are exact. The median is exact up to ``MEDIAN_SAMPLE`` entries; above that it is the
-    median of an evenly strided sample of about that many entries (a median is a sort: on every step of
-    a large model the exact one would cost more than the training step it describes).
+    median of an evenly strided sample of about that many entries (``sampled``): a median is a sort, and
+    on every step of a large model the exact one would cost more than the training step it describes.
     """
     flat = values.detach().flatten()
     lo, hi = torch.aminmax(flat) if flat.numel() else (torch.tensor(math.nan), torch.tensor(math.nan))
@@ -116,8 +144,12 @@ def summarize(values: Tensor) -> dict[str, float]:
         if flat.numel() == 0:
             return {"min": math.nan, "median": math.nan, "max": math.nan}
         lo, hi = torch.aminmax(flat)
-    sample = flat[:: flat.numel() // MEDIAN_SAMPLE] if flat.numel() > MEDIAN_SAMPLE else flat
-    return {"min": float(lo), "median": float(sample.median()), "max": float(hi)}
+    return {"min": float(lo), "median": float(sampled(flat).median()), "max": float(hi)}
+
+
+def sampled(flat: Tensor) -> Tensor:
+    """``flat`` itself up to ``MEDIAN_SAMPLE`` entries, else an evenly strided sample of about that many."""
+    return flat[:: flat.numel() // MEDIAN_SAMPLE] if flat.numel() > MEDIAN_SAMPLE else flat
 
 
 def log_histogram(values: Tensor, bins: int = 20) -> dict[str, Any]:
