@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +152,8 @@ def draw_summary(results: dict[str, Any], path: Path) -> Path:
             lines.append((f"{label} (step {last['step']})", {"fontweight": "bold"}))
             for s in last["samples"]:
                 text = (s["prompt"] + " ▸ " + s["output"]).replace("\n", "⏎")
-                lines.append(("    " + textwrap.shorten(text, 140, placeholder=" …"), {"family": "monospace"}))
+                text = text if len(text) <= 140 else text[:139] + "…"  # spaces kept: they are output too
+                lines.append(("    " + text, {"family": "monospace"}))
     table_h, line_h = 0.27 * (len(rows) + 1), 0.24
     fig = plt.figure(figsize=(13, 0.8 + table_h + line_h * len(lines)))
     height = fig.get_figheight()
