@@ -15,7 +15,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-EXPERIMENTS: dict[str, str] = {}
+EXPERIMENTS: dict[str, str] = {
+    "adder": "optiscope.experiments.adder",
+}
 
 
 class ConfigError(ValueError):

@@ -10,7 +10,9 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-DRAWERS: dict[str, str] = {}
+DRAWERS: dict[str, str] = {
+    "adder": "optiscope.figures.adder",
+}
 
 
 def draw(results: dict[str, Any], fig_dir: Path) -> list[Path]:
