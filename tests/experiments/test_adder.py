@@ -7,7 +7,7 @@ from optiscope import cli, runs
 from optiscope.data.addition import suite
 from optiscope.experiments import ConfigError
 from optiscope.experiments import adder as E
-from optiscope.models.adder_challenge import SuiteScorer
+from optiscope.models.adder_challenge import SuiteScorer, add
 
 TINY = dict(steps=40, eval_every=20, log_every=10, warmup_steps=5, curriculum_steps=10, carry_steps=20)
 
@@ -135,3 +135,18 @@ def test_cli_run_two_seeds_then_plot(tmp_path):
     (out / runs.FIGURES / "adder_training.png").unlink()
     assert cli.main(["plot", str(out)]) == 0
     assert (out / runs.FIGURES / "adder_training.png").exists()
+
+
+def test_explain_reads_the_model():
+    torch.manual_seed(0)
+    _, cfg = E.preset_for_budget(100)
+    model = E.AdderModel(cfg)
+    ex = E.explain(model, 1_234_567_890, 9_876_543_210)
+    assert ex["params"] == sum(r["params"] for r in ex["budget"]) == E.count_parameters(model)
+    assert ex["example"]["answer"] == add(model, 1_234_567_890, 9_876_543_210)
+    attention = torch.tensor(ex["example"]["attention"])
+    assert attention.shape == (cfg.n_heads, 32, 32)
+    torch.testing.assert_close(attention.sum(-1), torch.ones(cfg.n_heads, 32))
+    assert ex["example"]["tokens"][:22] == list("0987654321+0123456789=")
+    assert torch.equal(torch.tensor(ex["token_vectors"]), model.token.digits().detach())
+    assert len(ex["norm_gains"]) == 3 and len(ex["norm_gains"][0]) == 11

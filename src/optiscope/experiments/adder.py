@@ -1,12 +1,13 @@
 """Experiment ``adder``: the smallest transformers we can train to add two ten-digit numbers.
 
 For each seed: build the model the parameter budget picks, train it with teacher forcing on batches
-whose digit length grows (curriculum) and whose planted carry chains fade out (carry mixing), both
-on fixed step schedules; score the whole 10,010-case suite every ``eval_every`` steps and stop at
-10,010/10,010. Every evaluation also writes a checkpoint, so ``--resume`` continues a killed run
-bit-exactly. ``results.json`` keeps the per-seed outcomes, the success rate, the training curves and,
-for the best model, everything the explainer figure draws (weights, an attention pattern on a real
-example, the parameter budget, the measured accuracy).
+whose planted carry chains fade out (carry mixing) and, if asked, whose digit length grows
+(curriculum; off by default, it hurt: see the README), both on fixed step schedules; score the whole
+10,010-case suite every ``eval_every`` steps and stop at 10,010/10,010. Every evaluation also writes
+a checkpoint, so ``--resume`` continues a killed run bit-exactly. ``results.json`` keeps the per-seed
+outcomes, the success rate, the training curves and, for the best model, everything the explainer
+figure draws (weights, an attention pattern on a real example, the parameter budget, the measured
+accuracy).
 
 Scoring during training uses ``SuiteScorer``'s single teacher-forced pass (the same count as greedy
 decoding; see there); the reported numbers are re-measured by greedy decoding, the challenge's way.
@@ -151,7 +152,7 @@ def make_optimizer(cfg: Config, model: AdderModel) -> torch.optim.Optimizer:
     return muon_with_adamw(model, head="head", lr=cfg.lr, adamw_lr=cfg.lr, adamw_weight_decay=cfg.weight_decay)
 
 
-# -------------------------------------------------------------------------------------- evaluation
+# -------------------------------------------------------------------------------------------- loss
 def loss_on(model: AdderModel, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of the 11 answer digits (teacher forcing)."""
     logits = model.scores(inputs, ANSWER_DIGITS)  # (10, B, 11)
@@ -186,6 +187,8 @@ def train_seed(cfg: Config, model_cfg: AdderConfig, seed: int, run_dir: Path, sc
     def evaluate_and_save(step: int) -> bool:
         """Score the suite, keep the best model, checkpoint everything; True at 10,010/10,010."""
         correct = scorer.correct(model)
+        loss = f", loss {state['curve'][-1][1]:.4f}" if state["curve"] else ""
+        print(f"adder seed {seed} step {step:>6,}: {correct:,}/{scorer.cases:,} exact{loss}", flush=True)
         state["evals"].append({"step": step, "correct": correct})
         runs.append_jsonl(metrics, {"seed": seed, "step": step, "suite_correct": correct})
         if correct > state["best"]:
@@ -270,7 +273,6 @@ def explain(model: AdderModel, a: int, b: int) -> dict:
 # ---------------------------------------------------------------------------------------------- run
 def run(config: Config, run_dir: Path) -> dict:
     run_dir = Path(run_dir)
-    preset, model_cfg = preset_for_budget(config.params_budget)
     if not config.resume:
         (run_dir / runs.METRICS).unlink(missing_ok=True)
         for old in (run_dir / runs.CHECKPOINTS).glob("seed-*.pt"):
@@ -278,19 +280,23 @@ def run(config: Config, run_dir: Path) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:
-        scorer = SuiteScorer()
-        trained = [train_seed(config, model_cfg, seed, run_dir, scorer) for seed in config.seed_list]
+        return train_and_report(config, run_dir)
     finally:
         torch.set_num_threads(threads)
-    cases = scorer.cases
+
+
+def train_and_report(config: Config, run_dir: Path) -> dict:
+    """Every seed trained, its best checkpoint re-scored by greedy decoding, the best one explained."""
+    preset, model_cfg = preset_for_budget(config.params_budget)
+    scorer = SuiteScorer()
     records = []
-    for t in trained:
-        best_model, _ = build_model(checkpoint_path(run_dir, t["seed"], "-best"))
-        report = evaluate(best_model)
+    for seed in config.seed_list:
+        t = train_seed(config, model_cfg, seed, run_dir, scorer)
+        report = evaluate(build_model(checkpoint_path(run_dir, seed, "-best"))[0])
         records.append(
             {
-                "seed": t["seed"],
-                "perfect": report["correct"] == cases,
+                "seed": seed,
+                "perfect": report["correct"] == scorer.cases,
                 "correct": report["correct"],
                 "best_step": t["best_step"],
                 "steps": t["step"],
@@ -302,13 +308,18 @@ def run(config: Config, run_dir: Path) -> dict:
                 "evals": t["evals"],
             }
         )
+        print(
+            f"adder seed {seed}: {report['correct']:,}/{scorer.cases:,} exact by greedy decoding (best checkpoint, "
+            f"step {t['best_step']:,}); {t['step']:,} steps, {t['cpu'] / 60:.1f} CPU minutes",
+            flush=True,
+        )
     best = max(records, key=lambda r: (r["correct"], -r["best_step"]))
     best_model, _ = build_model(checkpoint_path(run_dir, best["seed"], "-best"))
     perfect = sum(r["perfect"] for r in records)
     return {
         "preset": preset,
         "params": count_parameters(best_model),
-        "cases": cases,
+        "cases": scorer.cases,
         "seeds": records,
         "success": {"perfect": perfect, "tried": len(records), "rate": perfect / len(records)},
         "best_seed": best["seed"],

@@ -1,8 +1,9 @@
 """Figures of the ``adder`` experiment, drawn from results.json alone.
 
 * ``adder_explainer.png`` — how the best model adds, in seven panels: the data flow with each
-  component's real parameter count, the learned token arc, the position spiral with the learned
-  EQUALS and CARRY points, the norm weights, the attention pattern while it adds a real example,
+  component's real parameter count, the learned token arc, the position spiral with its EQUALS and
+  CARRY points (learned or frozen), the norm weights (or, with none, the norm's gain on the
+  example), the attention pattern while it adds a real example,
   the rank-r value/output vectors with each digit's value, and the parameter budget. The subtitle
   is the accuracy measured on the suite.
 * ``adder_training.png`` — loss and exact suite accuracy against step, one line per seed.
