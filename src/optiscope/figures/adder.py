@@ -333,7 +333,7 @@ def explainer(results: dict[str, Any], path: Path) -> Path:
 
 
 def training(results: dict[str, Any], path: Path) -> Path:
-    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(13, 4.6))
+    fig, (loss_ax, acc_ax, wrong_ax) = plt.subplots(1, 3, figsize=(18, 4.8))
     cases = results["cases"]
     for i, record in enumerate(results["seeds"]):
         color = plt.get_cmap("tab10")(i % 10)
@@ -341,14 +341,10 @@ def training(results: dict[str, Any], path: Path) -> Path:
         if record["curve"]:
             steps, losses = np.array(record["curve"]).T
             loss_ax.plot(steps, losses, color=color, lw=1, label=label)
-        evals = record["evals"]
-        acc_ax.plot(
-            [e["step"] for e in evals],
-            [100 * e["correct"] / cases for e in evals],
-            color=color,
-            marker=".",
-            label=label,
-        )
+        steps = [e["step"] for e in record["evals"]]
+        correct = np.array([e["correct"] for e in record["evals"]])
+        acc_ax.plot(steps, 100 * correct / cases, color=color, marker=".", label=label)
+        wrong_ax.plot(steps, cases - correct, color=color, marker=".", label=label)
     loss_ax.set_yscale("log")
     loss_ax.set_xlabel("step")
     loss_ax.set_ylabel("training loss (cross-entropy per answer digit)")
@@ -356,11 +352,17 @@ def training(results: dict[str, Any], path: Path) -> Path:
     acc_ax.axhline(100, color=style.GOOD, lw=0.8, ls="--")
     acc_ax.set_xlabel("step")
     acc_ax.set_ylabel("exact answers on the suite (%)")
-    acc_ax.set_title("Exact accuracy on the 10,010 cases")
+    acc_ax.set_title(f"Exact accuracy on the {cases:,} cases")
     acc_ax.legend(loc="lower right")
+    wrong_ax.set_yscale("symlog", linthresh=1)
+    wrong_ax.set_ylim(bottom=0)
+    wrong_ax.set_xlabel("step")
+    wrong_ax.set_ylabel("wrong answers (0 = all right)")
+    wrong_ax.set_title("The last errors (symmetric log scale)")
     success = results["success"]
     fig.suptitle(
-        f"adder, {results['params']} parameters: {success['perfect']} of {success['tried']} seeds reached 10,010/10,010"
+        f"adder, {results['params']} parameters: {success['perfect']} of {success['tried']} seeds reached "
+        f"{cases:,}/{cases:,}"
     )
     fig.tight_layout()
     return style.save(fig, path)
