@@ -59,19 +59,28 @@ PRESETS: dict[str, AdderConfig] = {
 }
 
 
+PRESET_SIZES = {name: count_parameters(AdderModel(cfg)) for name, cfg in PRESETS.items()}
+
+
 def preset_for_budget(budget: int) -> tuple[str, AdderConfig]:
     """The largest preset whose parameter count is within ``budget``."""
-    counts = {name: count_parameters(AdderModel(cfg)) for name, cfg in PRESETS.items()}
-    fitting = [name for name, n in counts.items() if n <= budget]
+    fitting = [name for name, n in PRESET_SIZES.items() if n <= budget]
     if not fitting:
-        raise ConfigError(f"params_budget={budget} is below the smallest model ({min(counts.values())} parameters)")
-    name = max(fitting, key=counts.get)
+        smallest = min(PRESET_SIZES.values())
+        raise ConfigError(f"params_budget={budget} is below the smallest model ({smallest} parameters)")
+    name = max(fitting, key=PRESET_SIZES.get)
     return name, PRESETS[name]
 
 
 @dataclass
 class Config:
-    params_budget: int = field(default=100, metadata={"help": "largest parameter count allowed (picks a preset)"})
+    params_budget: int = field(
+        default=100,
+        metadata={
+            "help": "largest parameter count allowed; picks the largest model that fits: "
+            + ", ".join(f"{name} ({n})" for name, n in PRESET_SIZES.items())
+        },
+    )
     seed: int = field(default=1, metadata={"help": "the seed, when --seeds is not given"})
     seeds: tuple[int, ...] = field(default=(), metadata={"help": "several seeds, e.g. 1,2,3,4,5"})
     optimizer: str = field(default="adamw", metadata={"help": f"one of {', '.join(OPTIMIZERS)}"})
