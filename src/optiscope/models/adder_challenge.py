@@ -6,6 +6,8 @@ repeat eleven times. Nothing here knows about carries; the model alone does the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -28,6 +30,17 @@ from ..runs import load_checkpoint
 from .adder import AdderConfig, AdderModel, count_parameters
 
 EVAL_CHUNK = 2048  # rows per forward pass: bounds the (rows, heads, 32, 32) attention tensor
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode for the block, then back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 @torch.no_grad()
@@ -53,12 +66,8 @@ def add_many(model: nn.Module, a: Tensor, b: Tensor) -> Tensor:
 def add(model: nn.Module, a: int, b: int) -> int:
     """The challenge's ``add(model, a, b)``: a + b as the model computes it, for 0 ≤ a, b ≤ 9 999 999 999."""
     a, b = check_operand(a, "a"), check_operand(b, "b")
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         return int(add_many(model, torch.tensor([a]), torch.tensor([b]))[0])
-    finally:
-        model.train(was_training)
 
 
 def build_model(checkpoint: str | Path) -> tuple[AdderModel, dict]:
@@ -85,12 +94,8 @@ def evaluate(model: nn.Module, pairs: list[tuple[int, int]] | None = None, examp
     pairs = suite() if pairs is None else pairs
     a = torch.tensor([p[0] for p in pairs], dtype=torch.int64)
     b = torch.tensor([p[1] for p in pairs], dtype=torch.int64)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         predicted = add_many(model, a, b)
-    finally:
-        model.train(was_training)
     x, y = to_digits(a), to_digits(b)
     wrong_digits = to_digits(predicted, ANSWER_DIGITS) != add_digits(x, y)
     correct = ~wrong_digits.any(1)
@@ -131,17 +136,13 @@ class SuiteScorer:
     @torch.no_grad()
     def right(self, model: nn.Module) -> Tensor:
         """Per case: is every answer digit the teacher-forced argmax? (bool, cases)"""
-        was_training = model.training
-        model.eval()
-        try:
+        with eval_mode(model):
             return torch.cat(
                 [
                     (model(inp)[:, PROMPT_LEN - 1 :].argmax(-1) == tgt).all(1)
                     for inp, tgt in zip(self.inputs.split(EVAL_CHUNK), self.targets.split(EVAL_CHUNK), strict=True)
                 ]
             )
-        finally:
-            model.train(was_training)
 
     def correct(self, model: nn.Module) -> int:
         return int(self.right(model).sum())
