@@ -59,16 +59,18 @@ PRESETS: dict[str, AdderConfig] = {
 }
 
 
-PRESET_SIZES = {name: count_parameters(AdderModel(cfg)) for name, cfg in PRESETS.items()}
+def preset_sizes() -> dict[str, int]:
+    """Each preset's parameter count, measured on the module."""
+    return {name: count_parameters(AdderModel(cfg)) for name, cfg in PRESETS.items()}
 
 
 def preset_for_budget(budget: int) -> tuple[str, AdderConfig]:
     """The largest preset whose parameter count is within ``budget``."""
-    fitting = [name for name, n in PRESET_SIZES.items() if n <= budget]
+    sizes = preset_sizes()
+    fitting = [name for name, n in sizes.items() if n <= budget]
     if not fitting:
-        smallest = min(PRESET_SIZES.values())
-        raise ConfigError(f"params_budget={budget} is below the smallest model ({smallest} parameters)")
-    name = max(fitting, key=PRESET_SIZES.get)
+        raise ConfigError(f"params_budget={budget} is below the smallest model ({min(sizes.values())} parameters)")
+    name = max(fitting, key=sizes.get)
     return name, PRESETS[name]
 
 
@@ -78,7 +80,7 @@ class Config:
         default=100,
         metadata={
             "help": "largest parameter count allowed; picks the largest model that fits: "
-            + ", ".join(f"{name} ({n})" for name, n in PRESET_SIZES.items())
+            + ", ".join(f"{name} ({n})" for name, n in preset_sizes().items())
         },
     )
     seed: int = field(default=1, metadata={"help": "the seed, when --seeds is not given"})
