@@ -20,6 +20,7 @@ EXPERIMENTS: dict[str, str] = {
     "landscapes": "optiscope.experiments.landscapes",
     "lm": "optiscope.experiments.lm",
     "entropy": "optiscope.experiments.entropy",
+    "adder": "optiscope.experiments.adder",
 }
 
 

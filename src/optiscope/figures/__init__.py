@@ -15,6 +15,7 @@ DRAWERS: dict[str, str] = {
     "landscapes": "optiscope.figures.landscapes",
     "lm": "optiscope.figures.lm",
     "entropy": "optiscope.figures.entropy",
+    "adder": "optiscope.figures.adder",
 }
 
 

@@ -1,0 +1,368 @@
+"""Figures of the ``adder`` experiment, drawn from results.json alone.
+
+* ``adder_explainer.png`` — how the best model adds, in seven panels: the data flow with each
+  component's real parameter count, the learned token arc, the position spiral with its EQUALS and
+  CARRY points (learned or frozen), the norm weights (or, with none, the norm's gain on the
+  example), the attention pattern while it adds a real example,
+  the rank-r value/output vectors with each digit's value, and the parameter budget. The subtitle
+  is the accuracy measured on the suite.
+* ``adder_training.png`` — loss and exact suite accuracy against step, one line per seed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import FancyBboxPatch
+
+from . import style
+
+SITES = ["before attention", "before FFN", "before head"]
+COMPONENT_COLORS = {
+    "token embedding": "#2e8b57",
+    "positions": "#7d5ba6",
+    "norm": "#d4802a",
+    "attention": "#b03a2e",
+    "FFN": "#1f6fb2",
+    "output head": "#1a9c8c",
+}
+
+
+def draw(results: dict[str, Any], fig_dir: Path) -> list[Path]:
+    style.apply()
+    return [
+        explainer(results, Path(fig_dir) / "adder_explainer.png"),
+        training(results, Path(fig_dir) / "adder_training.png"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def component_totals(budget: list[dict]) -> dict[str, int]:
+    totals: dict[str, int] = defaultdict(int)
+    for row in budget:
+        totals[row["component"]] += row["params"]
+    return dict(totals)
+
+
+def best_record(results: dict[str, Any]) -> dict[str, Any]:
+    return next(r for r in results["seeds"] if r["seed"] == results["best_seed"])
+
+
+def accuracy_line(record: dict[str, Any], cases: int) -> str:
+    return f"{record['correct']:,}/{cases:,} exact ({100 * record['correct'] / cases:.2f}%)"
+
+
+def box(ax, x: float, y: float, w: float, h: float, title: str, sub: str, color: str) -> None:
+    ax.add_patch(
+        FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.2", facecolor="white", edgecolor=color, linewidth=1.6)
+    )
+    ax.text(x + w / 2, y + h * 0.62, title, ha="center", va="center", fontsize=10.5, weight="bold", color=color)
+    ax.text(x + w / 2, y + h * 0.28, sub, ha="center", va="center", fontsize=8.5, color=style.MUTED)
+
+
+# ----------------------------------------------------------------------------------------- panels
+def panel_flow(ax, ex: dict, cfg: dict, totals: dict[str, int]) -> None:
+    """The forward pass as boxes, each labelled with its real parameter count."""
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 20)
+    ax.axis("off")
+    ax.set_title("Data flow: one layer, every box with the parameters it really has", loc="left")
+    example = ex["example"]
+    ax.text(
+        1,
+        18,
+        f"input (least significant digit first):  {' '.join(example['tokens'][:22])}",
+        fontsize=10,
+        family="monospace",
+    )
+    d = cfg["tok_dim"] + cfg["pos_dim"]
+    steps = [
+        ("token embedding", f"{cfg['token_embedding']}, {cfg['tok_dim']}-D"),
+        ("positions", f"{cfg['positions']}, {cfg['pos_dim']}-D"),
+        ("norm", f"RMSNorm: {cfg['norm']}"),
+        ("attention", f"{cfg['n_heads']} head(s), qk {cfg['qk_dim']}, rank {cfg['attn_rank']}"),
+        ("FFN", f"{d}→{cfg['ffn_width']}→{d}, GELU"),
+        ("output head", f"{d}→{cfg['tok_dim']} · e(digit)ᵀ"),
+    ]
+    width, gap = 14.5, 1.9
+    for i, (name, sub) in enumerate(steps):
+        x = 1 + i * (width + gap)
+        box(ax, x, 7, width, 6.5, name, f"{sub}\n{totals.get(name, 0)} params", COMPONENT_COLORS[name])
+        if i:
+            ax.annotate("", xy=(x - 0.3, 10.2), xytext=(x - gap + 0.3, 10.2), arrowprops=dict(arrowstyle="->"))
+    ax.text(
+        1,
+        3.5,
+        f"residual: d = {d} = {cfg['tok_dim']} token dims | {cfg['pos_dim']} position dims;  "
+        "x ← x + attention(norm x);  x ← x + FFN(norm x);  logits = head(norm x) · e(0…9)ᵀ → argmax",
+        fontsize=9,
+        color=style.MUTED,
+    )
+    ax.text(
+        1,
+        0.8,
+        f"answer written by greedy decoding (least significant first):  {' '.join(str(example['answer'])[::-1])}"
+        f"   →   {example['a']:,} + {example['b']:,} = {example['answer']:,}",
+        fontsize=10,
+        family="monospace",
+        color=style.GOOD if example["answer"] == example["a"] + example["b"] else style.BAD,
+    )
+
+
+def panel_tokens(ax, ex: dict) -> None:
+    vectors = np.array(ex["token_vectors"])
+    weights = ex["weights"]
+    colors = plt.get_cmap("viridis")(np.linspace(0, 0.95, 10))
+    if "token.radius" in weights:
+        r, start, stride = weights["token.radius"], weights["token.start"], weights["token.stride"]
+        circle = np.linspace(0, 2 * np.pi, 200)
+        ax.plot(r * np.cos(circle), r * np.sin(circle), color="#d0d0d0", lw=0.8, ls=":")
+        arc = np.linspace(start, start + 9 * stride, 100)
+        ax.plot(r * np.cos(arc), r * np.sin(arc), color=COMPONENT_COLORS["token embedding"], lw=2, alpha=0.4)
+        title = "Token embedding: the digits on a circular arc (3 parameters)"
+        text = (
+            f"radius r = {r:.3f}\nstart α = {np.degrees(start):.1f}°\nstride δ = {np.degrees(stride):.1f}°\n"
+            "the same vectors score the output"
+        )
+    else:
+        title = f"Token embedding: learned table ({len(weights['token.weight'])} × {vectors.shape[1]})"
+        text = "the same vectors score the output"
+    xy = vectors[:, :2]
+    ax.scatter(xy[:, 0], xy[:, 1], c=colors, s=260, edgecolors="white", zorder=3)
+    for digit, (px, py) in enumerate(xy):
+        ax.text(px, py, str(digit), ha="center", va="center", color="white", weight="bold", zorder=4)
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.set_xlabel("token dim 0")
+    ax.set_ylabel("token dim 1")
+    ax.set_title(title)
+    style.note(ax, text, (0.02, 0.02), va="bottom")
+
+
+def panel_positions(ax, ex: dict) -> None:
+    table = np.array(ex["positions"])
+    labels = ex["position_labels"]
+    if table.shape[1] < 3:
+        table = np.pad(table, ((0, 0), (0, 3 - table.shape[1])))
+    places = table[:10, :3]
+    ax.plot(*places.T, color=COMPONENT_COLORS["positions"], lw=1.5, alpha=0.5)
+    ax.scatter(*places.T, c=plt.get_cmap("viridis")(np.linspace(0, 0.95, 10)), s=70, depthshade=False)
+    for i, p in enumerate(places):
+        ax.text(*p, f" {i}", fontsize=8)
+    cfg = ex["config"]
+    if cfg["positions"] == "spiral":
+        how = "learned" if cfg["learned_points"] else "frozen"
+        for name, label, marker, color in (("=", "EQUALS", "D", "#1f6fb2"), ("z9", "CARRY", "*", style.BAD)):
+            p = table[labels.index(name), :3]
+            ax.scatter(*p, marker=marker, s=180, color=color, depthshade=False)
+            ax.text(*p, f"  {label} ({how})", color=color, fontsize=9)
+        a, phase, slope, offset = cfg["spiral"]
+        title = f"Positions: frozen spiral, {cfg['turn']} places per turn; EQUALS, CARRY {how}"
+        formula = f"p(i) = ({a:g} cos(2πi/{cfg['turn']} {phase:+g}), {a:g} sin(…), {slope:g}·i {offset:+g})"
+        ax.text2D(0.0, 0.0, f"{formula}\nxᵢ, yᵢ, zᵢ share place i; PLUS at 0", transform=ax.transAxes, fontsize=8)
+    else:
+        title = "Positions: learned table (first 3 dims), digit places of x"
+    ax.set_title(title, fontsize=10.5)
+    ax.set_xlabel("pos dim 0")
+    ax.set_ylabel("pos dim 1")
+    ax.set_zlabel("pos dim 2")
+    ax.view_init(elev=22, azim=-55)
+
+
+def panel_norm(ax, ex: dict) -> None:
+    """Learned norm weights if there are any, else what the weightless norm does on the example."""
+    cfg = ex["config"]
+    names = [f"tok{i}" for i in range(cfg["tok_dim"])] + [f"pos{i}" for i in range(cfg["pos_dim"])]
+    weights = ex["norm_weights"]
+    if weights is None:
+        sites = SITES
+        writers = ["=", *[f"z{i}" for i in range(len(ex["norm_gains"][0]) - 1)]]
+        for site, gains, color in zip(sites, ex["norm_gains"], style.ramp(3), strict=True):
+            ax.plot(range(len(gains)), gains, marker="o", ms=4, color=color, label=site)
+        ax.set_xticks(range(len(writers)), [f"{w}→z{i}" for i, w in enumerate(writers)], rotation=45, fontsize=7)
+        ax.set_ylabel("1 / RMS(residual): the norm's gain")
+        ax.legend()
+        applied = "not applied" if cfg["norm"] == "none" else "applied; no learned weights (0 parameters)"
+        ax.set_title(f"Norm: RMSNorm {applied}\nits gain on the example, where answer digits are written")
+        return
+    sites = ["shared (attention, FFN, head)"] if len(weights) == 1 else SITES
+    x = np.arange(len(names))
+    width = 0.8 / len(weights)
+    for i, (site, w) in enumerate(zip(sites, weights, strict=True)):
+        bars = ax.bar(x + (i - (len(weights) - 1) / 2) * width, w, width, label=site, color=style.ramp(len(weights))[i])
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+    ax.axhline(1, color=style.MUTED, lw=0.8, ls="--")
+    ax.set_xticks(x, names)
+    ax.set_ylabel("RMSNorm weight (1 = untouched)")
+    ax.legend()
+    ax.set_title(f"Norm weights: {cfg['norm']} ({len(weights) * len(names)} parameters)")
+
+
+def panel_attention(ax, ex: dict) -> None:
+    """Rows: the positions that write answer digits; columns: every position; colour: weight."""
+    example = ex["example"]
+    att = np.array(example["attention"])  # (H, T, T)
+    labels = ex["position_labels"]
+    tokens = example["tokens"]
+    first = labels.index("=")
+    rows = range(first, att.shape[1])
+    block = np.concatenate([att[h, first:] for h in range(att.shape[0])])
+    ax.imshow(block, aspect="auto", cmap="magma_r", vmin=0, vmax=1)
+    ax.set_xticks(range(att.shape[2]), [f"{lab}\n{tok}" for lab, tok in zip(labels, tokens, strict=True)], fontsize=6.5)
+    ylabels = [f"h{h}: {labels[r]}→z{r - first}" for h in range(att.shape[0]) for r in rows]
+    ax.set_yticks(range(len(ylabels)), ylabels, fontsize=7)
+    ax.grid(False)
+    for i, row in enumerate(block):
+        for k in np.argsort(row)[-2:]:
+            if row[k] >= 0.1:
+                ax.text(k, i, f"{row[k]:.2f}", ha="center", va="center", fontsize=5.5, color="white")
+    summary = "; ".join(f"head {h}: {routing_summary(att[h], labels)}" for h in range(att.shape[0]))
+    ax.set_title(
+        f"Attention while adding {example['a']:,} + {example['b']:,}: where each answer digit looks "
+        f"(weights ≥ 0.1 printed)\nslot of zⱼ (writes zⱼ₊₁): {summary}",
+        loc="left",
+    )
+
+
+def place(label: str) -> int | None:
+    """Digit place of a position label: x3, y3, z3 -> 3; '=' -> -1 (it writes z0); '+' -> None."""
+    return -1 if label == "=" else int(label[1:]) if label[0] in "xyz" else None
+
+
+def routing_summary(pattern: np.ndarray, labels: list[str]) -> str:
+    """Share of attention, over the slots writing z1 … z9 (query at place j), on keys at place j + k."""
+    rows = [labels.index(f"z{j}") for j in range(9)]
+    shares: dict[str, float] = defaultdict(float)
+    for r in rows:
+        for k, weight in enumerate(pattern[r]):
+            key = place(labels[k])
+            name = "delimiters" if key is None or labels[k] == "=" else f"place j{key - place(labels[r]):+d}"
+            shares[name] += weight / len(rows)
+    top = sorted(shares.items(), key=lambda kv: -kv[1])[:2]
+    return ", ".join(f"{100 * share:.0f}% on {name}" for name, share in top)
+
+
+def panel_values(ax, digits_ax, ex: dict) -> None:
+    w = ex["weights"]
+    value = np.array(w["attention.value"])  # (H, r, v)
+    output = np.array(w["attention.output"])  # (H, d, r)
+    cfg = ex["config"]
+    names = [f"tok{i}" for i in range(cfg["tok_dim"])] + [f"pos{i}" for i in range(cfg["pos_dim"])]
+    v_names = {"tok": names[: cfg["tok_dim"]], "pos": names[cfg["tok_dim"] :], "all": names}[cfg["v_source"]]
+    rows, colors = [], []
+    for h in range(value.shape[0]):
+        for r in range(value.shape[1]):
+            rows += [(f"h{h} U{r}·{n}", v) for n, v in zip(v_names, value[h, r], strict=True)]
+            rows += [(f"h{h} B{r}→{n}", v) for n, v in zip(names, output[h, :, r], strict=True)]
+            colors += ["#7d5ba6"] * len(v_names) + ["#d4802a"] * len(names)
+    y = np.arange(len(rows))[::-1]
+    ax.barh(y, [v for _, v in rows], color=colors)
+    ax.set_yticks(y, [n for n, _ in rows], fontsize=7)
+    ax.axvline(0, color=style.INK, lw=0.6)
+    ax.set_title(
+        f"Rank-{cfg['attn_rank']} attention output: value = U·x_{cfg['v_source']}, update = B × (mixed value)",
+        fontsize=10,
+    )
+    if ex["digit_values"] is None:
+        digits_ax.axis("off")
+        return
+    digit_values = np.array(ex["digit_values"])  # (H, r, 10)
+    for h in range(digit_values.shape[0]):
+        for r in range(digit_values.shape[1]):
+            digits_ax.plot(range(10), digit_values[h, r], marker="o", ms=4, label=f"h{h} U{r}·e(d)")
+    digits_ax.set_xticks(range(10))
+    digits_ax.set_xlabel("digit d")
+    digits_ax.set_ylabel("value offered")
+    digits_ax.set_title("What each digit offers to attention: U·e(d)", fontsize=10)
+    digits_ax.legend()
+
+
+def panel_budget(ax, ex: dict) -> None:
+    rows = [r for r in ex["budget"] if r["params"] > 0]
+    frozen = [r for r in ex["budget"] if r["params"] == 0]
+    total = ex["params"]
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 10)
+    ax.axis("off")
+    ax.set_title(f"Parameter budget: all {total} parameters, read from the module", loc="left")
+    x = 0.0
+    for row in rows:
+        width = 82 * row["params"] / total
+        color = COMPONENT_COLORS.get(row["component"], style.MUTED)
+        ax.add_patch(FancyBboxPatch((x, 4), width, 3, boxstyle="square,pad=0", facecolor=color, edgecolor="white"))
+        ax.text(x + width / 2, 5.5, str(row["params"]), ha="center", va="center", color="white", weight="bold")
+        ax.text(x + width / 2, 3.6, row["name"], ha="right", va="top", rotation=40, fontsize=7.5)
+        x += width
+    ax.text(84, 8.2, "free (frozen, 0 parameters):", fontsize=9, weight="bold", color=style.MUTED)
+    for i, row in enumerate(frozen or [{"name": "none", "shape": []}]):
+        ax.text(84, 7.2 - i, f"{row['name']} {tuple(row['shape'])}", fontsize=8.5, color=style.MUTED)
+    for i, (name, n) in enumerate(component_totals(ex["budget"]).items()):
+        ax.text(84, 4.5 - 0.7 * i, f"{name}: {n}", fontsize=8.5, color=COMPONENT_COLORS.get(name, style.INK))
+
+
+# ---------------------------------------------------------------------------------------- figures
+def explainer(results: dict[str, Any], path: Path) -> Path:
+    ex = results["explain"]
+    best = best_record(results)
+    fig = plt.figure(figsize=(22, 25))
+    grid = fig.add_gridspec(4, 6, height_ratios=[0.75, 1.15, 1.35, 0.7], hspace=0.42, wspace=0.4)
+    panel_flow(fig.add_subplot(grid[0, :]), ex, ex["config"], component_totals(ex["budget"]))
+    panel_tokens(fig.add_subplot(grid[1, 0:2]), ex)
+    panel_positions(fig.add_subplot(grid[1, 2:4], projection="3d"), ex)
+    panel_norm(fig.add_subplot(grid[1, 4:6]), ex)
+    panel_attention(fig.add_subplot(grid[2, 0:4]), ex)
+    value_grid = grid[2, 4:6].subgridspec(2, 1, height_ratios=[2.2, 1], hspace=0.35)
+    panel_values(fig.add_subplot(value_grid[0]), fig.add_subplot(value_grid[1]), ex)
+    panel_budget(fig.add_subplot(grid[3, :]), ex)
+    success = results["success"]
+    fig.suptitle(f"A {ex['params']}-parameter transformer that adds two 10-digit numbers", fontsize=22, y=0.935)
+    fig.text(
+        0.5,
+        0.915,
+        f"measured on the 10,010-case suite by greedy decoding: {accuracy_line(best, results['cases'])}  ·  "
+        f"seed {best['seed']}, {best['best_step']:,} steps  ·  {success['perfect']}/{success['tried']} seeds "
+        f"at 100%  ·  1 layer, d_model {ex['config']['tok_dim'] + ex['config']['pos_dim']}",
+        ha="center",
+        fontsize=12.5,
+        color=style.MUTED,
+    )
+    return style.save(fig, path)
+
+
+def training(results: dict[str, Any], path: Path) -> Path:
+    fig, (loss_ax, acc_ax, wrong_ax) = plt.subplots(1, 3, figsize=(18, 4.8))
+    cases = results["cases"]
+    for i, record in enumerate(results["seeds"]):
+        color = plt.get_cmap("tab10")(i % 10)
+        label = f"seed {record['seed']}: {accuracy_line(record, cases)}"
+        if record["curve"]:
+            steps, losses = np.array(record["curve"]).T
+            loss_ax.plot(steps, losses, color=color, lw=1, label=label)
+        steps = [e["step"] for e in record["evals"]]
+        correct = np.array([e["correct"] for e in record["evals"]])
+        acc_ax.plot(steps, 100 * correct / cases, color=color, marker=".", label=label)
+        wrong_ax.plot(steps, cases - correct, color=color, marker=".", label=label)
+    loss_ax.set_yscale("log")
+    loss_ax.set_xlabel("step")
+    loss_ax.set_ylabel("training loss (cross-entropy per answer digit)")
+    loss_ax.set_title("Loss")
+    acc_ax.axhline(100, color=style.GOOD, lw=0.8, ls="--")
+    acc_ax.set_xlabel("step")
+    acc_ax.set_ylabel("exact answers on the suite (%)")
+    acc_ax.set_title(f"Exact accuracy on the {cases:,} cases")
+    acc_ax.legend(loc="lower right")
+    wrong_ax.set_yscale("symlog", linthresh=1)
+    wrong_ax.set_ylim(bottom=0)
+    wrong_ax.set_xlabel("step")
+    wrong_ax.set_ylabel("wrong answers (0 = all right)")
+    wrong_ax.set_title("The last errors (symmetric log scale)")
+    success = results["success"]
+    fig.suptitle(
+        f"adder, {results['params']} parameters: {success['perfect']} of {success['tried']} seeds reached "
+        f"{cases:,}/{cases:,}"
+    )
+    fig.tight_layout()
+    return style.save(fig, path)

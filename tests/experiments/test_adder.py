@@ -1,0 +1,152 @@
+"""The adder experiment: schedules, config errors, exact resume, early stop, and a tiny CLI run."""
+
+import pytest
+import torch
+
+from optiscope import cli, runs
+from optiscope.data.addition import suite
+from optiscope.experiments import ConfigError
+from optiscope.experiments import adder as E
+from optiscope.models.adder_challenge import SuiteScorer, add
+
+TINY = dict(steps=40, eval_every=20, log_every=10, warmup_steps=5, curriculum_steps=10, carry_steps=20)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """As ``run`` does: tiny models are fastest, and least disturbed by a busy machine, on one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def small_scorer():
+    return SuiteScorer(suite()[:64])
+
+
+def test_curriculum_and_carry_schedules():
+    cfg = E.Config(curriculum_digits=3, curriculum_steps=800, carry_start=0.8, carry_end=0.2, carry_steps=100)
+    caps = [E.max_digits(cfg, t) for t in range(1, 1001)]
+    assert caps[0] == 3 and caps[-1] == 10 and caps == sorted(caps)
+    assert caps.index(10) + 1 == 1 + 7 * 800 // 8  # the cap reaches 10 after 7/8 of the rise (8 levels)
+    assert E.carry_fraction(cfg, 1) == 0.8 and E.carry_fraction(cfg, 51) == pytest.approx(0.5)
+    assert E.carry_fraction(cfg, 101) == pytest.approx(0.2) and E.carry_fraction(cfg, 5000) == pytest.approx(0.2)
+    assert E.max_digits(E.Config(curriculum_steps=0), 1) == 10
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(optimizer="adagrad"), "optimizer='adagrad'; valid: adamw, adam, sgd, lion, muon"),
+        (dict(params_budget=10), "params_budget=10 is below the smallest model"),
+        (dict(seeds=(1, 1)), "repeats a seed"),
+        (dict(carry_start=1.5), "carry_start=1.5 must be a fraction"),
+        (dict(steps=100, warmup_steps=100), "warmup_steps=100 must be < steps=100"),
+    ],
+)
+def test_bad_config_is_a_config_error(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        E.Config(**kwargs)
+
+
+def test_budget_picks_the_largest_preset_that_fits():
+    for budget in (60, 100, 10_000):
+        name, cfg = E.preset_for_budget(budget)
+        n = E.count_parameters(E.AdderModel(cfg))
+        assert n <= budget
+        assert all(
+            E.count_parameters(E.AdderModel(c)) <= n
+            for c in E.PRESETS.values()
+            if E.count_parameters(E.AdderModel(c)) <= budget
+        )
+
+
+def checkpoint_state(run_dir, seed=1):
+    return runs.load_checkpoint(E.checkpoint_path(run_dir, seed))
+
+
+def test_resume_after_a_crash_is_bit_exact(tmp_path, monkeypatch, small_scorer):
+    _, model_cfg = E.preset_for_budget(100)
+    cfg = E.Config(**TINY)
+    straight = E.train_seed(cfg, model_cfg, 1, tmp_path / "straight", small_scorer)
+
+    calls = {"n": 0}
+    real_batch = E.training_batch
+
+    def crashing_batch(*args):
+        calls["n"] += 1
+        if calls["n"] == 31:  # after the step-20 checkpoint, in the middle of the next stretch
+            raise KeyboardInterrupt
+        return real_batch(*args)
+
+    monkeypatch.setattr(E, "training_batch", crashing_batch)
+    with pytest.raises(KeyboardInterrupt):
+        E.train_seed(cfg, model_cfg, 1, tmp_path / "resumed", small_scorer)
+    assert checkpoint_state(tmp_path / "resumed")["state"]["step"] == 20
+    monkeypatch.setattr(E, "training_batch", real_batch)
+    resumed = E.train_seed(E.Config(**TINY, resume=True), model_cfg, 1, tmp_path / "resumed", small_scorer)
+
+    a, b = checkpoint_state(tmp_path / "straight"), checkpoint_state(tmp_path / "resumed")
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    for i, state in a["optimizer"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, b["optimizer"]["state"][i][key]), (i, key)
+    assert torch.equal(a["generator"], b["generator"])
+    assert straight["curve"] == resumed["curve"] and straight["evals"] == resumed["evals"]
+    metrics = [runs.read_jsonl(tmp_path / d / runs.METRICS) for d in ("straight", "resumed")]
+    assert metrics[0] == metrics[1] and len(metrics[0]) == 4 + 3  # losses at 10…40, scores at 0, 20, 40
+
+
+def test_early_stop_at_a_perfect_score(tmp_path, small_scorer, monkeypatch):
+    scores = iter([0, small_scorer.cases])  # untrained, then perfect at the first evaluation
+    monkeypatch.setattr(small_scorer, "correct", lambda model: next(scores))
+    _, model_cfg = E.preset_for_budget(100)
+    record = E.train_seed(E.Config(**TINY), model_cfg, 3, tmp_path, small_scorer)
+    assert record["step"] == 20 and record["best_step"] == 20
+    assert E.checkpoint_path(tmp_path, 3, "-best").exists()
+
+
+@pytest.mark.parametrize("optimizer", E.OPTIMIZERS)
+def test_every_optimizer_trains(tmp_path, small_scorer, optimizer):
+    _, model_cfg = E.preset_for_budget(100)
+    cfg = E.Config(**dict(TINY, steps=10, eval_every=10), optimizer=optimizer, lr=1e-3)
+    record = E.train_seed(cfg, model_cfg, 1, tmp_path, small_scorer)
+    assert record["step"] == 10 and len(record["curve"]) == 1 and record["curve"][0][1] < 10
+
+
+def test_cli_run_two_seeds_then_plot(tmp_path):
+    out = tmp_path / "run"
+    argv = ["run", "adder", "--out", str(out), "--seeds", "1,2", "--steps", "30", "--eval-every", "15"]
+    argv += ["--warmup-steps", "5", "--curriculum-steps", "10", "--carry-steps", "10"]
+    assert cli.main(argv) == 0
+    results = runs.read_json(out / runs.RESULTS)
+    assert [r["seed"] for r in results["seeds"]] == [1, 2]
+    assert results["success"]["tried"] == 2
+    assert results["params"] == results["explain"]["params"] <= 100
+    assert sum(r["params"] for r in results["explain"]["budget"]) == results["params"]
+    for record in results["seeds"]:
+        assert record["report"]["cases"] == 10_010 and record["correct"] == record["report"]["correct"]
+    assert len(results["explain"]["example"]["attention"][0]) == 32
+    figures = sorted(p.name for p in (out / runs.FIGURES).iterdir())
+    assert figures == ["adder_explainer.png", "adder_training.png"]
+    (out / runs.FIGURES / "adder_training.png").unlink()
+    assert cli.main(["plot", str(out)]) == 0
+    assert (out / runs.FIGURES / "adder_training.png").exists()
+
+
+def test_explain_reads_the_model():
+    torch.manual_seed(0)
+    _, cfg = E.preset_for_budget(100)
+    model = E.AdderModel(cfg)
+    ex = E.explain(model, 1_234_567_890, 9_876_543_210)
+    assert ex["params"] == sum(r["params"] for r in ex["budget"]) == E.count_parameters(model)
+    assert ex["example"]["answer"] == add(model, 1_234_567_890, 9_876_543_210)
+    attention = torch.tensor(ex["example"]["attention"])
+    assert attention.shape == (cfg.n_heads, 32, 32)
+    torch.testing.assert_close(attention.sum(-1), torch.ones(cfg.n_heads, 32))
+    assert ex["example"]["tokens"][:22] == list("0987654321+0123456789=")
+    assert torch.equal(torch.tensor(ex["token_vectors"]), model.token.digits().detach())
+    assert len(ex["norm_gains"]) == 3 and len(ex["norm_gains"][0]) == 11
