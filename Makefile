@@ -32,7 +32,7 @@ test-slow: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -m slow
 
 bench: $(VENV)/.installed-base
-	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in $(filter-out benchmarks/common.py,$(wildcard benchmarks/*.py)); do echo "== $$b"; $(PY) $$b || exit 1; done
 
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check src tests benchmarks

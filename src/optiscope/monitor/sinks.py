@@ -109,7 +109,7 @@ class ConsoleSink:
             )
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the console belongs to the caller."""
 
 
 class JSONLSink:
@@ -123,7 +123,7 @@ class JSONLSink:
             append_jsonl(self.path, record)
 
     def close(self) -> None:
-        pass
+        """Nothing to release: every write opens, appends and closes the file."""
 
 
 class TensorBoardSink:
