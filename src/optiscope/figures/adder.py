@@ -252,22 +252,39 @@ def panel_values(ax, digits_ax, ex: dict) -> None:
     cfg = ex["config"]
     names = [f"tok{i}" for i in range(cfg["tok_dim"])] + [f"pos{i}" for i in range(cfg["pos_dim"])]
     v_names = {"tok": names[: cfg["tok_dim"]], "pos": names[cfg["tok_dim"] :], "all": names}[cfg["v_source"]]
-    rows, colors = [], []
-    for h in range(value.shape[0]):
-        for r in range(value.shape[1]):
-            rows += [(f"h{h} U{r}·{n}", v) for n, v in zip(v_names, value[h, r], strict=True)]
-            rows += [(f"h{h} B{r}→{n}", v) for n, v in zip(names, output[h, :, r], strict=True)]
-            colors += ["#7d5ba6"] * len(v_names) + ["#d4802a"] * len(names)
-    y = np.arange(len(rows))[::-1]
-    ax.barh(y, [v for _, v in rows], color=colors)
-    ax.set_yticks(y, [n for n, _ in rows], fontsize=7)
-    ax.axvline(0, color=style.INK, lw=0.6)
-    ax.set_title(
-        f"Rank-{cfg['attn_rank']} attention output: value = U·x_{cfg['v_source']}, update = B × (mixed value)",
-        fontsize=10,
-    )
-    if ex["digit_values"] is None:
-        digits_ax.axis("off")
+    title = f"Rank-{cfg['attn_rank']} attention output: value = U·x_{cfg['v_source']}, update = B × (mixed value)"
+    heads, rank = value.shape[:2]
+    if heads * rank * (len(v_names) + len(names)) > 24:  # too many bars to read: one cell per weight
+        cells = np.full((2 * heads * rank, len(names)), np.nan)
+        labels = []
+        for h in range(heads):
+            for r in range(rank):
+                i = 2 * (h * rank + r)
+                cells[i, [names.index(n) for n in v_names]] = value[h, r]
+                cells[i + 1] = output[h, :, r]
+                labels += [f"h{h} U{r} (reads)", f"h{h} B{r} (writes)"]
+        bound = np.nanmax(np.abs(cells))
+        ax.imshow(cells, aspect="auto", cmap="PuOr", vmin=-bound, vmax=bound)
+        for (i, k), v in np.ndenumerate(cells):
+            if np.isfinite(v):
+                ink = "white" if abs(v) > 0.6 * bound else style.INK
+                ax.text(k, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color=ink)
+        ax.set_xticks(range(len(names)), names)
+        ax.set_yticks(range(len(labels)), labels, fontsize=7.5)
+        ax.grid(False)
+    else:
+        rows, colors = [], []
+        for h in range(heads):
+            for r in range(rank):
+                rows += [(f"h{h} U{r}·{n}", v) for n, v in zip(v_names, value[h, r], strict=True)]
+                rows += [(f"h{h} B{r}→{n}", v) for n, v in zip(names, output[h, :, r], strict=True)]
+                colors += ["#7d5ba6"] * len(v_names) + ["#d4802a"] * len(names)
+        y = np.arange(len(rows))[::-1]
+        ax.barh(y, [v for _, v in rows], color=colors)
+        ax.set_yticks(y, [n for n, _ in rows], fontsize=7)
+        ax.axvline(0, color=style.INK, lw=0.6)
+    ax.set_title(title, fontsize=10)
+    if digits_ax is None:
         return
     digit_values = np.array(ex["digit_values"])  # (H, r, 10)
     for h in range(digit_values.shape[0]):
@@ -288,34 +305,54 @@ def panel_budget(ax, ex: dict) -> None:
     ax.set_ylim(0, 10)
     ax.axis("off")
     ax.set_title(f"Parameter budget: all {total} parameters, read from the module", loc="left")
-    x = 0.0
+    x, narrow = 0.0, []
     for row in rows:
         width = 82 * row["params"] / total
         color = COMPONENT_COLORS.get(row["component"], style.MUTED)
         ax.add_patch(FancyBboxPatch((x, 4), width, 3, boxstyle="square,pad=0", facecolor=color, edgecolor="white"))
-        ax.text(x + width / 2, 5.5, str(row["params"]), ha="center", va="center", color="white", weight="bold")
-        ax.text(x + width / 2, 3.6, row["name"], ha="right", va="top", rotation=40, fontsize=7.5)
+        if width >= 2.5:
+            ax.text(x + width / 2, 5.5, str(row["params"]), ha="center", va="center", color="white", weight="bold")
+            label_segment(ax, narrow)
+            narrow = []
+            ax.text(x + width / 2, 3.6, row["name"], ha="right", va="top", rotation=40, fontsize=7.5)
+        else:  # too narrow for its own labels: named together with its narrow neighbours
+            narrow.append((x + width / 2, row))
         x += width
+    label_segment(ax, narrow)
     ax.text(84, 8.2, "free (frozen, 0 parameters):", fontsize=9, weight="bold", color=style.MUTED)
-    for i, row in enumerate(frozen or [{"name": "none", "shape": []}]):
-        ax.text(84, 7.2 - i, f"{row['name']} {tuple(row['shape'])}", fontsize=8.5, color=style.MUTED)
+    frozen = frozen or [{"name": "none", "shape": []}]
+    for i, row in enumerate(frozen):
+        ax.text(84, 7.3 - 0.75 * i, f"{row['name']} {tuple(row['shape'])}", fontsize=8.5, color=style.MUTED)
+    top = 7.3 - 0.75 * len(frozen) - 0.5
     for i, (name, n) in enumerate(component_totals(ex["budget"]).items()):
-        ax.text(84, 4.5 - 0.7 * i, f"{name}: {n}", fontsize=8.5, color=COMPONENT_COLORS.get(name, style.INK))
+        ax.text(84, top - 0.75 * i, f"{name}: {n}", fontsize=8.5, color=COMPONENT_COLORS.get(name, style.INK))
+
+
+def label_segment(ax, narrow: list[tuple[float, dict]]) -> None:
+    """One label for a run of adjacent bar segments too narrow to carry their own."""
+    if not narrow:
+        return
+    centre = (narrow[0][0] + narrow[-1][0]) / 2
+    names = ", ".join(f"{row['name']} ({row['params']})" for _, row in narrow)
+    ax.text(centre, 3.6, names, ha="right", va="top", rotation=40, fontsize=7.5)
 
 
 # ---------------------------------------------------------------------------------------- figures
 def explainer(results: dict[str, Any], path: Path) -> Path:
     ex = results["explain"]
     best = best_record(results)
-    fig = plt.figure(figsize=(22, 25))
-    grid = fig.add_gridspec(4, 6, height_ratios=[0.75, 1.15, 1.35, 0.7], hspace=0.42, wspace=0.4)
+    fig = plt.figure(figsize=(22, 22))
+    grid = fig.add_gridspec(4, 6, height_ratios=[0.6, 1.15, 1.35, 0.6], hspace=0.3, wspace=0.4)
     panel_flow(fig.add_subplot(grid[0, :]), ex, ex["config"], component_totals(ex["budget"]))
     panel_tokens(fig.add_subplot(grid[1, 0:2]), ex)
     panel_positions(fig.add_subplot(grid[1, 2:4], projection="3d"), ex)
     panel_norm(fig.add_subplot(grid[1, 4:6]), ex)
     panel_attention(fig.add_subplot(grid[2, 0:4]), ex)
-    value_grid = grid[2, 4:6].subgridspec(2, 1, height_ratios=[2.2, 1], hspace=0.35)
-    panel_values(fig.add_subplot(value_grid[0]), fig.add_subplot(value_grid[1]), ex)
+    if ex["digit_values"] is None:  # values read more than the token dims: no per-digit offer to draw
+        panel_values(fig.add_subplot(grid[2, 4:6]), None, ex)
+    else:
+        value_grid = grid[2, 4:6].subgridspec(2, 1, height_ratios=[2.2, 1], hspace=0.35)
+        panel_values(fig.add_subplot(value_grid[0]), fig.add_subplot(value_grid[1]), ex)
     panel_budget(fig.add_subplot(grid[3, :]), ex)
     success = results["success"]
     fig.suptitle(f"A {ex['params']}-parameter transformer that adds two 10-digit numbers", fontsize=22, y=0.935)
