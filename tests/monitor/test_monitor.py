@@ -197,6 +197,54 @@ def test_divergence_record_mode_and_nonfinite_weights():
     assert loss is not None
 
 
+def word_mlp_lm(seed=0, vocab=2000, width=64, context=8, hidden=256):
+    """A word-level MLP language model in the style of Bengio et al. (2003): tanh, no normalisation."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Embedding(vocab, width),
+        nn.Flatten(),
+        nn.Linear(context * width, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, vocab),
+    )
+
+
+def train_word_mlp_lm(lr, steps, vocab=2000, context=8, batch=1024):
+    """Steps of Adam on Zipf-distributed words whose target is a function of the context; returns the
+    steps taken (raises Diverged when the guard trips)."""
+    torch.set_num_threads(1)  # this model is small enough to be fastest, and steadiest, on one thread
+    model = word_mlp_lm()
+    zipf = 1 / torch.arange(1, vocab + 1, dtype=torch.float32)
+    g = torch.Generator().manual_seed(0)
+    opt = Adam(model.parameters(), lr=lr)
+    monitor = Monitor(model, opt, every=10)  # the default guard
+    for _ in range(steps):
+        x = torch.multinomial(zipf, batch * context, replacement=True, generator=g).view(batch, context)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), 7 * x.sum(1) % vocab)
+        loss.backward()
+        opt.step()
+        monitor.step(loss)
+    return monitor.step_count
+
+
+def test_adam_at_sgds_learning_rate_trips_the_default_guard_on_a_word_level_lm():
+    """Seed 003: Adam at SGD's lr = 0.05 blew up a word-level LM. On this small one the loss climbs
+    from ln(2000) ≈ 7.6 past 4x that, and the default guard stops it; lr = 1e-3 trains calmly."""
+    threads = torch.get_num_threads()
+    try:
+        assert train_word_mlp_lm(lr=1e-3, steps=100) == 100
+        with pytest.raises(Diverged) as info:
+            train_word_mlp_lm(lr=0.05, steps=150)
+    finally:
+        torch.set_num_threads(threads)
+    record = info.value.record
+    assert 20 < record["step"] < 150 and record["loss"] > 4 * math.log(2000)
+    assert "4 x its lowest value" in record["reason"] and record["exploded_first"]
+
+
 def test_guard_ignores_noise_near_zero_loss():
     guard = DivergenceGuard(factor=4.0, warmup=0)
     assert guard.reason(100, 4e-4, lowest=1e-5, first=2.3) is None  # spiky but far better than the start
