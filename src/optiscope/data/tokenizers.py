@@ -34,6 +34,7 @@ import re
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from contextlib import suppress
 from typing import Any, ClassVar
 
 import torch
@@ -100,10 +101,8 @@ class Tokenizer(ABC):
         """Token ids of ``text``; out-of-vocabulary pieces map to the unknown token, or raise ValueError
         (naming the piece and its character offset) when this vocabulary has none."""
         pieces = self.split(text)
-        try:
+        with suppress(KeyError):  # some piece is out of the vocabulary: the slower loop below handles it
             return [self.ids[piece] for piece in pieces]
-        except KeyError:
-            pass  # some piece is out of the vocabulary: the slower loop below handles it
         ids, offset = [], 0
         for piece in pieces:
             i = self.ids.get(piece)
