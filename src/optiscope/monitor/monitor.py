@@ -1,9 +1,12 @@
 """``Monitor``: what the optimizer did to every parameter, measured on any training loop.
 
-Two lines in an existing loop::
+Two lines in an existing loop (the first and the last)::
 
     monitor = Monitor(model, optimizer, every=10, sinks=[ConsoleSink(), JSONLSink(run_dir / "metrics.jsonl")])
-    ...
+    for x, y in batches:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
         optimizer.step()
         monitor.step(loss)          # right after optimizer.step()
 
