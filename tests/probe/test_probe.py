@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from optiscope.optim import Adam
-from optiscope.probe import entropy_per_sequence, probe_step, sample_sequences, update_direction
+from optiscope.probe import entropy_per_sequence, prediction_curves, probe_step, sample_sequences, update_direction
 from tiny_lm import E, T, lm_loss, setup
 
 
@@ -195,6 +195,13 @@ def test_bad_input_is_named():
         probe_step(reg, {"lin.weight": torch.ones(1, 1, dtype=torch.float64)}, data, [1e-3])
     with pytest.raises(ValueError, match="not parameters of the model"):
         probe_step(model, {"nope": torch.ones(1)}, data, [1e-3])
+    with pytest.raises(ValueError, match=r"sequences is empty \(E = 0\)"):
+        probe_step(model, v, data[:0], [1e-3])
+    with pytest.raises(ValueError, match="chunk_size=0; valid: a positive number"):
+        probe_step(model, v, data, [1e-3], chunk_size=0)
+    half = copy.deepcopy(model).half()
+    with pytest.raises(ValueError, match="precision='model' on a torch.float16 model cannot resolve one step"):
+        probe_step(half, {n: t.half() for n, t in v.items()}, data, [1e-3], precision="model")
 
 
 @pytest.mark.parametrize("mode", ["fixed", "policy"])
@@ -220,3 +227,14 @@ def test_subsets_rescore_like_the_whole_batch(mode):
     assert part["errors"][0] == pytest.approx(direct_error, rel=1e-8)
     with pytest.raises(ValueError, match="subset size=99 must be between 1 and the number of sequences E=9"):
         subset_errors(result, eta, size=99, count=1, seed=0)
+
+
+def test_prediction_curves_are_the_taylor_terms_sorted_by_eta():
+    result = {
+        "approx": {"delta_h_per_lr": 2.0, "quadratic": {"vHvv": -4.0}},
+        "true": {"entries": [{"eta": 0.1, "delta_h_true": 0.15}, {"eta": 0.01, "delta_h_true": 0.0198}]},
+    }
+    curves = prediction_curves(result)
+    assert curves["eta"] == [0.01, 0.1] and curves["true"] == [0.0198, 0.15]
+    assert curves["linear"] == pytest.approx([0.02, 0.2])  # η·H′
+    assert curves["quadratic"] == pytest.approx([0.02 - 2e-4, 0.2 - 0.02])  # η·H′ + ½η²·H″

@@ -7,7 +7,7 @@ linear prediction η·∇H·v and the quadratic one η·∇H·v + ½η²·vᵀ�
 
 from .direction import update_direction
 from .functionals import FUNCTIONALS, entropy_per_sequence, loss_per_sequence
-from .probe import MODES, check_etas, probe_step, sample_sequences, subset_errors
+from .probe import MODES, check_etas, prediction_curves, probe_step, sample_sequences, subset_errors
 from .terms import unwrap
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "check_etas",
     "entropy_per_sequence",
     "loss_per_sequence",
+    "prediction_curves",
     "probe_step",
     "sample_sequences",
     "subset_errors",

@@ -35,6 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
@@ -103,7 +104,17 @@ def probe_step(
     etas = check_etas(etas)
     if sequences.ndim != 2 or sequences.shape[1] < 2:
         raise ValueError(f"sequences must be token ids of shape (E, T+1) with T >= 1, got {tuple(sequences.shape)}")
+    if len(sequences) == 0:
+        raise ValueError("sequences is empty (E = 0): the probe needs at least one sequence")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size={chunk_size!r}; valid: a positive number of sequences per chunk")
     net = unwrap(model)
+    half = sorted({str(p.dtype) for p in net.parameters() if p.dtype in (torch.float16, torch.bfloat16)})
+    if precision == "model" and half:
+        # ΔH of one step is ~1e-6 and below; half precision rounds it away and its derivatives overflow.
+        raise ValueError(
+            f"precision='model' on a {', '.join(half)} model cannot resolve one step; use precision='float64'"
+        )
     if precision == "float64":
         net = copy.deepcopy(net).double()
         direction = {n: v.double() for n, v in direction.items()}
@@ -238,6 +249,20 @@ def _reverse_terms(
         return per_sequence(functional, logits, targets).sum() / total_tokens
 
     return {"gdotv": gradient_dot(net, direction, total), "vHvv": hessian_quadratic(net, direction, total)}
+
+
+def prediction_curves(result: dict[str, Any]) -> dict[str, list[float]]:
+    """A probe's true change and its predictions over its η grid, sorted by η: ``eta``, ``true``,
+    ``linear`` = η·H′ and ``quadratic`` = η·H′ + ½η²·H″ (H′ = ``delta_h_per_lr``, H″ = ``vHvv``)."""
+    entries = sorted(result["true"]["entries"], key=lambda e: e["eta"])
+    eta = np.array([e["eta"] for e in entries], dtype=float)
+    first, second = result["approx"]["delta_h_per_lr"], result["approx"]["quadratic"]["vHvv"]
+    return {
+        "eta": eta.tolist(),
+        "true": [float(e["delta_h_true"]) for e in entries],
+        "linear": (first * eta).tolist(),
+        "quadratic": (first * eta + 0.5 * second * eta**2).tolist(),
+    }
 
 
 def subset_errors(result: dict[str, Any], eta: float, size: int, count: int, seed: int) -> dict[str, Any]:
