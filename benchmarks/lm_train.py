@@ -5,17 +5,20 @@ The configuration of nanoGPT's README for a CPU (``config/train_shakespeare_char
 --lr_decay_iters=2000 --dropout=0.0``: AdamW lr 1e-3, β2 0.99, 100 warmup steps, cosine to 1e-4,
 weight decay 0.1, clip 1.0), which the README reports reaching a validation loss of about 1.88, on
 char-level tinyshakespeare (``../shared/data/tinyshakespeare.txt`` beside the repository, or --text).
+optiscope's ``adamw`` recipe keeps torch's β2 = 0.999 (one name, one recipe in every experiment); the
+peer below uses the same β2, so the two loops compute the same update.
 
-1. Throughput: optiscope's loop (our AdamW, our schedule and clipping, the monitor at every=10: the
-   ``lm`` experiment's ``train_step``) against a bare loop with ``torch.optim.AdamW(fused=True)`` and
-   no instruments — nanoGPT's loop in all that costs time — alternating rounds of 50 steps.
+1. Throughput: optiscope's training step (``optiscope.train.optimizer_step``: our AdamW, schedule and
+   clipping, the monitor at every=10, the finiteness checks) against a bare loop with
+   ``torch.optim.AdamW(fused=True)`` and no instruments — nanoGPT's loop in all that costs time —
+   alternating rounds of 50 steps.
 2. Quality: full runs through the ``lm`` experiment for each configuration below, evaluated every 100
    steps on 240 validation windows (nanoGPT: 20 batches of 12); prints the final validation loss and the
    first evaluated step at which it is ≤ 1.89. The first row, ``torch-adamw``, is the peer: the bare loop
    above trained from the same weights on the same batches and scored on the same windows (its evaluation
    time counts in its steps/s).
 
-    python benchmarks/lm_train.py [--rounds 6] [--configs adamw,muon] [--steps 2000] [--seed 1337] [--text PATH]
+    python benchmarks/lm_train.py [--rounds 6] [--configs adamw,muon+adamw] [--steps 2000] [--seed 1337] [--text PATH]
 """
 
 from __future__ import annotations
@@ -30,24 +33,24 @@ from pathlib import Path
 
 import torch
 
-from optiscope.data import load_corpus, sample_batch, train_val_split
-from optiscope.data.tokenizers import CharTokenizer
-from optiscope.experiments import lm
+from optiscope import train
+from optiscope.data import sample_batch
+from optiscope.experiments import RunSpec, lm
 from optiscope.models import GPT
 from optiscope.monitor import Monitor
-from optiscope.optim import Schedule, as_lambda_lr
+from optiscope.optim import Schedule, as_lambda_lr, build_optimizer
 
 SHARED_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
 TARGET = 1.89
 
 
 def torch_adamw(model: GPT, config: lm.Config) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """nanoGPT's optimizer: torch's fused AdamW (β2 0.99, decay 0.1 on matrices), warmup + cosine."""
+    """nanoGPT's optimizer with our recipe's β2: torch's fused AdamW (decay 0.1 on matrices), warmup + cosine."""
     decay = [
         {"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": 0.1},
         {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(decay, lr=1e-3, betas=(0.9, 0.99), fused=True)
+    optimizer = torch.optim.AdamW(decay, lr=1e-3, betas=(0.9, 0.999), fused=True)
     schedule = Schedule(1e-3, 100, config.steps, 1e-4)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: schedule(k + 1) / 1e-3)
 
@@ -64,31 +67,37 @@ def bare_step(model: GPT, optimizer, scheduler, x: torch.Tensor, y: torch.Tensor
 
 def throughput(config: lm.Config, rounds: int) -> tuple[float, float]:
     """(optiscope steps/s, bare-loop steps/s), medians over alternating rounds of 50 steps."""
-    text = load_corpus(text_path=config.text)
-    tokenizer = CharTokenizer.from_text(text)
-    train, _ = train_val_split(torch.tensor(tokenizer.encode(text)), 0.1)
+    data = lm.load_data(config)
     torch.manual_seed(0)
-    base = GPT(lm.model_config(config, tokenizer.vocab_size))
-    spec = lm.RunSpec("adamw", "adamw", 1e-3)
+    base = GPT(lm.model_config(config, data.tokenizer.vocab_size))
+    spec = RunSpec("adamw", "adamw", 1e-3)
     ours = copy.deepcopy(base)
-    ours_opt = lm.build_optimizer(spec, ours, config)
-    ours_sched = as_lambda_lr(ours_opt, lm.build_schedule(spec, config))
+    ours_opt = build_optimizer("adamw", ours, 1e-3, config.weight_decay, decay_vectors=False)
     monitor = Monitor(ours, ours_opt, every=config.log_every, guard=None)
+    run = train.Run(
+        "adamw",
+        ours,
+        ours_opt,
+        torch.Generator().manual_seed(1),
+        as_lambda_lr(ours_opt, lm.build_schedule(spec, config)),
+        monitor,
+        train.new_history(update_ratio={"step": [], "layers": {}}),
+    )
+    task = lm.LanguageModelling(data, config, train.start_processes("cpu", config.batch_size))
     bare = copy.deepcopy(base)
     bare_opt, bare_sched = torch_adamw(bare, config)
-    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    g2 = torch.Generator().manual_seed(1)
 
     def run_ours(n: int) -> float:
         start = time.perf_counter()
         for _ in range(n):
-            x, y = sample_batch(train, config.block_size, config.batch_size, g1)
-            lm.train_step(ours, ours_opt, ours_sched, monitor, x, y, config.clip)
+            train.optimizer_step(run, task, task.batch(run.step, run.data), config.clip)
         return n / (time.perf_counter() - start)
 
     def run_bare(n: int) -> float:
         start = time.perf_counter()
         for _ in range(n):
-            x, y = sample_batch(train, config.block_size, config.batch_size, g2)
+            x, y = sample_batch(data.train, config.block_size, config.batch_size, g2)
             bare_step(bare, bare_opt, bare_sched, x, y, config.clip)
         return n / (time.perf_counter() - start)
 
@@ -136,7 +145,7 @@ def peer_quality(config: lm.Config) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--configs", default="adamw,adam,muon,lion,sgd,momentum")
+    parser.add_argument("--configs", default="adamw,adam,muon+adamw,lion,sgd,momentum")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--text", default=None)

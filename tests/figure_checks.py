@@ -40,5 +40,6 @@ def assert_figures_drawn_and_replotted(run_dir: Path, names: list[str]) -> None:
 
 
 def printed(capsys) -> str:
-    """What the command printed, with the console's line wrapping undone."""
-    return " ".join(capsys.readouterr().out.split())
+    """What the command printed (stdout, then stderr), with any line wrapping undone."""
+    captured = capsys.readouterr()
+    return " ".join((captured.out + captured.err).split())

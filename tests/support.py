@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -130,3 +132,17 @@ def shapes_strategy(min_dims: int = 0, max_dims: int = 3, max_side: int = 5):
 
 
 HYPOTHESIS_SETTINGS = dict(max_examples=15, deadline=None, derandomize=True)
+
+
+WORDS = [
+    *("the", "cat", "sat", "on", "a", "mat", "and", "the", "dog"),
+    *("ran", "to", "see", "what", "it", "was", "doing", "there", "today"),
+]
+
+
+def write_tiny_corpus(path: Path) -> Path:
+    """900 random sentences over 17 words: a text the lm experiment trains a tiny GPT on in seconds."""
+    rng = random.Random(0)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 10))) + "." for _ in range(900)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -1,4 +1,9 @@
-"""The command line: options generated from Config, run/plot/list/demo, and clean errors."""
+"""The command line: options from Config, run/plot/list/demo, the run-directory lifecycle, and errors
+classified once (bad input: one line, exit 2; internal: exit 1 with the traceback in error.log)."""
+
+import json
+import subprocess
+import sys
 
 import pytest
 
@@ -11,17 +16,21 @@ def fake(monkeypatch):
     monkeypatch.setattr(figures, "DRAWERS", {"fake": "fake_experiment"})
 
 
+def errors(capsys) -> list[str]:
+    return capsys.readouterr().err.strip().splitlines()
+
+
 def test_run_writes_config_results_and_figures(fake, tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["run", "fake", "--out", str(out), "--steps", "4", "--rate", "2", "--names", "x,y,z"]) == 0
     config = runs.read_json(out / "config.json")
     assert config == {
         "experiment": "fake",
-        "config": {"steps": 4, "rate": 2.0, "names": ["x", "y", "z"], "diverge": False},
+        "config": {"steps": 4, "rate": 2.0, "names": ["x", "y", "z"], "diverge": False, "crash": "", "quiet": False},
     }
     results = runs.read_json(out / "results.json")
     assert results["squares"] == [0.0, 2.0, 8.0, 18.0] and results["status"] == "ok"
-    assert (out / "figures" / "squares.txt").exists()
+    assert (out / "figures" / "squares.png").exists()
     assert "figure:" in capsys.readouterr().out
 
 
@@ -35,34 +44,140 @@ def test_quick_then_explicit_options(fake, tmp_path):
 def test_plot_redraws_from_results_alone(fake, tmp_path):
     out = tmp_path / "run"
     cli.main(["run", "fake", "--out", str(out)])
-    (out / "figures" / "squares.txt").unlink()
+    before = (out / "figures" / "squares.png").read_bytes()
+    (out / "figures" / "squares.png").unlink()
     assert cli.main(["plot", str(out)]) == 0
-    assert (out / "figures" / "squares.txt").read_text() == "[0.0, 0.5, 2.0]"
+    assert (out / "figures" / "squares.png").read_bytes() == before
 
 
-def test_bad_config_is_a_clean_error(fake, tmp_path, capsys):
-    assert cli.main(["run", "fake", "--out", str(tmp_path), "--steps", "0"]) == cli.EXIT_BAD_INPUT
-    assert "steps=0 must be a positive integer" in capsys.readouterr().out
-
-
-def test_unknown_experiment_lists_valid_ones(fake, capsys):
-    with pytest.raises(SystemExit):
-        cli.main(["run", "nope", "--out", "x"])
-    assert "invalid choice: 'nope'" in capsys.readouterr().err
-
-
-def test_divergence_exits_nonzero(fake, tmp_path):
+def test_divergence_exits_3(fake, tmp_path):
     assert cli.main(["run", "fake", "--out", str(tmp_path / "d"), "--diverge"]) == cli.EXIT_DIVERGED
     assert runs.read_json(tmp_path / "d" / "results.json")["status"] == "diverged"
 
 
-def test_plot_of_missing_dir_is_clean(fake, tmp_path, capsys):
-    assert cli.main(["plot", str(tmp_path / "none")]) == cli.EXIT_BAD_INPUT
-    assert "does not exist" in capsys.readouterr().out
-
-
-def test_list_and_demo(fake, tmp_path, capsys):
+def test_list_and_demo_twice(fake, tmp_path, capsys):
     assert cli.main(["list"]) == 0
     assert "test double" in capsys.readouterr().out
     assert cli.main(["demo", "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "fake" / "figures" / "squares.txt").exists()
+    assert cli.main(["demo", "--out", str(tmp_path)]) == 0  # a demo replaces the previous demo's runs
+    assert (tmp_path / "fake" / "figures" / "squares.png").exists()
+
+
+# ------------------------------------------------------------------------------------- bad input: exit 2
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "fake", "--out", "{d}/x", "--steps", "0"], "steps=0 must be a positive integer"),
+        (["run", "fake", "--out", ""], "--out is empty"),
+        (["run", "fake", "--out", "{d}/file.txt"], "exists and is not a directory"),
+        (["run", "fake", "--out", "/proc/optiscope-test"], "cannot create the run directory"),
+        (["plot", "{d}/none"], "results.json does not exist"),
+        (["run", "fake", "--out", "{d}/u", "--crash", "user"], "the data for this run is missing"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr(fake, tmp_path, capsys, argv, message):
+    (tmp_path / "file.txt").write_text("not a directory")
+    assert cli.main([a.format(d=tmp_path) for a in argv]) == cli.EXIT_BAD_INPUT
+    lines = errors(capsys)
+    assert len(lines) == 1 and message in lines[0]
+
+
+def test_unknown_experiment_lists_valid_ones(fake, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["run", "nope", "--out", "x"])
+    assert stop.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "is not valid JSON"),
+        (json.dumps({"experiment": "lm-old"}), "is not the result of an optiscope experiment (experiment 'lm-old')"),
+        (json.dumps({"experiment": "fake", "squares": [1.0]}), "shape of a 'fake' result: results.names is missing"),
+        (json.dumps({"experiment": "fake", "squares": "x", "names": []}), "results.squares is a str, not a list"),
+    ],
+)
+def test_plot_of_a_foreign_or_malformed_results_file(fake, tmp_path, capsys, content, message):
+    (tmp_path / "results.json").write_text(content)
+    assert cli.main(["plot", str(tmp_path)]) == cli.EXIT_BAD_INPUT
+    lines = errors(capsys)
+    assert len(lines) == 1 and message in lines[0] and str(tmp_path / "results.json") in lines[0]
+
+
+def test_errors_are_not_wrapped_when_piped(tmp_path):
+    """Through a pipe (no terminal) an error stays one line, however long."""
+    long_name = tmp_path / ("d" * 150)
+    (long_name).write_text("a file")
+    done = subprocess.run(
+        [sys.executable, "-m", "optiscope", "run", "rare-tokens", "--out", str(long_name)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and str(long_name) in done.stderr
+
+
+# --------------------------------------------------------------------------------- the run directory
+def test_a_used_directory_is_refused_then_replaced_with_force(fake, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["run", "fake", "--out", str(out), "--steps", "3"]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", "fake", "--out", str(out), "--steps", "4"]) == cli.EXIT_BAD_INPUT
+    message = errors(capsys)[0]
+    assert "already holds a run of 'fake'" in message and "--resume" in message and "--force" in message
+    assert runs.read_json(out / "results.json")["squares"] == [0.0, 0.5, 2.0]  # untouched
+    (out / "figures" / "stale.png").write_bytes(b"an old figure")
+    (out / "notes.txt").write_text("the user's own file")
+    assert cli.main(["run", "fake", "--out", str(out), "--steps", "4", "--force"]) == 0
+    assert runs.read_json(out / "results.json")["squares"] == [0.0, 0.5, 2.0, 4.5]
+    assert not (out / "figures" / "stale.png").exists()  # everything the run owned was cleared
+    assert (out / "notes.txt").read_text() == "the user's own file"  # and nothing else
+
+
+def test_resume_compares_only_options_that_change_results(fake, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["run", "fake", "--out", str(out), "--steps", "3"]) == 0
+    assert cli.main(["run", "fake", "--out", str(out), "--steps", "3", "--quiet", "--resume"]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", "fake", "--out", str(out), "--steps", "5", "--resume"]) == cli.EXIT_BAD_INPUT
+    assert "--steps 3 → 5" in errors(capsys)[0]
+    assert runs.read_json(out / "config.json")["config"]["steps"] == 3  # still describes the run it holds
+
+
+def test_a_run_that_fails_before_it_starts_leaves_no_config(fake, tmp_path):
+    out = tmp_path / "run"
+    assert cli.main(["run", "fake", "--out", str(out), "--crash", "user"]) == cli.EXIT_BAD_INPUT
+    assert not (out / "config.json").exists()
+    assert cli.main(["run", "fake", "--out", str(out)]) == 0  # the directory is free for a real run
+
+
+def test_a_second_process_on_the_same_directory_fails_at_once(fake, tmp_path, capsys):
+    out = tmp_path / "run"
+    with runs.open_run(out, "fake", {"steps": 3}):  # a run in progress holds the lock
+        code = subprocess.run(
+            [sys.executable, "-m", "optiscope", "run", "rare-tokens", "--out", str(out), "--force"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert code.returncode == 2 and "in use by another optiscope run (pid" in code.stderr
+    assert runs.read_json(out / "config.json")["config"] == {"steps": 3}  # the first run's files are intact
+
+
+# ------------------------------------------------------------------------------------ internal errors
+def test_an_internal_error_is_exit_1_with_the_traceback_saved(fake, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["run", "fake", "--out", str(out), "--crash", "internal"]) == cli.EXIT_INTERNAL
+    lines = errors(capsys)
+    assert len(lines) == 1 and "internal error: ValueError: an internal computation failed" in lines[0]
+    log = (out / "error.log").read_text()
+    assert "Traceback" in log and "an internal computation failed" in log
+
+
+def test_a_figure_that_fails_keeps_the_results(fake, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["run", "fake", "--out", str(out), "--names", "boom"]) == cli.EXIT_INTERNAL
+    assert runs.read_json(out / "results.json")["names"] == ["boom"]
+    line = errors(capsys)[0]
+    assert "squares.png could not be drawn" in line and "results are saved" in line
+    assert "this figure cannot be drawn" in (out / "error.log").read_text()

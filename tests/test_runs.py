@@ -24,6 +24,13 @@ def test_atomic_write_keeps_old_file_when_writer_dies(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temp file left behind
 
 
+def test_atomic_writes_get_the_mode_of_a_plain_write(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    written = runs.atomic_write_text(tmp_path / "atomic.txt", "x")
+    assert written.stat().st_mode == plain.stat().st_mode
+
+
 def test_json_round_trips_tensors_and_non_finite(tmp_path):
     path = runs.atomic_write_json(tmp_path / "r.json", {"t": torch.tensor([1.0, 2.0]), "loss": math.inf, "n": (1, 2)})
     back = runs.read_json(path)
@@ -46,17 +53,68 @@ def test_checkpoint_round_trip(tmp_path):
     runs.save_checkpoint(tmp_path / "ckpt.pt", state)
     back = runs.load_checkpoint(tmp_path / "ckpt.pt")
     assert back["step"] == 7 and torch.equal(back["model"]["w"], state["model"]["w"])
-    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+    with pytest.raises(runs.CheckpointError, match="no checkpoint at"):
         runs.load_checkpoint(tmp_path / "missing.pt")
 
 
-def test_prepare_run_dir_refuses_another_experiments_dir(tmp_path):
-    runs.prepare_run_dir(tmp_path / "a", "rare-tokens", {"steps": 10})
-    assert (tmp_path / "a" / "figures").is_dir()
-    with pytest.raises(FileExistsError, match="holds a run of experiment 'rare-tokens'"):
-        runs.prepare_run_dir(tmp_path / "a", "landscapes", {})
-    with pytest.raises(ValueError, match=r"differs from the stored one in \['steps'\]"):
-        runs.prepare_run_dir(tmp_path / "a", "rare-tokens", {"steps": 20}, resume=True)
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "foreign"])
+def test_a_damaged_checkpoint_is_an_error_naming_the_file(tmp_path, damage):
+    path = tmp_path / "adam.pt"
+    runs.save_checkpoint(path, {"model": {"w": torch.randn(500)}})
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:1000])
+    elif damage == "garbage":
+        path.write_bytes(b"not a checkpoint at all")
+    else:
+        torch.save([1, 2, 3], path)
+    before = path.read_bytes()
+    with pytest.raises(runs.CheckpointError) as error:
+        runs.load_checkpoint(path)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+    assert path.read_bytes() == before  # nothing was overwritten
+
+
+def test_read_json_names_the_file(tmp_path):
+    (tmp_path / "r.json").write_text('{"a": ')
+    with pytest.raises(runs.RunDirError, match=r"r\.json is not valid JSON"):
+        runs.read_json(tmp_path / "r.json")
+    with pytest.raises(runs.RunDirError, match="does not exist"):
+        runs.read_json(tmp_path / "none.json")
+
+
+def test_open_run_refuses_another_experiments_dir_and_changed_options(tmp_path):
+    with runs.open_run(tmp_path / "a", "rare-tokens", {"steps": 10, "quiet": False}):
+        pass
+    with (
+        pytest.raises(runs.RunDirError, match="already holds a run of 'rare-tokens'"),
+        runs.open_run(tmp_path / "a", "landscapes", {}),
+    ):
+        pass
+    with (
+        pytest.raises(runs.RunDirError, match="holds a run of 'rare-tokens', not 'landscapes'"),
+        runs.open_run(tmp_path / "a", "landscapes", {}, resume=True),
+    ):
+        pass
+    with (
+        pytest.raises(runs.RunDirError, match="--steps 10 → 20"),
+        runs.open_run(tmp_path / "a", "rare-tokens", {"steps": 20, "quiet": False}, resume=True),
+    ):
+        pass
+    with runs.open_run(
+        tmp_path / "a", "rare-tokens", {"steps": 10, "quiet": True}, resume=True, ignored=["quiet"]
+    ) as run:
+        assert run.resuming
+
+
+def test_the_lock_is_released_when_the_holder_dies(tmp_path):
+    """flock belongs to the process: a run killed with -9 leaves no stale lock behind."""
+    import subprocess
+    import sys
+
+    code = f"from optiscope import runs; import os\nwith runs.open_run({str(tmp_path)!r}, 'x', {{}}):\n    os._exit(0)"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    with runs.open_run(tmp_path, "x", {}, resume=True):
+        pass
 
 
 def test_rank_zero_from_environment(monkeypatch):

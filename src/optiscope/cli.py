@@ -2,6 +2,10 @@
 
 Every experiment's options come from its ``Config`` dataclass, so ``optiscope run <name> --help``
 always lists exactly what the experiment accepts, with its defaults.
+
+Exit codes: 0 ok; 2 bad input (``UserError``: one line on stderr naming the value and what would be
+valid); 1 an internal error (one line, the traceback in ``DIR/error.log``), including a figure that could
+not be drawn from a finished run's results; 3 every run diverged; 130 interrupted (resume with --resume).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import argparse
 import dataclasses
 import sys
 import time
+import traceback
 import types
 import typing
 from pathlib import Path
@@ -18,8 +23,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, experiments, figures, runs
+from . import __version__, contracts, experiments, figures, runs
+from .errors import UserError
 
+EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
 EXIT_INTERRUPTED = 130
@@ -103,72 +110,88 @@ def cmd_list(console: Console) -> int:
     return 0
 
 
-def run_experiment(name: str, out: Path, quick: bool, overrides: dict[str, Any], console: Console) -> dict[str, Any]:
-    """Configure, run, save results.json and draw the figures of one experiment."""
-    module = experiments.load(name)
-    config = build_config(module, quick, overrides)
-    resume = bool(getattr(config, "resume", False))
-    config_dict = {k: v for k, v in dataclasses.asdict(config).items() if k != "resume"}
-    writer = runs.is_rank_zero()
-    if writer:
-        runs.prepare_run_dir(out, name, config_dict, resume=resume)
-    started = time.perf_counter()
-    results = module.run(config, Path(out))
-    if not writer:
-        return results
-    results = {"experiment": name, "quick": quick, **results}
-    results.setdefault("status", "ok")
-    results["wall_seconds"] = round(time.perf_counter() - started, 3)
-    runs.atomic_write_json(Path(out) / runs.RESULTS, results)
-    results["figures"] = [
-        str(p) for p in figures.draw(runs.read_json(Path(out) / runs.RESULTS), Path(out) / runs.FIGURES)
-    ]
-    return results
+def run_and_draw(
+    name: str, out: Path, quick: bool, overrides: dict[str, Any], *, resume: bool = False, force: bool = False
+) -> tuple[dict[str, Any], figures.Drawn]:
+    """Configure and run one experiment in ``out`` (results.json written), then draw its figures."""
+    config = build_config(experiments.load(name), quick, overrides)
+    results = experiments.execute(name, config, out, resume=resume, force=force, quick=quick)
+    if not runs.is_rank_zero():
+        return results, figures.Drawn([], [])
+    return results, figures.draw_run(out)
+
+
+def report_figures(drawn: figures.Drawn, out: Path, console: Console) -> int:
+    """Print where the figures are, and any that could not be drawn (exit 1: an internal error)."""
+    for path in drawn.paths:
+        console.print(f"  figure: {path}", highlight=False)
+    if not drawn.failures:
+        return 0
+    names = ", ".join(name for name, _ in drawn.failures)
+    first = drawn.failures[0][1].strip().splitlines()[-1]
+    _error(
+        f"internal error: {names} could not be drawn ({first}); the results are saved in {out / runs.RESULTS}; "
+        f"traceback in {out / runs.ERROR_LOG}"
+    )
+    return EXIT_INTERNAL
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "name", "out", "quick")}
-    results = run_experiment(args.name, Path(args.out), args.quick, overrides, console)
+    lifecycle = ("command", "name", "out", "quick", "resume", "force")
+    overrides = {k: v for k, v in vars(args).items() if k not in lifecycle}
+    results, drawn = run_and_draw(args.name, args.out, args.quick, overrides, resume=args.resume, force=args.force)
     if not runs.is_rank_zero():
         return 0
-    console.print(f"[bold]{args.name}[/bold] results: {Path(args.out) / runs.RESULTS}")
-    for path in results["figures"]:
-        console.print(f"  figure: {path}")
+    console.print(f"[bold]{args.name}[/bold] results: {args.out / runs.RESULTS}", highlight=False)
+    code = report_figures(drawn, args.out, console)
     if results.get("status") == "diverged":
-        console.print(f"[bold red]diverged[/bold red]: {results.get('divergence', {})}")
-        return EXIT_DIVERGED
-    return 0
+        console.print("[bold red]every run diverged[/bold red]: see divergence in results.json", highlight=False)
+        return code or EXIT_DIVERGED
+    return code
+
+
+def read_results(run_dir: Path) -> dict[str, Any]:
+    """A run directory's results.json, checked against its experiment's ``Results`` contract."""
+    path = run_dir / runs.RESULTS
+    results = runs.read_json(path)
+    name = results.get("experiment") if isinstance(results, dict) else None
+    if name not in experiments.EXPERIMENTS:
+        raise UserError(
+            f"{path} is not the result of an optiscope experiment (experiment {name!r}); known: "
+            f"{', '.join(experiments.EXPERIMENTS)}"
+        )
+    found = contracts.problems(results, experiments.load(name).Results)
+    if found:
+        raise UserError(f"{path} does not have the shape of a {name!r} result: {'; '.join(found)}")
+    return results
 
 
 def cmd_plot(args: argparse.Namespace, console: Console) -> int:
-    out = Path(args.dir)
-    results = runs.read_json(out / runs.RESULTS)
-    for path in figures.draw(results, out / runs.FIGURES):
-        console.print(f"figure: {path}")
-    return 0
+    return report_figures(figures.draw_run(args.dir, read_results(args.dir)), args.dir, console)
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    """Every experiment in quick mode, one after another, then a list of the figures."""
+    """Every experiment in quick mode, one after another (replacing an earlier demo's runs), then the figures."""
     out = Path(args.out)
-    written: list[tuple[str, str, float]] = []
-    names = list(experiments.EXPERIMENTS)  # the registry's order tells the story
-    if not names:
-        console.print("No experiments are registered yet.")
-        return 0
-    for name in names:
+    code, drawn_all = 0, []
+    for name in experiments.EXPERIMENTS:  # the registry's order tells the story
         console.rule(f"[bold]{name}[/bold] (quick)")
         started = time.perf_counter()
-        results = run_experiment(name, out / name, True, {}, console)
-        elapsed = time.perf_counter() - started
-        written.extend((name, p, elapsed) for p in results["figures"])
+        _, drawn = run_and_draw(name, out / name, True, {}, force=True)
+        drawn_all.append((name, drawn, time.perf_counter() - started))
     console.rule("[bold]figures[/bold]")
-    for name, path, elapsed in written:
-        console.print(f"{name:<14} {path}  [dim]({elapsed:.0f} s)[/dim]")
-    return 0
+    for name, drawn, elapsed in drawn_all:
+        console.print(f"{name} ({elapsed:.0f} s):", highlight=False)
+        code = report_figures(drawn, out / name, console) or code
+    return code
 
 
 # ---------------------------------------------------------------------------------------------- main
+def out_dir(text: str) -> Path:
+    """``--out``: a run directory; an empty name would silently mean the current directory."""
+    return runs.check_out(text)
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="optiscope",
@@ -184,20 +207,31 @@ def make_parser() -> argparse.ArgumentParser:
     for name in sorted(experiments.EXPERIMENTS):
         module = experiments.load(name)
         p = run_sub.add_parser(name, help=module.SUMMARY, description=module.SUMMARY)
-        p.add_argument("--out", required=True, type=Path, help="run directory for config, results and figures")
+        p.add_argument("--out", required=True, type=out_dir, help="the run directory (one run per directory)")
         p.add_argument("--quick", action="store_true", help="the short version (what `make demo` runs)")
+        p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoints")
+        p.add_argument("--force", action="store_true", help="replace the run in --out (its files are deleted first)")
         add_config_arguments(p, module.Config)
     plot = sub.add_parser("plot", help="redraw the figures of a run directory from its results.json")
-    plot.add_argument("dir", type=Path)
+    plot.add_argument("dir", type=out_dir)
     demo = sub.add_parser("demo", help="every experiment in quick mode, then where the figures are")
-    demo.add_argument("--out", type=Path, default=Path("runs/demo"))
+    demo.add_argument("--out", type=out_dir, default=Path("runs/demo"))
     return parser
 
 
+def _error(message: str) -> None:
+    """One line on stderr, never wrapped (pipes and logs get it whole)."""
+    print(f"optiscope: {message}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    console = Console()
+    console = Console(soft_wrap=True)
     parser = make_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except runs.RunDirError as e:  # raised by an argument type (an empty --out)
+        _error(str(e))
+        return EXIT_BAD_INPUT
     command = {
         "list": lambda: cmd_list(console),
         "run": lambda: cmd_run(args, console),
@@ -206,15 +240,22 @@ def main(argv: list[str] | None = None) -> int:
     }[args.command]
     try:
         return command()
-    except (experiments.ConfigError, FileExistsError, FileNotFoundError, NotADirectoryError) as e:
-        console.print(f"[bold red]optiscope {args.command}: error:[/bold red] {e}", highlight=False)
+    except UserError as e:
+        _error(f"{args.command}: error: {e}".replace("\n", " "))
         return EXIT_BAD_INPUT
-    except ValueError as e:
-        console.print(f"[bold red]optiscope {args.command}: error:[/bold red] {e}", highlight=False)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        console.print("[bold yellow]interrupted[/bold yellow]: finished work is saved; long runs resume with --resume")
+    except KeyboardInterrupt as e:
+        where = getattr(args, "out", None) or getattr(args, "dir", None)
+        stopped = f"{e}; " if str(e) else ""
+        _error(f"interrupted: {stopped}finished work is saved" + (f" in {where}" if where else ""))
         return EXIT_INTERRUPTED
+    except Exception:
+        where = getattr(args, "out", None) or getattr(args, "dir", None)
+        if where is not None and not runs.is_rank_zero():
+            where = None
+        log = runs.write_error_log(where, f"optiscope {' '.join(argv or sys.argv[1:])}", traceback.format_exc())
+        kind, message = sys.exc_info()[:2]
+        _error(f"internal error: {kind.__name__}: {message} (this is a bug in optiscope; traceback in {log})")
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

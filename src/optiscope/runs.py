@@ -1,12 +1,17 @@
 """Run directories and the I/O that must never lose results.
 
-A run directory holds::
+A run directory holds exactly one run::
 
-    DIR/config.json        the experiment's name and full configuration (written first)
+    DIR/config.json        the experiment's name and full configuration (written when the run starts)
     DIR/results.json       everything the figures need (written atomically at the end)
     DIR/metrics.jsonl      one JSON record per logged step (appended line by line; long runs)
     DIR/checkpoints/       training state to resume from (long runs)
+    DIR/tensorboard/       TensorBoard event files (when the extra is installed)
     DIR/figures/*.png      drawn from results.json alone
+    DIR/error.log          tracebacks of internal errors, figures that could not be drawn
+
+``open_run`` is the lifecycle every command goes through: it locks the directory, refuses to mix two
+runs in it (``--resume`` continues the one there, ``--force`` replaces it) and writes ``config.json``.
 
 Every whole-file write goes to a temporary file in the same directory, is flushed to disk, then renamed
 over the target (``os.replace`` is atomic on POSIX and Windows): a killed run leaves either the old file
@@ -16,20 +21,41 @@ or the new one, never half of one. JSON may contain ``Infinity``/``NaN`` (a dive
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import torch
+
+from .errors import UserError
 
 CONFIG = "config.json"
 RESULTS = "results.json"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 FIGURES = "figures"
+TENSORBOARD = "tensorboard"
+ERROR_LOG = "error.log"
+
+
+def checkpoint_name(label: str) -> str:
+    """A file name for a run label ('adam@0.05' -> 'adam@0.05.pt'; characters unsafe in paths become _)."""
+    return "".join(c if c.isalnum() or c in "@+-._" else "_" for c in label) + ".pt"
+
+
+def _file_mode() -> int:
+    """The mode ``open()`` would give a new file (0o666 less the umask); mkstemp's own is 0o600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
@@ -37,6 +63,7 @@ def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -78,11 +105,15 @@ def atomic_write_json(path: Path, obj: Any) -> Path:
 
 
 def read_json(path: Path) -> Any:
+    """The JSON document in ``path``; a missing or malformed file is a ``UserError`` naming it."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    with path.open(encoding="utf-8") as f:
-        return json.load(f)
+        raise RunDirError(f"{path} does not exist")
+    try:
+        with path.open(encoding="utf-8") as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RunDirError(f"{path} is not valid JSON ({e})") from e
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -129,40 +160,172 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> Path:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint written by ``save_checkpoint``; a missing, truncated or foreign file is a
+    ``CheckpointError`` naming it (nothing is changed on disk)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    # weights_only=False: checkpoints hold RNG states and configs written by this package
-    return torch.load(path, map_location="cpu", weights_only=False)
+        raise CheckpointError(f"no checkpoint at {path}")
+    try:
+        # weights_only=False: checkpoints hold RNG states and configs written by this package
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for a bad file
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint ({type(e).__name__}: {reason}); delete it to start that "
+            "run afresh, or use --force to replace the whole run"
+        ) from e
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} holds a {type(state).__name__}, not an optiscope checkpoint")
+    return state
 
 
-def prepare_run_dir(out: Path, experiment: str, config: dict[str, Any], resume: bool = False) -> Path:
-    """Create ``out`` and write ``config.json``. Refuses to overwrite another experiment's results.
+# ----------------------------------------------------------------------------------------- lifecycle
+class RunDirError(UserError):
+    """A run directory that cannot be used as asked (the message says why and what to do)."""
 
-    Re-running the same experiment into the same directory replaces its results; with ``resume`` the
-    stored configuration must equal the new one (else resuming would mix two experiments).
+
+class CheckpointError(UserError):
+    """A checkpoint that is missing, truncated or not optiscope's."""
+
+
+#: Files and folders a run owns: ``--force`` removes exactly these (experiments may own more).
+OWNED = (CONFIG, RESULTS, METRICS, CHECKPOINTS, FIGURES, TENSORBOARD, ERROR_LOG)
+LOCK = ".optiscope.lock"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """An opened run directory: ``path``, and whether it continues a run that was already there."""
+
+    path: Path
+    experiment: str
+    resuming: bool
+
+
+def check_out(out: str | os.PathLike) -> Path:
+    """``--out`` as a Path; an empty name is refused (it would silently mean the current directory)."""
+    if not str(out).strip():
+        raise RunDirError("--out is empty; give the run directory's path, e.g. --out runs/lm")
+    return Path(out)
+
+
+@contextmanager
+def open_run(
+    out: str | os.PathLike,
+    experiment: str,
+    config: dict[str, Any],
+    *,
+    resume: bool = False,
+    force: bool = False,
+    ignored: Iterable[str] = (),
+    owned: Iterable[str] = (),
+) -> Iterator[RunDir]:
+    """Hold ``out`` as the one directory of one run of ``experiment`` for the duration of the block.
+
+    * A lock (``flock``, released by the kernel even after ``kill -9``) makes a second process that
+      opens the same directory fail at once.
+    * A directory that holds another run is refused unless ``resume`` (continue it: the stored
+      configuration must equal ``config`` except in the keys ``ignored``, which do not change results)
+      or ``force`` (first remove every file the run owns: ``OWNED`` plus ``owned``).
+    * ``config.json`` is written when the run starts. If the block fails with a ``UserError`` before
+      anything else was written, it is removed again: the directory never describes a run it does not hold.
     """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"--out {out} exists and is not a directory")
-    existing = out / CONFIG
-    if existing.exists():
-        previous = read_json(existing)
-        if previous.get("experiment") != experiment:
-            raise FileExistsError(
-                f"{out} holds a run of experiment {previous.get('experiment')!r}; choose another --out "
-                f"for {experiment!r}"
+    path = check_out(out)
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"--out {path} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunDirError(f"cannot create the run directory --out {path}: {e.strerror or e}") from e
+    owned = (*OWNED, *owned)
+    with _locked(path):
+        stored = _stored_config(path)
+        present = [name for name in owned if (path / name).exists()]
+        resuming = False
+        if resume and stored is not None:
+            _check_resumable(path, stored, experiment, config, set(ignored))
+            resuming = True
+        elif resume and present:
+            raise RunDirError(
+                f"--resume: {path} holds {', '.join(present)} but no {CONFIG}, so it cannot tell which run to "
+                "continue; use --force to replace it"
             )
-        if resume and previous.get("config") != to_jsonable(config):
-            changed = sorted(
-                k
-                for k in set(previous["config"]) | set(config)
-                if previous["config"].get(k) != to_jsonable(config).get(k)
+        elif present and force:
+            for name in present:
+                _remove(path / name)
+        elif present and not resume:
+            what = f"a run of {stored['experiment']!r}" if stored else f"files of a run ({', '.join(present)})"
+            raise RunDirError(
+                f"{path} already holds {what}; pass --resume to continue it, --force to replace it, "
+                "or choose another --out"
             )
-            raise ValueError(f"--resume {out}: the configuration differs from the stored one in {changed}")
-    (out / FIGURES).mkdir(parents=True, exist_ok=True)
-    atomic_write_json(existing, {"experiment": experiment, "config": config})
-    return out
+        atomic_write_json(path / CONFIG, {"experiment": experiment, "config": config})
+        try:
+            yield RunDir(path, experiment, resuming)
+        except UserError:
+            if not resuming and [n for n in owned if (path / n).exists()] == [CONFIG]:
+                (path / CONFIG).unlink()
+            raise
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            raise RunDirError(
+                f"{path} is in use by another optiscope run ({holder}); wait for it to finish or choose another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _stored_config(path: Path) -> dict[str, Any] | None:
+    if not (path / CONFIG).exists():
+        return None
+    stored = read_json(path / CONFIG)
+    if not isinstance(stored, dict) or "experiment" not in stored or not isinstance(stored.get("config"), dict):
+        raise RunDirError(f"{path / CONFIG} is not an optiscope run configuration; use --force to replace the run")
+    return stored
+
+
+def _check_resumable(path: Path, stored: dict[str, Any], experiment: str, config: dict[str, Any], ignored: set[str]):
+    if stored["experiment"] != experiment:
+        raise RunDirError(
+            f"--resume: {path} holds a run of {stored['experiment']!r}, not {experiment!r}; choose another --out"
+        )
+    new, old = to_jsonable(config), stored["config"]
+    changed = sorted(k for k in set(old) | set(new) if k not in ignored and old.get(k) != new.get(k))
+    if changed:
+        shown = "; ".join(f"--{k.replace('_', '-')} {old.get(k)!r} → {new.get(k)!r}" for k in changed)
+        raise RunDirError(
+            f"--resume {path}: the options differ from the stored run's ({shown}); give the stored values to "
+            "continue it, or --force to start a new run"
+        )
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def write_error_log(directory: Path | None, what: str, text: str) -> Path:
+    """Append ``text`` (a traceback) under a dated heading to ``directory/error.log`` (the temporary
+    directory when there is no run directory); returns the log's path."""
+    directory = Path(directory) if directory is not None and Path(directory).is_dir() else Path(tempfile.gettempdir())
+    log = directory / ERROR_LOG
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    with log.open("a", encoding="utf-8") as f:
+        f.write(f"== {stamp} {what}\n{text.rstrip()}\n\n")
+    return log
 
 
 def is_rank_zero() -> bool:

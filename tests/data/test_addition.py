@@ -133,3 +133,22 @@ def test_training_batch_is_reproducible_and_mixed():
     x, y = inputs[:, :10], inputs[:, 11:21]
     assert torch.equal(A.add_digits(x, y), targets)
     assert (A.longest_carry_chain(x[:16], y[:16]) >= 1).all()  # the first quarter is carry-heavy
+
+
+def test_position_labels_follow_the_sequence_layout():
+    labels = A.position_labels()
+    assert len(labels) == A.SEQ_LEN  # the prompt, then the answer digits fed back (z0 … z9)
+    assert labels[:2] == ["x0", "x1"] and labels[A.N_DIGITS] == "+" and labels[A.PROMPT_LEN - 1] == "="
+    assert [A.place(x) for x in ("x3", "y7", "z0", "=", "+")] == [3, 7, 0, -1, None]
+
+
+def test_routing_summary_reads_where_each_answer_slot_looks():
+    """A head whose every z_j slot attends half to x_{j+1} and half to y_j routes 50/50 to places j+1, j+0."""
+    labels = A.position_labels()
+    pattern = torch.zeros(len(labels), len(labels))
+    for j in range(9):
+        row = labels.index(f"z{j}")
+        pattern[row, labels.index(f"x{j + 1}")] = 0.5
+        pattern[row, labels.index(f"y{j}")] = 0.5
+    summary = A.routing_summary(pattern, labels)
+    assert summary in ("50% on place j+1, 50% on place j+0", "50% on place j+0, 50% on place j+1")

@@ -39,7 +39,8 @@ def test_curriculum_and_carry_schedules():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(optimizer="adagrad"), "optimizer='adagrad'; valid: adamw, adam, sgd, lion, muon"),
+        (dict(optimizers="adagrad"), "unknown optimizer 'adagrad'; valid: sgd, momentum, nesterov"),
+        (dict(optimizers="muon"), "unknown optimizer 'muon'"),
         (dict(params_budget=10), "params_budget=10 is below the smallest model"),
         (dict(seeds=(1, 1)), "repeats a seed"),
         (dict(carry_start=1.5), "carry_start=1.5 must be a fraction"),
@@ -63,58 +64,32 @@ def test_budget_picks_the_largest_preset_that_fits():
         )
 
 
-def checkpoint_state(run_dir, seed=1):
-    return runs.load_checkpoint(E.checkpoint_path(run_dir, seed))
+ADAMW = E.RunSpec("adamw", "adamw", 0.02)
 
 
-def test_resume_after_a_crash_is_bit_exact(tmp_path, monkeypatch, small_scorer):
+def checkpoint_state(run_dir, seed=1, label="adamw"):
+    return runs.load_checkpoint(E.checkpoint_path(run_dir, label, seed))
+
+
+def train(cfg, run_dir, scorer, seed=1, spec=ADAMW):
     _, model_cfg = E.preset_for_budget(100)
-    cfg = E.Config(**TINY)
-    straight = E.train_seed(cfg, model_cfg, 1, tmp_path / "straight", small_scorer)
-
-    calls = {"n": 0}
-    real_batch = E.training_batch
-
-    def crashing_batch(*args):
-        calls["n"] += 1
-        if calls["n"] == 31:  # after the step-20 checkpoint, in the middle of the next stretch
-            raise KeyboardInterrupt
-        return real_batch(*args)
-
-    monkeypatch.setattr(E, "training_batch", crashing_batch)
-    with pytest.raises(KeyboardInterrupt):
-        E.train_seed(cfg, model_cfg, 1, tmp_path / "resumed", small_scorer)
-    assert checkpoint_state(tmp_path / "resumed")["state"]["step"] == 20
-    monkeypatch.setattr(E, "training_batch", real_batch)
-    resumed = E.train_seed(E.Config(**TINY, resume=True), model_cfg, 1, tmp_path / "resumed", small_scorer)
-
-    a, b = checkpoint_state(tmp_path / "straight"), checkpoint_state(tmp_path / "resumed")
-    for name, tensor in a["model"].items():
-        assert torch.equal(tensor, b["model"][name]), name
-    for i, state in a["optimizer"]["state"].items():
-        for key, value in state.items():
-            assert torch.equal(value, b["optimizer"]["state"][i][key]), (i, key)
-    assert torch.equal(a["generator"], b["generator"])
-    assert straight["curve"] == resumed["curve"] and straight["evals"] == resumed["evals"]
-    metrics = [runs.read_jsonl(tmp_path / d / runs.METRICS) for d in ("straight", "resumed")]
-    for records in metrics:
-        for record in records:
-            record.pop("tokens_per_s", None)  # a wall-clock rate: the one field a resume may change
-    assert metrics[0] == metrics[1] and len(metrics[0]) == 5 + 3  # monitor at 1, 10…40, scores at 0, 20, 40
+    return E.train_seed(cfg, spec, model_cfg, seed, run_dir, scorer)
 
 
 def test_the_monitor_records_every_parameter(tmp_path, small_scorer):
-    _, model_cfg = E.preset_for_budget(100)
-    E.train_seed(E.Config(**TINY), model_cfg, 1, tmp_path, small_scorer)
+    train(E.Config(**TINY), tmp_path, small_scorer)
     monitored = [r for r in runs.read_jsonl(tmp_path / runs.METRICS) if "params" in r]
     assert [r["step"] for r in monitored] == [1, 10, 20, 30, 40]
+    _, model_cfg = E.preset_for_budget(100)
     trainable = {name for name, p in E.AdderModel(model_cfg).named_parameters() if p.requires_grad}
     for record in monitored:
-        assert record["seed"] == 1 and set(record["params"]) == trainable
+        assert record["seed"] == 1 and record["run"] == "adamw" and set(record["params"]) == trainable
         assert all(entry["u"] > 0 and "eff_lr" in entry for entry in record["params"].values())
+    suite = [r for r in runs.read_jsonl(tmp_path / runs.METRICS) if "suite_correct" in r]
+    assert [r["step"] for r in suite] == [0, 20, 40]
 
 
-def test_a_non_finite_loss_stops_the_seed_and_keeps_its_checkpoint(tmp_path, small_scorer, monkeypatch):
+def test_a_non_finite_loss_stops_the_run_and_keeps_its_checkpoint(tmp_path, small_scorer, monkeypatch):
     real_loss, calls = E.loss_on, {"n": 0}
 
     def loss_going_bad(*args):
@@ -123,42 +98,56 @@ def test_a_non_finite_loss_stops_the_seed_and_keeps_its_checkpoint(tmp_path, sma
         return loss * float("nan") if calls["n"] == 25 else loss
 
     monkeypatch.setattr(E, "loss_on", loss_going_bad)
-    _, model_cfg = E.preset_for_budget(100)
-    record = E.train_seed(E.Config(**TINY), model_cfg, 1, tmp_path, small_scorer)
-    assert record["diverged"] == 25
+    history = train(E.Config(**TINY), tmp_path, small_scorer)
+    assert history["status"] == "diverged" and history["divergence"]["step"] == 25
     saved = checkpoint_state(tmp_path)
-    assert saved["state"]["step"] == 20
-    assert all(torch.isfinite(t).all() for t in saved["model"].values())
+    assert saved["step"] == 20 and saved["history"]["status"] == "diverged"
+    assert all(torch.isfinite(t).all() for t in saved["training"]["model"].values())
+    assert history["report"]["cases"] == 10_010  # the best checkpoint is still scored
+
+
+def test_a_blown_up_run_is_recorded_as_diverged(tmp_path, capsys):
+    """The issue's reproduction: SGD at lr 1000 used to abort with a bad-input error and no results."""
+    out = tmp_path / "run"
+    argv = ["run", "adder", "--out", str(out), "--quick", "--steps", "200", "--warmup-steps", "10"]
+    argv += ["--eval-every", "100", "--optimizers", "sgd@1000", "--quiet"]
+    assert cli.main(argv) == cli.EXIT_DIVERGED
+    run = runs.read_json(out / runs.RESULTS)["runs"][0]
+    assert run["status"] == "diverged" and run["divergence"]["step"] <= 200 and run["divergence"]["reason"]
+    assert len(list((out / runs.FIGURES).glob("*.png"))) == 2
 
 
 def test_early_stop_at_a_perfect_score(tmp_path, small_scorer, monkeypatch):
     scores = iter([0, small_scorer.cases])  # untrained, then perfect at the first evaluation
     monkeypatch.setattr(small_scorer, "correct", lambda model: next(scores))
-    _, model_cfg = E.preset_for_budget(100)
-    record = E.train_seed(E.Config(**TINY), model_cfg, 3, tmp_path, small_scorer)
-    assert record["step"] == 20 and record["best_step"] == 20
-    assert E.checkpoint_path(tmp_path, 3, "-best").exists()
+    history = train(E.Config(**TINY), tmp_path, small_scorer, seed=3)
+    assert history["step"] == 20 and history["best_step"] == 20
+    assert E.checkpoint_path(tmp_path, "adamw", 3, "-best").exists()
 
 
 @pytest.mark.parametrize("optimizer", E.OPTIMIZERS)
 def test_every_optimizer_trains(tmp_path, small_scorer, optimizer):
-    _, model_cfg = E.preset_for_budget(100)
-    cfg = E.Config(**dict(TINY, steps=10, eval_every=10), optimizer=optimizer, lr=1e-3)
-    record = E.train_seed(cfg, model_cfg, 1, tmp_path, small_scorer)
-    assert record["step"] == 10 and [s for s, _ in record["curve"]] == [1, 10] and record["curve"][-1][1] < 10
+    cfg = E.Config(**dict(TINY, steps=10, eval_every=10))
+    history = train(cfg, tmp_path, small_scorer, spec=E.RunSpec(optimizer, optimizer, 1e-3))
+    assert history["step"] == 10 and history["train"]["step"] == [1, 10] and history["train"]["loss"][-1] < 10
 
 
-def test_cli_run_two_seeds_then_plot(tmp_path):
+def test_cli_two_optimizers_two_seeds_then_plot(tmp_path):
     out = tmp_path / "run"
     argv = ["run", "adder", "--out", str(out), "--seeds", "1,2", "--steps", "30", "--eval-every", "15"]
-    argv += ["--warmup-steps", "5", "--curriculum-steps", "10", "--carry-steps", "10"]
-    assert cli.main(argv) == 0
+    argv += ["--warmup-steps", "5", "--curriculum-steps", "10", "--carry-steps", "10", "--quiet"]
+    assert cli.main([*argv, "--optimizers", "adamw,nesterov@0.01"]) == 0
     results = runs.read_json(out / runs.RESULTS)
-    assert [r["seed"] for r in results["seeds"]] == [1, 2]
-    assert results["success"]["tried"] == 2
+    assert [(r["label"], r["seed"]) for r in results["runs"]] == [
+        ("adamw", 1),
+        ("adamw", 2),
+        ("nesterov@0.01", 1),
+        ("nesterov@0.01", 2),
+    ]
+    assert results["success"]["adamw"]["tried"] == 2 and results["success"]["nesterov@0.01"]["tried"] == 2
     assert results["params"] == results["explain"]["params"] <= 100
     assert sum(r["params"] for r in results["explain"]["budget"]) == results["params"]
-    for record in results["seeds"]:
+    for record in results["runs"]:
         assert record["report"]["cases"] == 10_010 and record["correct"] == record["report"]["correct"]
     assert len(results["explain"]["example"]["attention"][0]) == 32
     figures = sorted(p.name for p in (out / runs.FIGURES).iterdir())
@@ -181,3 +170,4 @@ def test_explain_reads_the_model():
     assert ex["example"]["tokens"][:22] == list("0987654321+0123456789=")
     assert torch.equal(torch.tensor(ex["token_vectors"]), model.token.digits().detach())
     assert len(ex["norm_gains"]) == 3 and len(ex["norm_gains"][0]) == 11
+    assert sum(ex["component_totals"].values()) == ex["params"] and len(ex["routing"]) == cfg.n_heads

@@ -1,6 +1,7 @@
 """The entropy experiment on a tiny GPT: the seed's results layout, linearity at small η, clean errors."""
 
 import math
+import shutil
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_results_keep_the_seed_layout_and_small_steps_are_linear(tmp_path, lm_di
             assert {"weights_sum", "normalized_weights", "token_counts", "h_new", "base_entropy"} <= set(diag)
             smallest = entries[0]
             assert smallest["delta_h_true"] / (approx["delta_h_per_lr"] * smallest["eta"]) == pytest.approx(1, abs=0.02)
-        small = [entropy.loglog_fit({"true": {"entries": r["true"]["entries"][:3]}}) for r in opt["runs"]]
+        small = [entropy.true_change_fit(r["true"]["entries"][:3]) for r in opt["runs"]]
         for fit in small:  # over the linear regime (the three smallest η) the slope is 1
             assert fit["slope"] == pytest.approx(1, abs=0.05) and fit["r2"] >= 0.99, (name, fit)
     assert {p.name for p in (out / "figures").iterdir()} == {
@@ -117,7 +118,7 @@ def test_trains_its_own_model_when_given_no_checkpoint(tmp_path, text):  # noqa:
     [
         (["--E", "100000"], "need at least"),
         (["--eta-decades", "1"], "must be >= 2"),
-        (["--optimizers", "adam,newton"], "unknown 'newton'"),
+        (["--optimizers", "adam,newton"], "unknown optimizer 'newton'"),
         (["--seq-len", "999"], "must be <= the model's context"),
         (["--mode", "sampled"], "valid: fixed, policy"),
     ],
@@ -125,11 +126,24 @@ def test_trains_its_own_model_when_given_no_checkpoint(tmp_path, text):  # noqa:
 def test_bad_settings_are_clean_errors(tmp_path, lm_dir, capsys, extra, message):
     args = ["run", "entropy", "--out", str(tmp_path / "bad"), "--checkpoint", str(lm_dir), *PROBE, *extra]
     assert cli.main(args) == cli.EXIT_BAD_INPUT
-    assert message in capsys.readouterr().out.replace("\n", "")
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
 
 
 def test_checkpoint_must_be_an_lm_run(tmp_path, capsys):
     other = tmp_path / "other"
-    runs.prepare_run_dir(other, "landscapes", {})
+    with runs.open_run(other, "landscapes", {}):
+        pass
     assert cli.main(["run", "entropy", "--out", str(tmp_path / "x"), "--checkpoint", str(other), *PROBE]) == 2
-    assert "give an `lm` run directory" in capsys.readouterr().out
+    assert "give an `lm` run directory" in capsys.readouterr().err
+
+
+def test_a_corrupt_lm_checkpoint_is_a_one_line_error(tmp_path, lm_dir, capsys):
+    broken = tmp_path / "lm"
+    shutil.copytree(lm_dir, broken)
+    path = broken / "checkpoints" / "adamw.pt"
+    path.write_bytes(path.read_bytes()[:1000])
+    args = ["run", "entropy", "--out", str(tmp_path / "x"), "--checkpoint", str(broken), "--checkpoint-run", "adamw"]
+    assert cli.main([*args, *PROBE]) == cli.EXIT_BAD_INPUT
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"{path} is not a readable checkpoint" in lines[0]

@@ -14,7 +14,7 @@ from optiscope.experiments.bias_correction import bias_correction_story, descend
 from optiscope.experiments.descent import DIVERGED_FACTOR, best_run, descend, log_sampled, thin_path
 from optiscope.experiments.surfaces import SADDLE_MU, surfaces
 from optiscope.experiments.weight_decay import l2_optimum, seed_claims, shape_stats, weight_decay_story
-from optiscope.experiments.zoo import make_optimizer
+from optiscope.optim import build_optimizer
 
 SURFACES = surfaces(condition_number=50.0)
 
@@ -191,7 +191,7 @@ def test_l2_optimum_zeroes_the_regularised_gradient():
 
 def test_adamw_shrinks_by_one_minus_lr_lambda_at_zero_gradient():
     theta = torch.tensor([2.0, -3.0, 0.5], dtype=torch.float64)
-    optimizer = make_optimizer("adamw", [{"params": [theta], "weight_decay": 0.1}], lr=0.01)
+    optimizer = build_optimizer("adamw", [theta], lr=0.01, weight_decay=0.1)
     for _ in range(5):
         theta.grad = torch.zeros_like(theta)
         before = theta.clone()
@@ -231,9 +231,9 @@ def test_seed_claims_read_the_statistics():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"optimizers": ("sgd", "muon")}, "muon is not offered here (θ is a 2-vector"),
-        ({"optimizers": ("sgd", "adagrad")}, "unknown 'adagrad'; valid: sgd, momentum, nesterov"),
-        ({"steps": -5}, "steps=-5 must be a positive integer"),
+        ({"optimizers": "sgd,muon"}, "muon is not offered here (θ is a 2-vector"),
+        ({"optimizers": "sgd,adagrad"}, "unknown optimizer 'adagrad'; valid: sgd, momentum, nesterov"),
+        ({"steps": -5}, "--steps=-5 must be an integer >= 1"),
         ({"lrs": (0.1, -1.0)}, "lrs=(0.1, -1.0): give one or more finite numbers > 0"),
         ({"lrs": ()}, "lrs=(): give one or more"),
         ({"condition_number": 0.5}, "condition_number=0.5 must be a finite number >= 1"),
@@ -268,4 +268,4 @@ def test_cli_quick_run_then_plot_reproduces_the_figures(tmp_path):
 def test_cli_lists_valid_optimizers_for_a_bad_name(tmp_path, capsys):
     code = cli.main(["run", "landscapes", "--out", str(tmp_path / "x"), "--optimizers", "sgd,adamax"])
     assert code == cli.EXIT_BAD_INPUT
-    assert "unknown 'adamax'; valid: sgd, momentum, nesterov, rmsprop, adam" in printed(capsys)
+    assert "unknown optimizer 'adamax'; valid: sgd, momentum, nesterov, rmsprop, adam" in printed(capsys)

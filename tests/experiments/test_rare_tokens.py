@@ -131,7 +131,7 @@ def test_sweep_findings_pick_the_smallest_rescuing_lr():
 @pytest.fixture(scope="module")
 def seed_results():
     """The seed's comparison at its settings (η = 0.01, Zipf frequencies), shortened."""
-    config = rt.Config(steps=1500, optimizers=("sgd", "adam"), sweep_lrs=(0.01, 2.0))
+    config = rt.Config(steps=1500, optimizers="sgd,adam", sweep_lrs=(0.01, 2.0))
     return rt.run(config, None)
 
 
@@ -155,15 +155,15 @@ def test_effective_lr_is_larger_for_rarer_tokens(seed_results):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"optimizers": ("sgd", "adam", "adagrad")}, "unknown 'adagrad'; valid: sgd, momentum"),
-        ({"optimizers": ("adam", "lion")}, "must include sgd"),
-        ({"steps": 0}, "steps=0 must be a positive integer"),
+        ({"optimizers": "sgd,adam,adagrad"}, "unknown optimizer 'adagrad'; valid: sgd, momentum"),
+        ({"optimizers": "adam,lion"}, "must include sgd"),
+        ({"steps": 0}, "--steps=0 must be an integer >= 1"),
         ({"lr": -0.1}, "lr=-0.1 must be a finite number > 0"),
         ({"lr": float("nan")}, "lr=nan must be a finite number > 0"),
         ({"frequencies": (0.5, 0.4)}, "frequencies sum to 0.9; they must sum to 1"),
         ({"frequencies": (1.5, -0.5)}, "[-0.5] are not finite numbers > 0"),
         ({"sweep_lrs": (0.1, 0.0)}, "sweep_lrs=(0.1, 0.0)"),
-        ({"batch_size": 2.5}, "batch_size=2.5 must be a positive integer"),
+        ({"batch_size": 2.5}, "--batch-size=2.5 must be an integer >= 1"),
     ],
 )
 def test_bad_config_names_the_value_and_what_is_valid(overrides, message):

@@ -26,12 +26,6 @@ def test_table_cells_say_how_each_run_ended():
     assert fig.outcome(run(best_lr=None), 3000) == "diverged at every η"
 
 
-def test_fastest_lists_ties_and_nothing_when_none_reached():
-    surface = {"runs": {"a": run(reached_at=30), "b": run(reached_at=30), "c": run(reached_at=31), "d": run()}}
-    assert fig.fastest(surface) == ["a", "b"]
-    assert fig.fastest({"runs": {"d": run()}}) == []
-
-
 def story_with(skew_w, skew_l2, kurt_w, kurt_l2, max_w, max_l2, n=300):
     def stats(skew, kurt, max_abs):
         return {"skewness": skew, "excess_kurtosis": kurt, "max_abs": max_abs}
@@ -75,16 +69,14 @@ def test_bias_title_reads_the_runs():
 @pytest.fixture(scope="module")
 def diverging_results():
     """η = 2 everywhere: SGD diverges on the ravine and on Rosenbrock."""
-    config = ls.Config(
-        steps=60, lrs=(2.0,), optimizers=("sgd", "adam"), bias_steps=20, decay_steps=20, weights_per_group=5
-    )
+    config = ls.Config(steps=60, lrs=(2.0,), optimizers="sgd,adam", bias_steps=20, decay_steps=20, weights_per_group=5)
     return {"experiment": "landscapes", **ls.run(config, None)}
 
 
 def test_landscape_figures_survive_runs_that_diverged_at_every_rate(diverging_results, tmp_path):
     assert diverging_results["surfaces"]["rosenbrock"]["runs"]["sgd"]["best_lr"] is None
-    for draw, name in ((fig.draw_landscapes, "landscapes.png"), (fig.draw_convergence_table, "table.png")):
-        assert_drawn_png(draw(diverging_results, tmp_path / name))
+    for draw, name in ((fig.landscapes, "landscapes.png"), (fig.convergence_table, "table.png")):
+        assert_drawn_png(style.save(draw(diverging_results), tmp_path / name))
 
 
 def test_the_png_check_rejects_a_blank_figure(tmp_path):

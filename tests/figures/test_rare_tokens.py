@@ -7,6 +7,7 @@ tests/experiments/test_rare_tokens.py.
 import numpy as np
 
 from figure_checks import assert_drawn_png
+from optiscope import figures
 from optiscope.experiments import rare_tokens as rt
 from optiscope.figures import rare_tokens as fig
 from optiscope.figures import style
@@ -15,8 +16,10 @@ from optiscope.figures import style
 def results_with(sgd_final, adam_final, **extra):
     """A minimal results dict: two tokens, the second one rare."""
 
-    def run(final):
+    def run(final, optimizer):
         return {
+            "optimizer": optimizer,
+            "lr": 0.01,
             "diverged_at": None,
             "final_weight": final,
             "final_error": [abs(w - 1) for w in final],
@@ -33,7 +36,8 @@ def results_with(sgd_final, adam_final, **extra):
         "frequencies": [0.999, 0.001],
         "rarest": 1,
         "most_common": 0,
-        "optimizers": {"sgd": run(sgd_final), "adam": run(adam_final)},
+        "optimizers": {"sgd": run(sgd_final, "sgd"), "adam": run(adam_final, "adam")},
+        "pair": {"sgd": "sgd", "adam": "adam"},
         **extra,
     }
 
@@ -70,6 +74,7 @@ def test_sweep_title_reports_the_rescue_or_its_absence():
         "rescue_lr": 2.0,
         "rescue_common_tail_std": 0.1,
         "nominal_common_tail_std": 0.002,
+        "rescue_jitter_ratio": 50.0,
         "smallest_diverging_sgd_lr": 3.0,
     }
     results = results_with([1, 0], [1, 1], lr_sweep={"findings": findings})
@@ -84,12 +89,13 @@ def test_sweep_title_reports_the_rescue_or_its_absence():
 
 def test_figures_survive_a_diverged_sgd(tmp_path):
     """At η = 80 SGD diverges at the nominal rate and across the sweep; every figure still draws."""
-    config = rt.Config(steps=120, lr=80.0, optimizers=("sgd", "adam", "lion"), sweep_lrs=(0.01, 80.0))
+    config = rt.Config(steps=120, lr=80.0, optimizers="sgd,adam,lion", sweep_lrs=(0.01, 80.0))
     results = {"experiment": "rare-tokens", **rt.run(config, None)}
     assert results["optimizers"]["sgd"]["diverged_at"] is not None
     assert results["lr_sweep"]["findings"]["smallest_diverging_sgd_lr"] == 80.0
-    paths = fig.draw(results, tmp_path)
-    assert [p.name for p in paths] == ["sgd_vs_adam.png", "optimizers.png", "lr_sweep.png"]
-    for path in paths:
+    drawn = figures.draw(results, tmp_path)
+    assert not drawn.failures
+    assert [p.name for p in drawn.paths] == ["sgd_vs_adam.png", "optimizers.png", "lr_sweep.png"]
+    for path in drawn.paths:
         assert_drawn_png(path)
     assert np.isfinite(results["optimizers"]["adam"]["effective_lr"]).all()

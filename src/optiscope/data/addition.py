@@ -26,6 +26,7 @@ alone, and uniform digits give it one position in ten, rarely several in a row.
 from __future__ import annotations
 
 import random
+from collections import defaultdict
 from collections.abc import Sequence
 
 import torch
@@ -172,3 +173,29 @@ def training_batch(
     xu, yu = uniform_digits(batch - heavy, max_digits, generator)
     xc, yc = carry_chain_digits(heavy, max_digits, generator)
     return sequence(torch.cat([xc, xu]), torch.cat([yc, yu]))
+
+
+# ------------------------------------------------------------------- reading a model of this layout
+def place(label: str) -> int | None:
+    """Digit place of a position label: x3, y3, z3 -> 3; '=' -> -1 (it writes z0); '+' -> None."""
+    return -1 if label == "=" else int(label[1:]) if label[0] in "xyz" else None
+
+
+def routing_summary(pattern: Tensor, labels: list[str]) -> str:
+    """Share of one head's attention, over the slots writing z1 … z9 (query at place j), on keys at place
+    j + k; the two largest shares, e.g. '48% on place j+1, 45% on place j+0'."""
+    rows = [labels.index(f"z{j}") for j in range(9)]
+    shares: dict[str, float] = defaultdict(float)
+    for r in rows:
+        for k, weight in enumerate(pattern[r].tolist()):
+            key = place(labels[k])
+            name = "delimiters" if key is None or labels[k] == "=" else f"place j{key - place(labels[r]):+d}"
+            shares[name] += weight / len(rows)
+    top = sorted(shares.items(), key=lambda kv: -kv[1])[:2]
+    return ", ".join(f"{100 * share:.0f}% on {name}" for name, share in top)
+
+
+def position_labels() -> list[str]:
+    """The name of each position of a sequence: x0 … x9, +, y0 … y9, =, z0 … z9."""
+    digits = range(N_DIGITS)
+    return [f"x{i}" for i in digits] + ["+"] + [f"y{i}" for i in digits] + ["="] + [f"z{i}" for i in digits]

@@ -3,17 +3,33 @@
 An experiment module defines
 
 * ``SUMMARY`` — one line for ``optiscope list``;
-* ``Config`` — a dataclass whose fields become command-line options (``field(metadata={"help": ...})``)
-  and whose ``__post_init__`` raises ``ConfigError`` naming any bad value and the valid ones;
+* ``Config`` — a dataclass whose fields become command-line options (``field(metadata={"help": ...})``;
+  ``"affects_results": False`` marks options such as ``--quiet`` that ``--resume`` may change) and whose
+  ``__post_init__`` raises ``ConfigError`` naming any bad value and the valid ones;
 * ``QUICK`` — field overrides for ``--quick`` (what ``make demo`` runs: well under a minute on a laptop);
-* ``run(config, run_dir) -> dict`` — does the work and returns the results that ``results.json`` keeps
-  and the figures are drawn from. Long runs also write ``metrics.jsonl`` and checkpoints in ``run_dir``.
+* ``Results`` — the ``TypedDict`` of its ``results.json``, the contract its figures are drawn from;
+* ``run(config, run_dir) -> Results`` — does the work. Experiments that train go through
+  ``optiscope.train``; their checkpoints live in ``run_dir/checkpoints`` and a run directory that has
+  them is being resumed (``runs.open_run`` guarantees that nothing else is there).
+
+Optional: ``OWNS`` (more files or folders the run owns besides ``runs.OWNED``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import time
+from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+from .. import __version__, runs
+from ..errors import ConfigError
+from ..optim import RunSpec, parse_runs
+from ..runs import checkpoint_name
+
+__all__ = ["ConfigError", "RunSpec", "checkpoint_name", "execute", "load", "parse_runs", "require", "require_counts"]
 
 EXPERIMENTS: dict[str, str] = {
     "rare-tokens": "optiscope.experiments.rare_tokens",
@@ -24,10 +40,6 @@ EXPERIMENTS: dict[str, str] = {
 }
 
 
-class ConfigError(ValueError):
-    """A bad experiment setting; the message names the value and what would be valid."""
-
-
 def load(name: str) -> ModuleType:
     if name not in EXPERIMENTS:
         valid = ", ".join(sorted(EXPERIMENTS)) or "(none yet)"
@@ -35,20 +47,48 @@ def load(name: str) -> ModuleType:
     return importlib.import_module(EXPERIMENTS[name])
 
 
-def parse_names(
-    text: str | list[str] | tuple[str, ...], valid: list[str] | tuple[str, ...], what: str
-) -> tuple[str, ...]:
-    """'a,b' -> ('a', 'b'), each checked against ``valid`` (a clear ConfigError lists the valid names)."""
-    names = [n.strip() for n in text.split(",")] if isinstance(text, str) else list(text)
-    names = [n for n in names if n]
-    if not names:
-        raise ConfigError(f"{what}: empty list; choose from {', '.join(valid)}")
-    bad = [n for n in names if n not in valid]
-    if bad:
-        raise ConfigError(f"{what}: unknown {', '.join(map(repr, bad))}; valid: {', '.join(valid)}")
-    return tuple(names)
-
-
 def require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
+
+
+def require_counts(config: Any, *names: str, minimum: int = 1) -> None:
+    """Each named field of ``config`` is an integer (not a bool) >= ``minimum``."""
+    for name in names:
+        value = getattr(config, name)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+        require(ok, f"--{name.replace('_', '-')}={value!r} must be an integer >= {minimum}")
+
+
+# --------------------------------------------------------------------------------------------- running
+def config_dict(config: Any) -> dict[str, Any]:
+    return runs.to_jsonable(dataclasses.asdict(config))
+
+
+def options_without_effect(config_cls: type) -> tuple[str, ...]:
+    """The Config fields that do not change results (``--resume`` ignores differences in them)."""
+    return tuple(f.name for f in dataclasses.fields(config_cls) if f.metadata.get("affects_results") is False)
+
+
+def execute(name: str, config: Any, out: Path, *, resume: bool = False, force: bool = False, quick: bool = False):
+    """Run experiment ``name`` with ``config`` in the run directory ``out`` (``runs.open_run``'s rules)
+    and write ``results.json``; returns the results. Under torchrun only rank 0 touches the directory."""
+    module = load(name)
+    if not runs.is_rank_zero():
+        return module.run(config, Path(out))
+    with runs.open_run(
+        out,
+        name,
+        config_dict(config),
+        resume=resume,
+        force=force,
+        ignored=options_without_effect(type(config)),
+        owned=getattr(module, "OWNS", ()),
+    ) as run_dir:
+        started = time.perf_counter()
+        results = module.run(config, run_dir.path)
+        results = {"experiment": name, "optiscope": __version__, "quick": quick, **results}
+        results.setdefault("status", "ok")
+        results["wall_seconds"] = round(time.perf_counter() - started, 3)
+        runs.atomic_write_json(run_dir.path / runs.RESULTS, results)
+    return results

@@ -1,13 +1,14 @@
 """Experiment ``adder``: the smallest transformers we can train to add two ten-digit numbers.
 
-For each seed: build the model the parameter budget picks, train it with teacher forcing on batches
-whose planted carry chains fade out (carry mixing) and, if asked, whose digit length grows
-(curriculum; off by default, it hurt: see the README), both on fixed step schedules; score the whole
-10,010-case suite every ``eval_every`` steps and stop at 10,010/10,010. Every evaluation also writes
-a checkpoint, so ``--resume`` continues a killed run bit-exactly. ``results.json`` keeps the per-seed
-outcomes, the success rate, the training curves and, for the best model, everything the explainer
-figure draws (weights, an attention pattern on a real example, the parameter budget, the measured
-accuracy).
+For each optimizer and seed: build the model the parameter budget picks, train it (``optiscope.train``)
+with teacher forcing on batches whose planted carry chains fade out (carry mixing) and, if asked, whose
+digit length grows (curriculum; off by default, it hurt: see the README), both on fixed step schedules;
+score the whole 10,010-case suite every ``eval_every`` steps and stop at 10,010/10,010. Every evaluation
+also writes a checkpoint, so ``--resume`` continues a killed run bit-exactly. A run whose loss or
+gradients stop being finite is recorded as diverged, like the ``lm`` experiment's. ``results.json`` keeps
+every run's outcome, the success rate per optimizer, the training curves and, for the best model,
+everything the explainer figure draws (weights, an attention pattern on a real example, the parameter
+budget, the measured accuracy).
 
 Scoring during training uses ``SuiteScorer``'s single teacher-forced pass (the same count as greedy
 decoding; see there); the reported numbers are re-measured by greedy decoding, the challenge's way.
@@ -16,34 +17,30 @@ decoding; see there); the reported numbers are re-measured by greedy decoding, t
 from __future__ import annotations
 
 import dataclasses
-import math
-import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import torch.nn.functional as F
+from rich.console import Console
 
-from .. import runs
-from ..data.addition import (
-    ANSWER_DIGITS,
-    N_DIGITS,
-    TOKEN_NAMES,
-    from_digits,
-    prompt_tokens,
-    to_digits,
-    training_batch,
-)
+from .. import runs, train
+from ..data import addition
+from ..data.addition import ANSWER_DIGITS, N_DIGITS, TOKEN_NAMES, from_digits, prompt_tokens, to_digits, training_batch
 from ..models.adder import AdderConfig, AdderModel, count_parameters, parameter_budget
 from ..models.adder_challenge import SuiteScorer, build_model, evaluate, greedy_answer
-from ..monitor import Diverged, DivergenceGuard, JSONLSink, Monitor
-from ..optim import SGD, Adam, AdamW, Lion, as_lambda_lr, clip_grad_norm, muon_with_adamw, warmup_cosine
-from . import ConfigError, require
+from ..monitor import ConsoleSink, DivergenceGuard, JSONLSink, Monitor
+from ..optim import RECIPES, as_lambda_lr, build_optimizer, warmup_cosine
+from . import ConfigError, RunSpec, checkpoint_name, parse_runs, require, require_counts
 
 SUMMARY = "tiny transformers that add 10-digit numbers: trained, scored on the 10,010-case suite, explained"
 
-OPTIMIZERS = ("adamw", "adam", "sgd", "lion", "muon")
+#: Every recipe but plain Muon, which cannot take the model's vectors and scalars.
+OPTIMIZERS = tuple(name for name in RECIPES if name != "muon")
+DEFAULT_LR = 0.02
+NO_EFFECT = {"affects_results": False}
 
 # The architectures ``--params-budget`` chooses from (README, "Experiment adder", has what each achieved).
 # "two-head": routing by two heads that share one Q/K matrix and differ by their learned phase (one reads
@@ -84,13 +81,17 @@ class Config:
             + ", ".join(f"{name} ({n})" for name, n in preset_sizes().items())
         },
     )
+    optimizers: str = field(
+        default="adamw",
+        metadata={
+            "help": f"runs as optimizer[@lr] (lr {DEFAULT_LR:g} if not given); optimizers: {', '.join(OPTIMIZERS)}"
+        },
+    )
     seed: int = field(default=1, metadata={"help": "the seed, when --seeds is not given"})
     seeds: tuple[int, ...] = field(default=(), metadata={"help": "several seeds, e.g. 1,2,3,4,5"})
-    optimizer: str = field(default="adamw", metadata={"help": f"one of {', '.join(OPTIMIZERS)}"})
-    lr: float = field(default=0.02, metadata={"help": "peak learning rate"})
     min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine decays to lr × this"})
     warmup_steps: int = 1000
-    weight_decay: float = 0.01
+    weight_decay: float = field(default=0.01, metadata={"help": "λ, for the optimizers that decay"})
     clip: float = field(default=1.0, metadata={"help": "global gradient-norm clip"})
     batch_size: int = 256
     steps: int = field(default=60_000, metadata={"help": "training steps per seed (early stop at 10,010/10,010)"})
@@ -103,20 +104,15 @@ class Config:
     log_every: int = field(
         default=100, metadata={"help": "the monitor's record (mean loss, g, w, u, u/w, ...) every N steps"}
     )
-    threads: int = field(default=1, metadata={"help": "torch CPU threads (tiny models run best on one)"})
-    resume: bool = field(default=False, metadata={"help": "continue from DIR/checkpoints"})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads (tiny models run best on one)", **NO_EFFECT})
+    quiet: bool = field(default=False, metadata={"help": "print nothing while training", **NO_EFFECT})
+    verbose: bool = field(default=False, metadata={"help": "per-parameter tables at evaluations", **NO_EFFECT})
 
     def __post_init__(self) -> None:
-        positive = ("params_budget", "batch_size", "steps", "eval_every", "log_every", "threads")
-        for name in positive:
-            value = getattr(self, name)
-            require(isinstance(value, int) and value >= 1, f"{name}={value!r} must be an integer >= 1")
-        for name in ("warmup_steps", "curriculum_steps", "carry_steps"):
-            value = getattr(self, name)
-            require(isinstance(value, int) and value >= 0, f"{name}={value!r} must be an integer >= 0")
+        require_counts(self, "params_budget", "batch_size", "steps", "eval_every", "log_every", "threads")
+        require_counts(self, "warmup_steps", "curriculum_steps", "carry_steps", minimum=0)
         require(self.warmup_steps < self.steps, f"warmup_steps={self.warmup_steps} must be < steps={self.steps}")
-        require(self.optimizer in OPTIMIZERS, f"optimizer={self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
-        require(math.isfinite(self.lr) and self.lr > 0, f"lr={self.lr} must be a finite number > 0")
+        runs_of(self)
         require(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         require(self.weight_decay >= 0, f"weight_decay={self.weight_decay} must be >= 0")
         require(self.clip > 0, f"clip={self.clip} must be > 0")
@@ -135,7 +131,46 @@ class Config:
         return tuple(self.seeds) or (self.seed,)
 
 
+def runs_of(config: Config) -> tuple[RunSpec, ...]:
+    return parse_runs(config.optimizers, DEFAULT_LR, OPTIMIZERS)
+
+
 QUICK = dict(params_budget=300, steps=4_000, warmup_steps=300, carry_steps=2_000, eval_every=500)
+
+
+class Evaluation(TypedDict):
+    step: int
+    correct: int
+
+
+class RunResults(TypedDict):
+    label: str
+    optimizer: str
+    lr: float
+    setting: str
+    seed: int
+    status: str
+    divergence: dict[str, Any] | None
+    perfect: bool
+    correct: int
+    best_step: int
+    steps: int
+    cpu_minutes: float
+    wall_minutes: float
+    report: dict[str, Any]
+    train: dict[str, list[float]]
+    evals: list[Evaluation]
+
+
+class Results(TypedDict):
+    status: str
+    preset: str
+    params: int
+    cases: int
+    runs: list[RunResults]
+    success: dict[str, dict[str, float]]
+    best: dict[str, Any]
+    explain: dict[str, Any]
 
 
 # --------------------------------------------------------------------------------------- schedules
@@ -153,19 +188,6 @@ def carry_fraction(cfg: Config, step: int) -> float:
     return cfg.carry_end + (cfg.carry_start - cfg.carry_end) * left
 
 
-def make_optimizer(cfg: Config, model: AdderModel) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if cfg.optimizer == "adamw":
-        return AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adam":
-        return Adam(params, lr=cfg.lr)
-    if cfg.optimizer == "sgd":
-        return SGD(params, lr=cfg.lr, momentum=0.9, nesterov=True, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "lion":
-        return Lion(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return muon_with_adamw(model, head="head", lr=cfg.lr, adamw_lr=cfg.lr, adamw_weight_decay=cfg.weight_decay)
-
-
 # -------------------------------------------------------------------------------------------- loss
 def loss_on(model: AdderModel, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of the 11 answer digits (teacher forcing)."""
@@ -174,102 +196,94 @@ def loss_on(model: AdderModel, inputs: torch.Tensor, targets: torch.Tensor) -> t
 
 
 # -------------------------------------------------------------------------------------------- train
-def checkpoint_path(run_dir: Path, seed: int, kind: str = "") -> Path:
-    return Path(run_dir) / runs.CHECKPOINTS / f"seed-{seed}{kind}.pt"
+def checkpoint_path(run_dir: Path, label: str, seed: int, kind: str = "") -> Path:
+    """``checkpoints/<label>-seed-<seed>.pt`` (training state) or ``…-best.pt`` (the best model)."""
+    return Path(run_dir) / runs.CHECKPOINTS / checkpoint_name(f"{label}-seed-{seed}{kind}")
 
 
-def train_seed(cfg: Config, model_cfg: AdderConfig, seed: int, run_dir: Path, scorer: SuiteScorer) -> dict:
-    """Train one seed to the end of its schedule or to 10,010/10,010; returns its record."""
+class Addition(train.Task):
+    """Teacher-forced answers of fresh additions; the suite scored at every evaluation."""
+
+    def __init__(
+        self, config: Config, model_cfg: AdderConfig, scorer: SuiteScorer, run_dir: Path, label: str, seed: int
+    ):
+        self.config, self.model_cfg, self.scorer = config, model_cfg, scorer
+        self.run_dir, self.label, self.seed = run_dir, label, seed
+        self.best_path = checkpoint_path(run_dir, label, seed, "-best")
+
+    def batch(self, step: int, data: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg = self.config
+        return training_batch(cfg.batch_size, max_digits(cfg, step), carry_fraction(cfg, step), data)
+
+    def loss(self, net: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return loss_on(net, *batch)
+
+    def evaluate(self, run: train.Run) -> bool:
+        """Score the suite; keep the model if it is the best so far; True at 10,010/10,010."""
+        correct, history = self.scorer.correct(run.model), run.history
+        history["evals"].append({"step": run.step, "correct": correct})
+        record = {"run": self.label, "seed": self.seed, "step": run.step, "suite_correct": correct}
+        runs.append_jsonl(self.run_dir / runs.METRICS, record)
+        if correct > history["best"]:
+            history["best"], history["best_step"] = correct, run.step
+            best = {
+                "model_config": dataclasses.asdict(self.model_cfg),
+                "model": run.model.state_dict(),
+                "step": run.step,
+            }
+            runs.save_checkpoint(self.best_path, best)
+        return correct == self.scorer.cases
+
+    def finish(self, run: train.Run) -> None:
+        """The best checkpoint scored again the challenge's way, by greedy decoding."""
+        run.history["report"] = evaluate(build_model(self.best_path)[0])
+
+    def summary(self, run: train.Run) -> str:
+        h = run.history
+        ending = "finished" if h["status"] == "ok" else f"diverged at step {h['divergence']['step']}"
+        return (
+            f"{run.label}: {ending}; {h['report']['correct']:,}/{self.scorer.cases:,} exact by greedy decoding "
+            f"(best checkpoint, step {h['best_step']:,}), {h['step']:,} steps, "
+            f"{h['seconds']['cpu'] / 60:.1f} CPU minutes"
+        )
+
+
+def train_seed(
+    config: Config, spec: RunSpec, model_cfg: AdderConfig, seed: int, run_dir: Path, scorer: SuiteScorer, progress=None
+) -> dict[str, Any]:
+    """Train one optimizer on one seed to the end of its schedule or to 10,010/10,010; returns its history."""
     torch.manual_seed(seed)
     model = AdderModel(model_cfg)
-    optimizer = make_optimizer(cfg, model)
-    scheduler = as_lambda_lr(optimizer, warmup_cosine(cfg.lr, cfg.steps, cfg.warmup_steps, cfg.lr * cfg.min_lr_ratio))
-    data = torch.Generator().manual_seed(1_000_003 * seed)
-    metrics = Path(run_dir) / runs.METRICS
-    path = checkpoint_path(run_dir, seed)
-    state: dict[str, Any] = {"step": 0, "curve": [], "evals": [], "best": -1, "best_step": 0, "cpu": 0.0, "wall": 0.0}
-    saved = runs.load_checkpoint(path) if cfg.resume and path.exists() else None
-    if saved is not None:
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        data.set_state(saved["generator"])
-        state = saved["state"]
-        runs.truncate_jsonl(metrics, lambda r: r.get("seed") != seed or r["step"] <= state["step"])
-    # The monitor's per-parameter record (g, w, u, u/w, Adam's effective lr, ...) every log_every steps.
-    # Its guard stops a seed only on a non-finite loss: these tiny models spike and recover (with the
-    # default 4x-the-lowest rule, seeds 1-3 of the 90-parameter model tripped at steps 1.1K-2.5K on
+    optimizer = build_optimizer(spec.optimizer, model, spec.lr, config.weight_decay)
+    schedule = warmup_cosine(spec.lr, config.steps, config.warmup_steps, spec.lr * config.min_lr_ratio)
+    sinks: list[Any] = [JSONLSink(Path(run_dir) / runs.METRICS)]
+    if config.verbose:
+        sinks.append(ConsoleSink(Console(soft_wrap=True), every=config.eval_every))
+    # The monitor's guard stops a run only on a non-finite loss: these tiny models spike and recover (with
+    # the default 4x-the-lowest rule, seeds 1-3 of the 90-parameter model tripped at steps 1.1K-2.5K on
     # spikes to 2.8-4.2 above a lowest 0.35-0.50, and went on to 10,010/10,010 without the guard).
     monitor = Monitor(
         model,
         optimizer,
-        every=cfg.log_every,
-        sinks=[JSONLSink(metrics)],
-        batch_tokens=cfg.batch_size * ANSWER_DIGITS,
-        guard=DivergenceGuard(factor=math.inf),
-        context={"seed": seed},
-        start_step=state["step"],
+        every=config.log_every,
+        sinks=sinks,
+        batch_tokens=config.batch_size * ANSWER_DIGITS,
+        guard=DivergenceGuard(first_factor=10),
+        context={"run": spec.label, "seed": seed},
     )
-    if saved is not None:
-        monitor.load_state_dict(saved["monitor"])
-    cpu0, wall0 = time.process_time() - state["cpu"], time.perf_counter() - state["wall"]
-
-    def evaluate_and_save(step: int) -> bool:
-        """Score the suite, keep the best model, checkpoint everything; True at 10,010/10,010."""
-        correct = scorer.correct(model)
-        loss = f", loss {state['curve'][-1][1]:.4f}" if state["curve"] else ""
-        print(f"adder seed {seed} step {step:>6,}: {correct:,}/{scorer.cases:,} exact{loss}", flush=True)
-        state["evals"].append({"step": step, "correct": correct})
-        runs.append_jsonl(metrics, {"seed": seed, "step": step, "suite_correct": correct})
-        if correct > state["best"]:
-            state["best"], state["best_step"] = correct, step
-            best = {"model_config": dataclasses.asdict(model_cfg), "model": model.state_dict(), "step": step}
-            runs.save_checkpoint(checkpoint_path(run_dir, seed, "-best"), best)
-        state.update(step=step, cpu=time.process_time() - cpu0, wall=time.perf_counter() - wall0)
-        training_state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-        training_state |= {"scheduler": scheduler.state_dict(), "generator": data.get_state(), "state": state}
-        training_state["monitor"] = monitor.state_dict()
-        runs.save_checkpoint(path, training_state)
-        return correct == scorer.cases
-
-    done = evaluate_and_save(0) if not state["evals"] else state["evals"][-1]["correct"] == scorer.cases
-    running, counted = 0.0, 0
-    step = state["step"]
-    try:
-        while step < cfg.steps and not done:
-            step += 1
-            inputs, targets = training_batch(cfg.batch_size, max_digits(cfg, step), carry_fraction(cfg, step), data)
-            loss = loss_on(model, inputs, targets)
-            value = loss.item()
-            if not math.isfinite(value):  # stop before a bad step can touch the weights or the checkpoints
-                raise Diverged({"step": step, "loss": value, "reason": f"loss is {value}"})
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            clip_grad_norm(model.parameters(), cfg.clip)
-            optimizer.step()
-            scheduler.step()
-            running, counted = running + value, counted + 1
-            record = monitor.step(value, mean_loss=running / counted)
-            if record is not None:  # step 1 and every log_every steps
-                state["curve"].append([step, record["mean_loss"]])
-                running, counted = 0.0, 0
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                done = evaluate_and_save(step)
-    except Diverged as diverged:
-        state["diverged"] = diverged.record["step"]
-        print(f"adder seed {seed}: {diverged}; last good checkpoint kept: {path}", flush=True)
-    finally:
-        monitor.close()
-    state.update(step=step, cpu=time.process_time() - cpu0, wall=time.perf_counter() - wall0)
-    return {"seed": seed, **state}
+    history = train.new_history(evals=[], best=-1, best_step=0)
+    data = torch.Generator().manual_seed(1_000_003 * seed)
+    run = train.Run(
+        f"{spec.label} seed {seed}", model, optimizer, data, as_lambda_lr(optimizer, schedule), monitor, history
+    )
+    plan = train.Plan(
+        config.steps, config.clip, config.eval_every, eval_at_start=True, checkpoint_every=config.eval_every
+    )
+    task = Addition(config, model_cfg, scorer, Path(run_dir), spec.label, seed)
+    return train.train(run, task, plan, checkpoint_path(run_dir, spec.label, seed), progress=progress)
 
 
 # ------------------------------------------------------------------------------------------ explain
-def position_labels() -> list[str]:
-    digits = range(N_DIGITS)
-    return [f"x{i}" for i in digits] + ["+"] + [f"y{i}" for i in digits] + ["="] + [f"z{i}" for i in digits]
-
-
 @torch.no_grad()
 def explain(model: AdderModel, a: int, b: int) -> dict:
     """Everything the explainer figure shows, read from the model: weights, derived geometry, and
@@ -281,14 +295,23 @@ def explain(model: AdderModel, a: int, b: int) -> dict:
     cfg = model.cfg
     digits = model.token.digits()
     norm = model.norm.weight
+    budget = parameter_budget(model)
+    totals: dict[str, int] = defaultdict(int)
+    for row in budget:
+        totals[row["component"]] += row["params"]
+    attention = model.attention_pattern(tokens)[:, 0]
     return {
         "config": dataclasses.asdict(cfg),
         "params": count_parameters(model),
-        "budget": parameter_budget(model),
+        "budget": budget,
+        "component_totals": dict(totals),
+        "routing": [
+            addition.routing_summary(attention[h], addition.position_labels()) for h in range(attention.shape[0])
+        ],
         "weights": {name: t.tolist() for name, t in model.state_dict().items() if t.dtype.is_floating_point},
         "token_vectors": digits.tolist(),
         "positions": model.positions.table().tolist(),
-        "position_labels": position_labels(),
+        "position_labels": addition.position_labels(),
         "norm_weights": None if norm is None else norm.tolist(),
         # 1/RMS of the residual where each norm reads it, at the 11 positions that write answer digits
         "norm_gains": [(x.pow(2).mean(0) + model.norm.eps).rsqrt()[0].tolist() for x in model.residuals(tokens, 11)],
@@ -300,63 +323,47 @@ def explain(model: AdderModel, a: int, b: int) -> dict:
             "b": b,
             "answer": int(from_digits(answer)),
             "tokens": [TOKEN_NAMES[t] for t in tokens[0].tolist()],
-            "attention": model.attention_pattern(tokens)[:, 0].tolist(),
+            "attention": attention.tolist(),
         },
     }
 
 
 # ---------------------------------------------------------------------------------------------- run
-def run(config: Config, run_dir: Path) -> dict:
-    run_dir = Path(run_dir)
-    if not config.resume:
-        (run_dir / runs.METRICS).unlink(missing_ok=True)
-        for old in (run_dir / runs.CHECKPOINTS).glob("seed-*.pt"):
-            old.unlink()
+def run(config: Config, run_dir: Path) -> Results:
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:
-        return train_and_report(config, run_dir)
+        return train_and_report(config, Path(run_dir))
     finally:
         torch.set_num_threads(threads)
 
 
-def train_and_report(config: Config, run_dir: Path) -> dict:
-    """Every seed trained, its best checkpoint re-scored by greedy decoding, the best one explained."""
+def train_and_report(config: Config, run_dir: Path) -> Results:
+    """Every optimizer on every seed, each best checkpoint scored by greedy decoding, the best one explained."""
     preset, model_cfg = preset_for_budget(config.params_budget)
     scorer = SuiteScorer()
-    records = []
-    for seed in config.seed_list:
-        t = train_seed(config, model_cfg, seed, run_dir, scorer)
-        report = evaluate(build_model(checkpoint_path(run_dir, seed, "-best"))[0])
-        records.append(
-            {
-                "seed": seed,
-                "perfect": report["correct"] == scorer.cases,
-                "correct": report["correct"],
-                "best_step": t["best_step"],
-                "steps": t["step"],
-                "cpu_minutes": t["cpu"] / 60,
-                "wall_minutes": t["wall"] / 60,
-                "diverged_at": t.get("diverged"),
-                "report": report,
-                "curve": t["curve"],
-                "evals": t["evals"],
-            }
-        )
-        print(
-            f"adder seed {seed}: {report['correct']:,}/{scorer.cases:,} exact by greedy decoding (best checkpoint, "
-            f"step {t['best_step']:,}); {t['step']:,} steps, {t['cpu'] / 60:.1f} CPU minutes",
-            flush=True,
-        )
+    progress = train.Progress(enabled=not config.quiet)
+    records: list[RunResults] = []
+    for spec in runs_of(config):
+        for seed in config.seed_list:
+            h = train_seed(config, spec, model_cfg, seed, run_dir, scorer, progress)
+            kept = {k: h[k] for k in ("status", "divergence", "best_step", "report", "train", "evals")}
+            record = dict(label=spec.label, optimizer=spec.optimizer, lr=spec.lr, seed=seed, steps=h["step"], **kept)
+            record.update(setting=RECIPES[spec.optimizer].describe(), correct=h["report"]["correct"])
+            record.update(perfect=record["correct"] == scorer.cases, cpu_minutes=h["seconds"]["cpu"] / 60)
+            records.append({**record, "wall_minutes": h["seconds"]["total"] / 60})
     best = max(records, key=lambda r: (r["correct"], -r["best_step"]))
-    best_model, _ = build_model(checkpoint_path(run_dir, best["seed"], "-best"))
-    perfect = sum(r["perfect"] for r in records)
+    best_model, _ = build_model(checkpoint_path(run_dir, best["label"], best["seed"], "-best"))
+    tried: dict[str, list[bool]] = defaultdict(list)
+    for record in records:
+        tried[record["label"]].append(record["perfect"])
     return {
+        "status": "diverged" if all(r["status"] == "diverged" for r in records) else "ok",
         "preset": preset,
         "params": count_parameters(best_model),
         "cases": scorer.cases,
-        "seeds": records,
-        "success": {"perfect": perfect, "tried": len(records), "rate": perfect / len(records)},
-        "best_seed": best["seed"],
+        "runs": records,
+        "success": {k: {"perfect": sum(v), "tried": len(v), "rate": sum(v) / len(v)} for k, v in tried.items()},
+        "best": {"label": best["label"], "seed": best["seed"]},
         "explain": explain(best_model, 1_234_567_890, 9_876_543_210),
     }

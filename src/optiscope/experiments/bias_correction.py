@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .zoo import make_optimizer
+from ..optim import build_optimizer
 
 RUNS = ("adam", "adam-no-bc")
 
@@ -29,7 +29,7 @@ def predicted_step_ratio(steps: int, beta1: float, beta2: float) -> np.ndarray:
 def descend_parabola(name: str, lr: float, start: float, steps: int) -> tuple[np.ndarray, tuple[float, float]]:
     """x_0 … x_steps of optimizer ``name`` on f(x) = x² (g = 2x) from x_0 = ``start``, and its betas."""
     x = torch.tensor([start], dtype=torch.float64, requires_grad=True)
-    optimizer = make_optimizer(name, [x], lr)
+    optimizer = build_optimizer(name, [x], lr)
     path = np.empty(steps + 1)
     path[0] = start
     for t in range(steps):

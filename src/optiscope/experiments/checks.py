@@ -13,7 +13,3 @@ def finite(x: Any) -> bool:
 
 def positive(x: Any) -> bool:
     return finite(x) and x > 0
-
-
-def positive_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x > 0

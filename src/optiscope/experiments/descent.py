@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..optim import build_optimizer
 from .surfaces import Surface
-from .zoo import make_optimizer
 
 DIVERGED_FACTOR = 1e6
 #: Stopping (tolerance reached, divergence) is checked every this many steps, for every step in between.
@@ -27,8 +27,10 @@ PATH_RESOLUTION = 1e-3
 GAP_POINTS = 200
 
 
-def descend(surface: Surface, name: str, lrs: list[float], steps: int, tolerance: float) -> dict[str, Any]:
-    """Run optimizer ``name`` from ``surface.start`` once per learning rate.
+def descend(
+    surface: Surface, name: str, lrs: list[float], steps: int, tolerance: float, weight_decay: float = 0.0
+) -> dict[str, Any]:
+    """Run optimizer ``name`` (λ = ``weight_decay`` if it decays) from ``surface.start`` once per learning rate.
 
     Returns per run: ``reached_at`` and ``diverged_at`` (a step or None), ``final_gap`` (f − f* where
     it stopped), and the full ``path`` (n, 2) and ``gap`` (n,) arrays, n = the steps it ran + 1.
@@ -40,7 +42,8 @@ def descend(surface: Surface, name: str, lrs: list[float], steps: int, tolerance
     points = list(theta.unbind(0))
     for point, gradient in zip(points, gradients.unbind(0), strict=True):
         point.grad = gradient
-    optimizer = make_optimizer(name, [{"params": [p], "lr": lr} for p, lr in zip(points, lrs, strict=True)], lrs[0])
+    groups = [{"params": [p], "lr": lr} for p, lr in zip(points, lrs, strict=True)]
+    optimizer = build_optimizer(name, groups, lrs[0], weight_decay)
     path = torch.empty((steps + 1, len(lrs), 2), dtype=torch.float64)
     path[0] = theta
     gap0 = float(surface.f(theta[0]) - surface.f_star)

@@ -14,24 +14,28 @@ trusted. Every run's results keep the seed notebook's layout (``approx.*``, ``tr
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from rich.console import Console
 from torch import Tensor, nn
 
-from .. import runs
+from .. import runs, train
 from ..data import sample_batch
 from ..models import GPT
-from ..optim import clip_grad_norm
-from ..probe import MODES, probe_step, sample_sequences, subset_errors, update_direction
-from . import ConfigError, lm, parse_names, require
+from ..monitor.stats import loglog_fit
+from ..optim import build_optimizer
+from ..probe import MODES, prediction_curves, probe_step, sample_sequences, subset_errors, update_direction
+from . import ConfigError, RunSpec, execute, lm, parse_runs, require, require_counts
 
 SUMMARY = "One optimizer step's true vs predicted (linear, quadratic) change of a GPT's entropy and loss"
+#: The lm run trained here when no --checkpoint is given lives in DIR/lm.
+OWNS = ("lm",)
 
 
 @dataclass
@@ -43,7 +47,7 @@ class Config:
         default=None, metadata={"help": "which run of that directory (default: lowest final validation loss)"}
     )
     optimizers: str = field(
-        default="sgd,adam,adamw", metadata={"help": f"directions to probe: {', '.join(lm.DEFAULTS)}"}
+        default="sgd,adam,adamw", metadata={"help": f"directions to probe, as optimizer[@lr]: {', '.join(lm.DEFAULTS)}"}
     )
     mode: str = field(
         default="fixed", metadata={"help": "fixed: held-out text; policy: sequences sampled from the model"}
@@ -63,34 +67,48 @@ class Config:
     text: str | None = field(default=None, metadata={"help": "text to train it on (default: Shakespeare)"})
     seed: int = 0
     precision: str = field(default="float64", metadata={"help": "float64 (a float64 copy of the model) or model"})
-    quiet: bool = False
+    quiet: bool = field(default=False, metadata={"help": "print nothing while working", **lm.NO_EFFECT})
 
     def __post_init__(self) -> None:
-        parse_names(self.optimizers, tuple(lm.DEFAULTS), "--optimizers")
+        runs_of(self)
         require(self.mode in MODES, f"--mode={self.mode!r}; valid: {', '.join(MODES)}")
         require(self.precision in ("float64", "model"), f"--precision={self.precision!r}; valid: float64, model")
-        for name in (
-            "E",
-            "runs",
-            "seq_len",
-            "n_etas",
-            "subset_size",
-            "subsets",
-            "train_steps",
-            "train_layers",
-            "train_width",
-        ):
-            value = getattr(self, name)
-            require(
-                isinstance(value, int) and value >= 1, f"--{name.replace('_', '-')}={value!r} must be an integer >= 1"
-            )
-        require(self.n_etas >= 3, f"--n-etas={self.n_etas} must be >= 3 (a slope needs points)")
+        counts = ("E", "runs", "seq_len", "subset_size", "subsets", "train_steps", "train_layers", "train_width")
+        require_counts(self, *counts)
+        require_counts(self, "warm_steps", minimum=0)
+        require_counts(self, "n_etas", minimum=3)  # a slope needs points
         require(
             self.eta_decades >= 2,
             f"--eta-decades={self.eta_decades} must be >= 2 (the grid spans at least two decades)",
         )
-        require(self.warm_steps >= 0, f"--warm-steps={self.warm_steps} must be >= 0")
         require(self.subset_size <= self.E, f"--subset-size={self.subset_size} must be <= --E={self.E}")
+
+
+class Fit(TypedDict):
+    slope: float
+    intercept: float
+    r2: float
+
+
+class OptimizerResults(TypedDict):
+    optimizer: str
+    lr: float
+    etas: list[float]
+    runs: list[dict[str, Any]]
+    fits: list[Fit]
+    aggregate: dict[str, list[float]]
+    real_step: dict[str, Any]
+
+
+class Results(TypedDict):
+    model: str
+    parameters: int
+    mode: str
+    optimizers: dict[str, OptimizerResults]
+
+
+def runs_of(config: Config) -> tuple[RunSpec, ...]:
+    return parse_runs(config.optimizers, lm.LEARNING_RATES)
 
 
 QUICK = dict(
@@ -123,11 +141,10 @@ def loss_fn(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
 def trained_model(config: Config, run_dir: Path, console: Console) -> tuple[GPT, lm.Config, lm.Corpus, str]:
     """(model, its lm config, its corpus, a description): from --checkpoint, or trained here."""
     if config.checkpoint is None:
-        lm_dir = run_dir / "lm"
         lm_config = lm.Config(
             optimizers="adamw",
             steps=config.train_steps,
-            warmup=min(100, config.train_steps // 10),
+            warmup_steps=min(100, config.train_steps // 10),
             eval_every=max(config.train_steps // 4, 1),
             checkpoint_every=config.train_steps,
             quiet=config.quiet,
@@ -141,29 +158,40 @@ def trained_model(config: Config, run_dir: Path, console: Console) -> tuple[GPT,
         )
         if not config.quiet:
             console.rule(f"[bold]training a GPT to probe ({config.train_steps} AdamW steps)")
-        runs.prepare_run_dir(lm_dir, "lm", {k: v for k, v in asdict(lm_config).items() if k != "resume"})
-        runs.atomic_write_json(lm_dir / runs.RESULTS, {"experiment": "lm", **lm.run(lm_config, lm_dir)})
-        source, label = lm_dir, "adamw"
+        # resume=True: DIR/lm is either absent or this run's own model from before an interruption
+        execute("lm", lm_config, run_dir / "lm", resume=True)
+        source, label = run_dir / "lm", "adamw"
     else:
         source = Path(config.checkpoint)
-        stored = runs.read_json(source / runs.CONFIG)
-        if stored.get("experiment") != "lm":
-            raise ConfigError(
-                f"--checkpoint {source} holds a {stored.get('experiment')!r} run; give an `lm` run directory"
-            )
-        lm_config = lm.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored["config"].items()})
+        lm_config = stored_lm_config(source)
         label = config.checkpoint_run or _best_run(source)
-    lm_config = replace(lm_config, resume=False, quiet=True)
-    spec = next((s for s in lm.parse_runs(lm_config.optimizers) if s.label == label), None)
-    if spec is None:
-        raise ConfigError(
-            f"--checkpoint-run={label!r}; runs in {source}: {[s.label for s in lm.parse_runs(lm_config.optimizers)]}"
-        )
+    labels = [s.label for s in lm.runs_of(lm_config)]
+    if label not in labels:
+        raise ConfigError(f"--checkpoint-run={label!r}; the runs in {source} are {', '.join(labels)}")
     data = lm.load_data(lm_config)
     # the math attention path: forward-mode AD has no rule for the fused CPU/GPU attention kernels
     model = GPT(replace(lm.model_config(lm_config, data.tokenizer.vocab_size), attention="math"))
-    model.load_state_dict(runs.load_checkpoint(lm.checkpoint_path(source, spec))["model"])
+    saved = train.load(lm.checkpoint_path(source, label), label)
+    if saved["training"] is None:
+        raise ConfigError(f"run {label!r} of {source} diverged before its first checkpoint: it has no model to probe")
+    model.load_state_dict(saved["training"]["model"])
     return model, lm_config, data, f"{source} run {label}"
+
+
+def stored_lm_config(source: Path) -> lm.Config:
+    """The lm Config of the run directory ``source``, as its config.json stores it."""
+    stored = runs.read_json(source / runs.CONFIG)
+    if not isinstance(stored, dict) or stored.get("experiment") != "lm":
+        experiment = stored.get("experiment") if isinstance(stored, dict) else None
+        raise ConfigError(f"--checkpoint {source} holds a {experiment!r} run; give an `lm` run directory")
+    known = {f.name for f in dataclasses.fields(lm.Config)}
+    unknown = sorted(set(stored["config"]) - known)
+    if unknown:
+        raise ConfigError(
+            f"--checkpoint {source} was written by another version of optiscope (options {unknown} are unknown); "
+            "train it again with this version"
+        )
+    return lm.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored["config"].items()})
 
 
 def _best_run(source: Path) -> str:
@@ -172,6 +200,25 @@ def _best_run(source: Path) -> str:
     if not finite:
         raise ConfigError(f"{source}: no run finished with a finite validation loss; pick one with --checkpoint-run")
     return min(finite, key=finite.get)
+
+
+class WarmUp(lm.LanguageModelling):
+    """The lm experiment's batches and loss, with nothing evaluated or recorded."""
+
+    def evaluate(self, run: train.Run) -> bool:
+        return False
+
+    def finish(self, run: train.Run) -> None:
+        """Nothing to add: a warm-up only leaves the optimizer's state behind."""
+
+
+def warmed_optimizer(model: GPT, spec: RunSpec, lm_config: lm.Config, data: lm.Corpus, steps: int, seed: int):
+    """The optimizer of ``spec`` after ``steps`` real steps of ``model`` (so it has a running optimizer's state)."""
+    optimizer = build_optimizer(spec.optimizer, model, spec.lr, lm_config.weight_decay, decay_vectors=False)
+    warm = train.Run(spec.label, model, optimizer, torch.Generator().manual_seed(seed))
+    task = WarmUp(data, lm_config, train.Processes(0, 1, torch.device("cpu")))
+    train.train(warm, task, train.Plan(steps, lm_config.clip))
+    return optimizer
 
 
 # ----------------------------------------------------------------------------------------- run
@@ -187,20 +234,7 @@ def evaluation_sequences(data: lm.Corpus, E: int, length: int, generator: torch.
     return data.val[starts[:, None] + torch.arange(length + 1)]
 
 
-def warmed_optimizer(model: GPT, name: str, lm_config: lm.Config, data: lm.Corpus, steps: int, seed: int):
-    spec = lm.RunSpec(name, name, lm.DEFAULTS[name][0])
-    optimizer = lm.build_optimizer(spec, model, lm_config)
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        batch = sample_batch(data.train, lm_config.block_size, lm_config.batch_size, generator)
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(model, batch).backward()
-        clip_grad_norm(model.parameters(), lm_config.clip)
-        optimizer.step()
-    return optimizer, spec.lr
-
-
-def run(config: Config, run_dir: Path) -> dict[str, Any]:
+def run(config: Config, run_dir: Path) -> Results:
     console = Console(quiet=config.quiet)
     base, lm_config, data, description = trained_model(config, run_dir, console)
     require(
@@ -213,9 +247,10 @@ def run(config: Config, run_dir: Path) -> dict[str, Any]:
         "mode": config.mode,
         "optimizers": {},
     }
-    for name in parse_names(config.optimizers, tuple(lm.DEFAULTS), "--optimizers"):
+    for spec in runs_of(config):
+        name, lr = spec.label, spec.lr
         model = copy.deepcopy(base)
-        optimizer, lr = warmed_optimizer(model, name, lm_config, data, config.warm_steps, config.seed)
+        optimizer = warmed_optimizer(model, spec, lm_config, data, config.warm_steps, config.seed)
         etas = eta_grid(lr, config.eta_decades, config.n_etas)
         probes = []
         for r in range(config.runs):
@@ -232,7 +267,7 @@ def run(config: Config, run_dir: Path) -> dict[str, Any]:
             entropy = probe_step(model, v, sequences, etas, mode=config.mode, precision=config.precision)
             loss = probe_step(model, v, held_out, etas, functional="loss", precision=config.precision)
             subset_eta = min(etas, key=lambda e: abs(math.log(e / (lr / 10))))
-            entropy["optimizer"], entropy["lr"], entropy["run"] = name, lr, r
+            entropy["optimizer"], entropy["lr"], entropy["run"] = spec.optimizer, lr, r
             entropy["subsets"] = subset_errors(
                 entropy, subset_eta, config.subset_size, config.subsets, config.subset_seed + r
             )
@@ -242,6 +277,7 @@ def run(config: Config, run_dir: Path) -> dict[str, Any]:
                 "base": loss["base_value"],
                 "true": [{"eta": e["eta"], "delta": e["delta_h_true"]} for e in loss["true"]["entries"]],
             }
+            entropy["curve"] = prediction_curves(entropy)
             probes.append(entropy)
             if not config.quiet:
                 console.print(
@@ -249,20 +285,47 @@ def run(config: Config, run_dir: Path) -> dict[str, Any]:
                     f"∇L·v = {loss['approx']['delta_h_per_lr']:+.3e}, "
                     f"η* = {entropy['approx']['eta_star']:.2e} (lr {lr:g})"
                 )
-        out["optimizers"][name] = {"lr": lr, "etas": etas, "runs": probes, "fits": [loglog_fit(p) for p in probes]}
+        out["optimizers"][name] = {
+            "optimizer": spec.optimizer,
+            "lr": lr,
+            "etas": etas,
+            "runs": probes,
+            "fits": [true_change_fit(p["true"]["entries"]) for p in probes],
+            "aggregate": aggregate(probes),
+            "real_step": real_step(probes, lr),
+        }
     return out
 
 
-def loglog_fit(result: dict[str, Any]) -> dict[str, float]:
-    """Least-squares line through (log η, log |ΔH_true|) over the probed grid: slope, intercept, R²."""
-    entries = result["true"]["entries"]
-    x = np.log([e["eta"] for e in entries])
-    y = np.log(np.maximum(np.abs([e["delta_h_true"] for e in entries]), 1e-300))
-    slope, intercept = np.polyfit(x, y, 1)
-    residual = y - (slope * x + intercept)
-    total = np.sum((y - y.mean()) ** 2)
+def true_change_fit(entries: list[dict[str, Any]]) -> dict[str, float]:
+    """The line through (log η, log |ΔH_true|) over the probed grid: slope, intercept, R²."""
+    changes = np.maximum(np.abs([e["delta_h_true"] for e in entries]), 1e-300)
+    return loglog_fit([e["eta"] for e in entries], changes)
+
+
+def aggregate(probes: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Over the runs of one optimizer, at each η: mean and std of the true ΔH, means of the predictions."""
+    true = np.array([p["curve"]["true"] for p in probes])
     return {
-        "slope": float(slope),
-        "intercept": float(intercept),
-        "r2": float(1 - residual @ residual / total) if total > 0 else math.nan,
+        "eta": probes[0]["curve"]["eta"],
+        "true_mean": true.mean(0).tolist(),
+        "true_std": true.std(0).tolist(),
+        "linear_mean": np.mean([p["curve"]["linear"] for p in probes], 0).tolist(),
+        "quadratic_mean": np.mean([p["curve"]["quadratic"] for p in probes], 0).tolist(),
+    }
+
+
+def real_step(probes: list[dict[str, Any]], lr: float) -> dict[str, Any]:
+    """The first-order change of validation loss and entropy in the real step (η = lr) per run, their
+    mean and std over runs, and how much entropy each unit of loss decrease moves: mean ΔH / −mean ΔL."""
+    loss = np.array([lr * p["loss_probe"]["delta_per_lr"] for p in probes])
+    entropy = np.array([lr * p["approx"]["delta_h_per_lr"] for p in probes])
+    return {
+        "loss": loss.tolist(),
+        "entropy": entropy.tolist(),
+        "loss_mean": float(loss.mean()),
+        "loss_std": float(loss.std()),
+        "entropy_mean": float(entropy.mean()),
+        "entropy_std": float(entropy.std()),
+        "entropy_per_loss": float(entropy.mean()) / -float(loss.mean()) if loss.mean() != 0 else math.nan,
     }

@@ -15,23 +15,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 
-from . import parse_names, require
+from ..optim import RECIPES
+from . import RunSpec, parse_runs, require, require_counts
 from .bias_correction import bias_correction_story
-from .checks import finite, positive, positive_int
+from .checks import finite, positive
 from .descent import best_run, descend, log_sampled, thin_path
 from .surfaces import Surface, surfaces
 from .weight_decay import weight_decay_story
-from .zoo import describe
 
 SUMMARY = "SGD → momentum → Adam → AdamW on a ravine, a saddle and Rosenbrock; bias correction; AdamW vs Adam+L2"
 
 #: Muon is left out: θ here is a 2-vector, and Muon orthogonalises matrices.
-DESCENT_OPTIMIZERS = ("sgd", "momentum", "nesterov", "rmsprop", "adam", "adam-no-bc", "adamw", "adaml2", "lion")
+DESCENT_OPTIMIZERS = tuple(name for name in RECIPES if not name.startswith("muon"))
 #: Side length of the grid of f − f* values stored for the contour plots.
 CONTOUR_GRID = 90
 
@@ -45,15 +45,19 @@ class Config:
         default=(1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2, 0.5, 1.0),
         metadata={"help": "learning-rate grid every optimizer is run over (its best is shown)"},
     )
-    optimizers: tuple[str, ...] = field(
-        default=("sgd", "momentum", "nesterov", "rmsprop", "adam", "adamw", "lion"),
-        metadata={"help": f"optimizers on the surfaces; valid: {', '.join(DESCENT_OPTIMIZERS)}"},
+    optimizers: str = field(
+        default="sgd,momentum,nesterov,rmsprop,adam,adamw,lion",
+        metadata={
+            "help": "optimizers on the surfaces, each over the grid (name@lr: at that lr only); "
+            f"valid: {', '.join(DESCENT_OPTIMIZERS)}"
+        },
     )
+    weight_decay: float = field(default=0.01, metadata={"help": "λ on the surfaces, for the optimizers that decay"})
     bias_lr: float = field(default=0.05, metadata={"help": "η of the bias-correction runs on f(x) = x²"})
     bias_start: float = field(default=3.0, metadata={"help": "x₀ of the bias-correction runs"})
     bias_steps: int = field(default=1000, metadata={"help": "steps of the bias-correction runs"})
     decay_lr: float = field(default=0.01, metadata={"help": "η of the AdamW vs Adam+L2 runs"})
-    weight_decay: float = field(default=0.1, metadata={"help": "λ of the AdamW vs Adam+L2 runs"})
+    decay_lambda: float = field(default=0.1, metadata={"help": "λ of the AdamW vs Adam+L2 runs"})
     decay_steps: int = field(default=3000, metadata={"help": "steps of the AdamW vs Adam+L2 runs"})
     group_scales: tuple[float, ...] = field(
         default=(0.1, 1.0, 10.0), metadata={"help": "feature scale s of each parameter group"}
@@ -62,9 +66,7 @@ class Config:
     seed: int = field(default=0, metadata={"help": "seed of the regression data"})
 
     def __post_init__(self) -> None:
-        for name in ("steps", "bias_steps", "decay_steps", "weights_per_group"):
-            value = getattr(self, name)
-            require(positive_int(value), f"{name}={value!r} must be a positive integer")
+        require_counts(self, "steps", "bias_steps", "decay_steps", "weights_per_group")
         for name in ("tolerance", "bias_lr", "decay_lr"):
             value = getattr(self, name)
             require(positive(value), f"{name}={value!r} must be a finite number > 0")
@@ -76,22 +78,27 @@ class Config:
             finite(self.bias_start) and self.bias_start != 0,
             f"bias_start={self.bias_start!r} must be a finite number other than 0 (the minimum)",
         )
-        require(
-            finite(self.weight_decay) and self.weight_decay >= 0,
-            f"weight_decay={self.weight_decay!r} must be a finite number >= 0",
-        )
+        for name in ("weight_decay", "decay_lambda"):
+            value = getattr(self, name)
+            require(finite(value) and value >= 0, f"{name}={value!r} must be a finite number >= 0")
         self.lrs = tuple(self.lrs)
         bad = [lr for lr in self.lrs if not positive(lr)]
         require(self.lrs and not bad, f"lrs={self.lrs!r}: give one or more finite numbers > 0")
         self.group_scales = tuple(self.group_scales)
         bad = [s for s in self.group_scales if not positive(s)]
         require(self.group_scales and not bad, f"group_scales={self.group_scales!r}: give finite numbers > 0")
+        names = [item.strip().partition("@")[0] for item in str(self.optimizers).split(",")]
         require(
-            "muon" not in self.optimizers,
-            "optimizers: muon is not offered here (θ is a 2-vector and Muon orthogonalises matrices); "
+            not any(n.startswith("muon") for n in names),
+            "--optimizers: muon is not offered here (θ is a 2-vector and Muon orthogonalises matrices); "
             f"valid: {', '.join(DESCENT_OPTIMIZERS)}",
         )
-        self.optimizers = parse_names(self.optimizers, DESCENT_OPTIMIZERS, "optimizers")
+        runs_of(self)
+
+
+def runs_of(config: Config) -> tuple[RunSpec, ...]:
+    """The optimizers on the surfaces; one named with an lr runs at that lr only, the others over ``lrs``."""
+    return parse_runs(config.optimizers, None, DESCENT_OPTIMIZERS)
 
 
 QUICK = dict(steps=1500, lrs=(1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0), decay_steps=1000)
@@ -124,11 +131,13 @@ def contour_grid(surface: Surface, extent: list[float]) -> dict[str, Any]:
 
 def surface_results(surface: Surface, config: Config) -> dict[str, Any]:
     runs: dict[str, Any] = {}
-    for name in config.optimizers:
-        found = descend(surface, name, list(config.lrs), config.steps, config.tolerance)
+    for spec in runs_of(config):
+        lrs = list(config.lrs) if spec.lr is None else [spec.lr]
+        found = descend(surface, spec.optimizer, lrs, config.steps, config.tolerance, config.weight_decay)
         best = best_run(found)
-        runs[name] = {
-            "setting": describe(name),
+        runs[spec.label] = {
+            "optimizer": spec.optimizer,
+            "setting": RECIPES[spec.optimizer].describe(),
             "grid": [
                 {"lr": lr, "reached_at": reached, "diverged_at": diverged, "final_gap": gap}
                 for lr, reached, diverged, gap in zip(
@@ -143,7 +152,9 @@ def surface_results(surface: Surface, config: Config) -> dict[str, Any]:
             "gap_curve": None if best is None else log_sampled(found["gap"][best]),
         }
     extent = plot_extent(surface.extent, [run["path"] for run in runs.values() if run["path"] is not None])
+    reached = {label: run["reached_at"] for label, run in runs.items() if run["reached_at"] is not None}
     return {
+        "fastest": [label for label, steps in reached.items() if steps == min(reached.values())],
         "formula": surface.formula,
         "start": list(surface.start),
         "minima": [list(m) for m in surface.minima],
@@ -154,7 +165,40 @@ def surface_results(surface: Surface, config: Config) -> dict[str, Any]:
     }
 
 
-def run(config: Config, run_dir: Path) -> dict[str, Any]:
+class DescentRun(TypedDict):
+    optimizer: str
+    setting: str
+    grid: list[dict[str, Any]]
+    best_lr: float | None
+    reached_at: int | None
+    final_gap: float | None
+    end: list[float] | None
+    path: list[list[float]] | None
+    gap_curve: dict[str, list] | None
+
+
+class SurfaceResults(TypedDict):
+    fastest: list[str]
+    formula: str
+    start: list[float]
+    minima: list[list[float]]
+    f_star: float
+    extent: list[float]
+    contours: dict[str, Any]
+    runs: dict[str, DescentRun]
+
+
+class Results(TypedDict):
+    steps: int
+    tolerance: float
+    lrs: list[float]
+    condition_number: float
+    surfaces: dict[str, SurfaceResults]
+    bias_correction: dict[str, Any]
+    weight_decay: dict[str, Any]
+
+
+def run(config: Config, run_dir: Path) -> Results:
     return {
         "steps": config.steps,
         "tolerance": config.tolerance,
@@ -168,7 +212,7 @@ def run(config: Config, run_dir: Path) -> dict[str, Any]:
             group_scales=config.group_scales,
             weights_per_group=config.weights_per_group,
             lr=config.decay_lr,
-            weight_decay=config.weight_decay,
+            weight_decay=config.decay_lambda,
             steps=config.decay_steps,
             seed=config.seed,
         ),

@@ -12,9 +12,9 @@ rarer needs a thousand times more steps. Adam divides by √v̂_k, the RMS of to
 its effective learning rate η / (√v̂_k + ε) grows as the token gets rarer and its step is set by η
 whatever p_k is.
 
-Every optimizer runs at the same nominal η on the same data stream (same batches, same targets), from
-w = 0. A sweep over η then asks whether SGD can be rescued by a larger learning rate, and at what cost to
-the common tokens (their jitter around w*, or divergence).
+Every optimizer runs at the same nominal η (unless ``--optimizers`` gives one its own, as ``name@lr``)
+on the same data stream (same batches, same targets), from w = 0. A sweep over η then asks whether SGD
+can be rescued by a larger learning rate, and at what cost to the common tokens (their jitter around w*, or divergence).
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
 
-from . import parse_names, require
-from .checks import finite, positive, positive_int
-from .zoo import SETTINGS, describe, make_optimizer
+from ..monitor.stats import loglog_fit
+from ..optim import RECIPES, build_optimizer
+from . import RunSpec, parse_runs, require, require_counts
+from .checks import finite, positive
 
 SUMMARY = "SGD vs Adam (and every optimizer) on rare tokens: frequency bias, effective LR, an LR sweep"
 
@@ -45,10 +46,14 @@ TRAJECTORY_POINTS = 500
 #: Modelling decisions that results.json (and the figures) state next to the numbers.
 NOTES = {
     "muon": "the weights are one K×1 matrix (an embedding table of width 1); orthogonalising a single column "
-    "only rescales it to a fixed norm, so Muon here is Nesterov momentum normalised across all tokens together",
+    "only rescales it to a fixed norm, so Muon here is Nesterov momentum normalised across all tokens together"
 }
 #: Zipf's law (frequency ∝ 1/rank) at ranks 1, 4, 16, 64, 256, 1024: six tokens over three decades.
 ZIPF_RANKS = (1, 4, 16, 64, 256, 1024)
+
+
+#: Every recipe but muon+adamw, which needs a model to split (the weights here are one table).
+OPTIMIZERS = tuple(name for name in RECIPES if name != "muon+adamw")
 
 
 def zipf_frequencies(ranks: tuple[int, ...]) -> tuple[float, ...]:
@@ -67,10 +72,11 @@ class Config:
         metadata={"help": "token frequencies, summing to 1 (default: Zipf ranks 1, 4, 16, 64, 256, 1024)"},
     )
     label_noise: float = field(default=0.3, metadata={"help": "standard deviation σ of the target noise"})
-    optimizers: tuple[str, ...] = field(
-        default=("sgd", "momentum", "rmsprop", "adam", "adamw", "lion", "muon"),
-        metadata={"help": f"optimizers to compare (sgd and adam are required); valid: {', '.join(SETTINGS)}"},
+    optimizers: str = field(
+        default="sgd,momentum,rmsprop,adam,adamw,lion,muon",
+        metadata={"help": f"runs as optimizer[@lr] (sgd and adam are required); optimizers: {', '.join(OPTIMIZERS)}"},
     )
+    weight_decay: float = field(default=0.01, metadata={"help": "λ, for the optimizers that decay"})
     sweep_lrs: tuple[float, ...] = field(
         default=(0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 2.5, 3.0),
         metadata={"help": "learning rates of the SGD-vs-Adam sweep"},
@@ -78,8 +84,7 @@ class Config:
     seed: int = field(default=0, metadata={"help": "seed of the data stream"})
 
     def __post_init__(self) -> None:
-        require(positive_int(self.steps), f"steps={self.steps!r} must be a positive integer")
-        require(positive_int(self.batch_size), f"batch_size={self.batch_size!r} must be a positive integer")
+        require_counts(self, "steps", "batch_size")
         require(positive(self.lr), f"lr={self.lr!r} must be a finite number > 0")
         require(
             finite(self.label_noise) and self.label_noise >= 0,
@@ -91,12 +96,20 @@ class Config:
         require(not bad, f"frequencies: {bad} are not finite numbers > 0; every token needs a frequency in (0, 1]")
         total = math.fsum(self.frequencies)
         require(abs(total - 1) <= 1e-6, f"frequencies sum to {total:.7g}; they must sum to 1 (within 1e-6)")
-        self.optimizers = parse_names(self.optimizers, tuple(SETTINGS), "optimizers")
-        missing = [n for n in ("sgd", "adam") if n not in self.optimizers]
-        require(not missing, f"optimizers must include {' and '.join(missing)} (the SGD-vs-Adam figure needs both)")
+        require(
+            finite(self.weight_decay) and self.weight_decay >= 0,
+            f"weight_decay={self.weight_decay!r} must be a finite number >= 0",
+        )
+        named = {spec.optimizer for spec in runs_of(self)}
+        missing = [n for n in ("sgd", "adam") if n not in named]
+        require(not missing, f"--optimizers must include {' and '.join(missing)} (the SGD-vs-Adam figure needs both)")
         self.sweep_lrs = tuple(self.sweep_lrs)
         bad = [lr for lr in self.sweep_lrs if not positive(lr)]
         require(self.sweep_lrs and not bad, f"sweep_lrs={self.sweep_lrs!r}: give one or more finite numbers > 0")
+
+
+def runs_of(config: Config) -> tuple[RunSpec, ...]:
+    return parse_runs(config.optimizers, config.lr, OPTIMIZERS)
 
 
 QUICK = dict(steps=2000, sweep_lrs=(0.01, 0.1, 0.3, 1.0, 1.5, 2.0, 2.5, 3.0))
@@ -125,7 +138,9 @@ def token_gradient(weights: Tensor, counts: Tensor, target_sums: Tensor, batch_s
 
 
 # --------------------------------------------------------------------------------------- training
-def train(name: str, lrs: list[float], counts: Tensor, target_sums: Tensor, batch_size: int) -> dict[str, Any]:
+def train(
+    name: str, lrs: list[float], counts: Tensor, target_sums: Tensor, batch_size: int, weight_decay: float = 0.0
+) -> dict[str, Any]:
     """Train one K×1 weight table per learning rate in ``lrs`` with optimizer ``name``, all on the same
     stream. The tables are separate param groups of one optimizer: the rules are element-wise (Muon's
     per matrix), so the runs do not interact, and one optimizer steps them with less overhead.
@@ -142,7 +157,8 @@ def train(name: str, lrs: list[float], counts: Tensor, target_sums: Tensor, batc
     weights = list(tables.unbind(0))
     for w, g in zip(weights, gradients.unbind(0), strict=True):
         w.grad = g
-    optimizer = make_optimizer(name, [{"params": [w], "lr": lr} for w, lr in zip(weights, lrs, strict=True)], lrs[0])
+    groups = [{"params": [w], "lr": lr} for w, lr in zip(weights, lrs, strict=True)]
+    optimizer = build_optimizer(name, groups, lrs[0], weight_decay)
     trajectory = torch.empty((steps + 1, len(lrs), tokens), dtype=torch.float64)
     trajectory[0] = 0.0
     diverged_at: list[int | None] = [None] * len(lrs)
@@ -198,6 +214,36 @@ def sampled_trajectory(trajectory: Tensor) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------- findings
+class RunResults(TypedDict):
+    optimizer: str
+    lr: float
+    setting: str
+    diverged_at: int | None
+    final_weight: list[float] | None
+    final_error: list[float] | None
+    tail_rms_error: list[float] | None
+    effective_lr: list[float] | None
+    effective_lr_fit: dict[str, float] | None
+    trajectory: dict[str, list]
+
+
+class Results(TypedDict):
+    true_weight: float
+    learned_within: float
+    lr: float
+    steps: int
+    batch_size: int
+    tokens: list[str]
+    frequencies: list[float]
+    rarest: int
+    most_common: int
+    occurrences: list[float]
+    optimizers: dict[str, RunResults]
+    pair: dict[str, str]
+    notes: dict[str, str]
+    lr_sweep: dict[str, Any]
+
+
 def sweep_findings(sweep: dict[str, Any], nominal: dict[str, Any], rarest: int, common: int) -> dict[str, Any]:
     """Can SGD be rescued by a larger η? The smallest swept η at which SGD learns the rarest token (tail
     RMS error ≤ LEARNED_WITHIN), what the most common token's jitter is there compared with the nominal
@@ -222,11 +268,20 @@ def sweep_findings(sweep: dict[str, Any], nominal: dict[str, Any], rarest: int, 
             nominal_common_tail_std=nominal["tail_std"][common],
             rescue_common_tail_rms_error=run["tail_rms_error"][common],
             nominal_common_tail_rms_error=nominal["tail_rms_error"][common],
+            rescue_jitter_ratio=run["tail_std"][common] / nominal["tail_std"][common]
+            if nominal["tail_std"][common] > 0
+            else math.inf,
         )
     return findings
 
 
-def run(config: Config, run_dir: Path) -> dict[str, Any]:
+def effective_lr_fit(effective_lr: list[float], frequencies: list[float], rarest: int, common: int) -> dict[str, float]:
+    """The line through (log p, log effective lr) — a slope of −1 would cancel the frequency exactly —
+    and the rarest token's effective lr over the most common token's."""
+    return {**loglog_fit(frequencies, effective_lr), "ratio": effective_lr[rarest] / effective_lr[common]}
+
+
+def run(config: Config, run_dir: Path) -> Results:
     counts, target_sums = token_stream(
         config.frequencies, config.batch_size, config.steps, config.label_noise, config.seed
     )
@@ -234,23 +289,29 @@ def run(config: Config, run_dir: Path) -> dict[str, Any]:
     rarest, common = frequencies.index(min(frequencies)), frequencies.index(max(frequencies))
 
     optimizers: dict[str, Any] = {}
-    for name in config.optimizers:
-        trained = train(name, [config.lr], counts, target_sums, config.batch_size)
+    for spec in runs_of(config):
+        trained = train(spec.optimizer, [spec.lr], counts, target_sums, config.batch_size, config.weight_decay)
         trajectory = trained["trajectory"][:, 0]
-        optimizers[name] = {
-            "setting": describe(name),
+        effective = trained["effective_lr"][0]
+        optimizers[spec.label] = {
+            "optimizer": spec.optimizer,
+            "lr": spec.lr,
+            "setting": RECIPES[spec.optimizer].describe(),
             **run_summary(trajectory, trained["diverged_at"][0]),
-            "effective_lr": trained["effective_lr"][0],
+            "effective_lr": effective,
+            "effective_lr_fit": None if effective is None else effective_lr_fit(effective, frequencies, rarest, common),
             "trajectory": sampled_trajectory(trajectory),
         }
+    # the seed's figure sets the first SGD run against the first Adam run
+    pair = {name: next(label for label, r in optimizers.items() if r["optimizer"] == name) for name in ("sgd", "adam")}
 
     sweep: dict[str, Any] = {"lrs": list(config.sweep_lrs)}
     for name in ("sgd", "adam"):
-        trained = train(name, list(config.sweep_lrs), counts, target_sums, config.batch_size)
+        trained = train(name, list(config.sweep_lrs), counts, target_sums, config.batch_size, config.weight_decay)
         sweep[name] = [
             run_summary(trained["trajectory"][:, i], trained["diverged_at"][i]) for i in range(len(config.sweep_lrs))
         ]
-    sweep["findings"] = sweep_findings(sweep, optimizers["sgd"], rarest, common)
+    sweep["findings"] = sweep_findings(sweep, optimizers[pair["sgd"]], rarest, common)
 
     return {
         "true_weight": TRUE_WEIGHT,
@@ -265,6 +326,7 @@ def run(config: Config, run_dir: Path) -> dict[str, Any]:
         "most_common": common,
         "occurrences": counts.sum(0)[:, 0].tolist(),
         "optimizers": optimizers,
+        "pair": pair,
         "notes": NOTES,
         "lr_sweep": sweep,
     }

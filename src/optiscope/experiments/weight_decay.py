@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .zoo import make_optimizer
+from ..optim import build_optimizer
 
 RUNS = ("adamw", "adaml2")
 
@@ -80,8 +80,7 @@ def weight_decay_story(
     # fused=False: on a CPU torch's fused Adam kernel spreads even a few hundred elements over threads,
     # which on a busy machine costs milliseconds a step; the for-loop path is the same update.
     optimizers = {
-        name: make_optimizer(name, [{"params": [w], "weight_decay": weight_decay, "fused": False}], lr)
-        for name, w in weights.items()
+        name: build_optimizer(name, [{"params": [w], "fused": False}], lr, weight_decay) for name, w in weights.items()
     }
     for _ in range(steps):
         features = torch.randn(batch_size, len(group), generator=generator, dtype=torch.float64) * scales
@@ -106,6 +105,7 @@ def weight_decay_story(
             "stats": shape_stats(final),
             "group_stats": [shape_stats(final[group == j]) for j in range(len(group_scales))],
             "effective_decay": decay[name].tolist(),
+            "effective_decay_median": [float(np.median(decay[name][group == j])) for j in range(len(group_scales))],
             "rms_distance_to_l2_optimum": float(np.sqrt(np.mean((final - optimum) ** 2))),
         }
     return {

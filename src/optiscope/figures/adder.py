@@ -11,12 +11,11 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
 from . import style
@@ -32,24 +31,10 @@ COMPONENT_COLORS = {
 }
 
 
-def draw(results: dict[str, Any], fig_dir: Path) -> list[Path]:
-    style.apply()
-    return [
-        explainer(results, Path(fig_dir) / "adder_explainer.png"),
-        training(results, Path(fig_dir) / "adder_training.png"),
-    ]
-
-
 # ---------------------------------------------------------------------------------------- helpers
-def component_totals(budget: list[dict]) -> dict[str, int]:
-    totals: dict[str, int] = defaultdict(int)
-    for row in budget:
-        totals[row["component"]] += row["params"]
-    return dict(totals)
-
-
 def best_record(results: dict[str, Any]) -> dict[str, Any]:
-    return next(r for r in results["seeds"] if r["seed"] == results["best_seed"])
+    best = results["best"]
+    return next(r for r in results["runs"] if r["label"] == best["label"] and r["seed"] == best["seed"])
 
 
 def accuracy_line(record: dict[str, Any], cases: int) -> str:
@@ -219,30 +204,12 @@ def panel_attention(ax, ex: dict) -> None:
         for k in np.argsort(row)[-2:]:
             if row[k] >= 0.1:
                 ax.text(k, i, f"{row[k]:.2f}", ha="center", va="center", fontsize=5.5, color="white")
-    summary = "; ".join(f"head {h}: {routing_summary(att[h], labels)}" for h in range(att.shape[0]))
+    summary = "; ".join(f"head {h}: {text}" for h, text in enumerate(ex["routing"]))
     ax.set_title(
         f"Attention while adding {example['a']:,} + {example['b']:,}: where each answer digit looks "
         f"(weights ≥ 0.1 printed)\nslot of zⱼ (writes zⱼ₊₁): {summary}",
         loc="left",
     )
-
-
-def place(label: str) -> int | None:
-    """Digit place of a position label: x3, y3, z3 -> 3; '=' -> -1 (it writes z0); '+' -> None."""
-    return -1 if label == "=" else int(label[1:]) if label[0] in "xyz" else None
-
-
-def routing_summary(pattern: np.ndarray, labels: list[str]) -> str:
-    """Share of attention, over the slots writing z1 … z9 (query at place j), on keys at place j + k."""
-    rows = [labels.index(f"z{j}") for j in range(9)]
-    shares: dict[str, float] = defaultdict(float)
-    for r in rows:
-        for k, weight in enumerate(pattern[r]):
-            key = place(labels[k])
-            name = "delimiters" if key is None or labels[k] == "=" else f"place j{key - place(labels[r]):+d}"
-            shares[name] += weight / len(rows)
-    top = sorted(shares.items(), key=lambda kv: -kv[1])[:2]
-    return ", ".join(f"{100 * share:.0f}% on {name}" for name, share in top)
 
 
 def panel_values(ax, digits_ax, ex: dict) -> None:
@@ -324,7 +291,7 @@ def panel_budget(ax, ex: dict) -> None:
     for i, row in enumerate(frozen):
         ax.text(84, 7.3 - 0.75 * i, f"{row['name']} {tuple(row['shape'])}", fontsize=8.5, color=style.MUTED)
     top = 7.3 - 0.75 * len(frozen) - 0.5
-    for i, (name, n) in enumerate(component_totals(ex["budget"]).items()):
+    for i, (name, n) in enumerate(ex["component_totals"].items()):
         ax.text(84, top - 0.75 * i, f"{name}: {n}", fontsize=8.5, color=COMPONENT_COLORS.get(name, style.INK))
 
 
@@ -338,12 +305,12 @@ def label_segment(ax, narrow: list[tuple[float, dict]]) -> None:
 
 
 # ---------------------------------------------------------------------------------------- figures
-def explainer(results: dict[str, Any], path: Path) -> Path:
+def explainer(results: dict[str, Any]) -> Figure:
     ex = results["explain"]
     best = best_record(results)
     fig = plt.figure(figsize=(22, 22))
     grid = fig.add_gridspec(4, 6, height_ratios=[0.6, 1.15, 1.35, 0.6], hspace=0.3, wspace=0.4)
-    panel_flow(fig.add_subplot(grid[0, :]), ex, ex["config"], component_totals(ex["budget"]))
+    panel_flow(fig.add_subplot(grid[0, :]), ex, ex["config"], ex["component_totals"])
     panel_tokens(fig.add_subplot(grid[1, 0:2]), ex)
     panel_positions(fig.add_subplot(grid[1, 2:4], projection="3d"), ex)
     panel_norm(fig.add_subplot(grid[1, 4:6]), ex)
@@ -354,35 +321,36 @@ def explainer(results: dict[str, Any], path: Path) -> Path:
         value_grid = grid[2, 4:6].subgridspec(2, 1, height_ratios=[2.2, 1], hspace=0.35)
         panel_values(fig.add_subplot(value_grid[0]), fig.add_subplot(value_grid[1]), ex)
     panel_budget(fig.add_subplot(grid[3, :]), ex)
-    success = results["success"]
+    success = results["success"][best["label"]]
     fig.suptitle(f"A {ex['params']}-parameter transformer that adds two 10-digit numbers", fontsize=22, y=0.935)
     fig.text(
         0.5,
         0.915,
         f"measured on the 10,010-case suite by greedy decoding: {accuracy_line(best, results['cases'])}  ·  "
-        f"seed {best['seed']}, {best['best_step']:,} steps  ·  {success['perfect']}/{success['tried']} seeds "
-        f"at 100%  ·  1 layer, d_model {ex['config']['tok_dim'] + ex['config']['pos_dim']}",
+        f"{best['label']}, seed {best['seed']}, {best['best_step']:,} steps  ·  {success['perfect']}/"
+        f"{success['tried']} seeds at 100%  ·  1 layer, d_model {ex['config']['tok_dim'] + ex['config']['pos_dim']}",
         ha="center",
         fontsize=12.5,
         color=style.MUTED,
     )
-    return style.save(fig, path)
+    return fig
 
 
-def training(results: dict[str, Any], path: Path) -> Path:
+def training(results: dict[str, Any]) -> Figure:
     fig, (loss_ax, acc_ax, wrong_ax) = plt.subplots(1, 3, figsize=(18, 4.8))
     cases = results["cases"]
-    for i, record in enumerate(results["seeds"]):
+    several = len({r["label"] for r in results["runs"]}) > 1
+    for i, record in enumerate(results["runs"]):
         color = plt.get_cmap("tab10")(i % 10)
-        label = f"seed {record['seed']}: {accuracy_line(record, cases)}"
-        if record["curve"]:
-            steps, losses = np.array(record["curve"]).T
-            loss_ax.plot(steps, losses, color=color, lw=1, label=label)
+        name = f"{record['label']} seed {record['seed']}" if several else f"seed {record['seed']}"
+        ending = f", diverged at step {record['divergence']['step']}" if record["status"] == "diverged" else ""
+        label = f"{name}: {accuracy_line(record, cases)}{ending}"
+        loss_ax.plot(record["train"]["step"], style.positive(record["train"]["loss"]), color=color, lw=1, label=label)
         steps = [e["step"] for e in record["evals"]]
-        correct = np.array([e["correct"] for e in record["evals"]])
+        correct = np.array([e["correct"] for e in record["evals"]], dtype=float)
         acc_ax.plot(steps, 100 * correct / cases, color=color, marker=".", label=label)
         wrong_ax.plot(steps, cases - correct, color=color, marker=".", label=label)
-    loss_ax.set_yscale("log")
+    style.log_scale(loss_ax, "y", *[r["train"]["loss"] for r in results["runs"]])
     loss_ax.set_xlabel("step")
     loss_ax.set_ylabel("training loss (cross-entropy per answer digit)")
     loss_ax.set_title("Loss")
@@ -396,10 +364,13 @@ def training(results: dict[str, Any], path: Path) -> Path:
     wrong_ax.set_xlabel("step")
     wrong_ax.set_ylabel("wrong answers (0 = all right)")
     wrong_ax.set_title("The last errors (symmetric log scale)")
-    success = results["success"]
-    fig.suptitle(
-        f"adder, {results['params']} parameters: {success['perfect']} of {success['tried']} seeds reached "
-        f"{cases:,}/{cases:,}"
+    reached = "; ".join(
+        f"{label}: {s['perfect']} of {s['tried']} seeds" if several else f"{s['perfect']} of {s['tried']} seeds"
+        for label, s in results["success"].items()
     )
+    fig.suptitle(f"adder, {results['params']} parameters: {reached} reached {cases:,}/{cases:,}")
     fig.tight_layout()
-    return style.save(fig, path)
+    return fig
+
+
+FIGURES = {"adder_explainer.png": explainer, "adder_training.png": training}

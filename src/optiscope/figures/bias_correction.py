@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from . import style
 
@@ -25,7 +25,7 @@ def bias_title(story: dict[str, Any]) -> str:
     )
 
 
-def draw_bias_correction(story: dict[str, Any], path: Path) -> Path:
+def bias_correction(story: dict[str, Any]) -> Figure:
     fig, (x_ax, step_ax, factor_ax) = plt.subplots(1, 3, figsize=(18, 5.8), layout="constrained")
     steps = np.arange(story["steps"] + 1)
     for name, run in story["runs"].items():
@@ -97,4 +97,4 @@ def draw_bias_correction(story: dict[str, Any], path: Path) -> Path:
     factor_ax.set_title("What bias correction divides out", fontsize=10.5)
 
     fig.suptitle(bias_title(story), fontsize=11.5, fontweight="bold")
-    return style.save(fig, path)
+    return fig

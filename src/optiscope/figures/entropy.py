@@ -11,12 +11,11 @@
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from . import style
 
@@ -24,14 +23,9 @@ TRUE, LINEAR, QUADRATIC = style.INK, "#1f6fb2", "#d4802a"
 
 
 def _curves(result: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(η, true ΔH, linear, linear + quadratic) of one run, read as the seed's notebook reads them."""
-    entries = sorted(result["true"]["entries"], key=lambda e: e["eta"])
-    eta = np.array([e["eta"] for e in entries])
-    true = np.array([e["delta_h_true"] for e in entries])
-    gdotv = result["approx"]["quadratic"]["gdotv"]
-    linear = result["approx"]["delta_h_per_lr"] * eta
-    quadratic = gdotv * eta + 0.5 * result["approx"]["quadratic"]["vHvv"] * eta**2
-    return eta, true, linear, quadratic
+    """(η, true ΔH, linear, linear + quadratic) of one run, as the experiment stored them."""
+    c = result["curve"]
+    return style.positive(c["eta"]), style.finite(c["true"]), style.finite(c["linear"]), style.finite(c["quadratic"])
 
 
 def _lr_line(ax, lr: float) -> None:
@@ -39,7 +33,7 @@ def _lr_line(ax, lr: float) -> None:
     ax.text(lr, 0.02, " lr", transform=ax.get_xaxis_transform(), fontsize=7, color=style.MUTED)
 
 
-def draw_per_run(results: dict[str, Any], path: Path) -> Path:
+def per_run(results: dict[str, Any]) -> Figure:
     optimizers = list(results["optimizers"].items())
     cols = max(len(o["runs"]) for _, o in optimizers)
     fig, axes = plt.subplots(len(optimizers), cols, figsize=(3.6 * cols, 2.9 * len(optimizers)), squeeze=False)
@@ -64,31 +58,38 @@ def draw_per_run(results: dict[str, Any], path: Path) -> Path:
     fig.suptitle(f"Entropy change after one step θ → θ + ηv ({results['mode']} contexts)", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.legend(handles, labels, loc="upper center", ncol=3, bbox_to_anchor=(0.5, 0.965))
-    return style.save(fig, path)
+    return fig
 
 
-def draw_aggregate(results: dict[str, Any], path: Path) -> Path:
+def aggregate(results: dict[str, Any]) -> Figure:
     optimizers = list(results["optimizers"].items())
     fig, axes = plt.subplots(1, len(optimizers), figsize=(4.4 * len(optimizers), 3.8), squeeze=False)
     for ax, (name, opt) in zip(axes[0], optimizers, strict=True):
-        curves = [_curves(r) for r in opt["runs"]]
-        eta = curves[0][0]
-        true = np.array([c[1] for c in curves])
-        ax.errorbar(eta, true.mean(0), yerr=true.std(0), fmt="o-", color=TRUE, capsize=3, label="true (mean ± std)")
-        ax.plot(eta, np.mean([c[2] for c in curves], 0), "s--", color=LINEAR, label="linear (mean)")
-        ax.plot(eta, np.mean([c[3] for c in curves], 0), "^:", color=QUADRATIC, label="lin + quad (mean)")
-        ax.set_xscale("log")
+        a = opt["aggregate"]
+        eta = style.positive(a["eta"])
+        ax.errorbar(
+            eta,
+            style.finite(a["true_mean"]),
+            yerr=np.nan_to_num(style.positive(a["true_std"])),
+            fmt="o-",
+            color=TRUE,
+            capsize=3,
+            label="true (mean ± std)",
+        )
+        ax.plot(eta, style.finite(a["linear_mean"]), "s--", color=LINEAR, label="linear (mean)")
+        ax.plot(eta, style.finite(a["quadratic_mean"]), "^:", color=QUADRATIC, label="lin + quad (mean)")
+        style.log_scale(ax, "x", eta)
         _lr_line(ax, opt["lr"])
-        ax.set_title(f"{name}: {len(curves)} runs, E = {opt['runs'][0]['E']}", fontsize=10)
+        ax.set_title(f"{name}: {len(opt['runs'])} runs, E = {opt['runs'][0]['E']}", fontsize=10)
         ax.set_xlabel("step size η")
     axes[0, 0].set_ylabel("ΔH (nats/token)")
     axes[0, 0].legend()
     fig.suptitle("Entropy change vs step size, averaged over runs", fontsize=11)
     fig.tight_layout()
-    return style.save(fig, path)
+    return fig
 
 
-def draw_loglog(results: dict[str, Any], path: Path) -> Path:
+def loglog(results: dict[str, Any]) -> Figure:
     optimizers = list(results["optimizers"].items())
     fig, axes = plt.subplots(1, len(optimizers), figsize=(4.4 * len(optimizers), 3.9), squeeze=False)
     for ax, (name, opt) in zip(axes[0], optimizers, strict=True):
@@ -106,20 +107,20 @@ def draw_loglog(results: dict[str, Any], path: Path) -> Path:
     axes[0, 0].set_ylabel("|ΔH_true|")
     fig.suptitle("|ΔH_true| vs η: a slope of 1 means the change is linear in the step size", fontsize=11)
     fig.tight_layout()
-    return style.save(fig, path)
+    return fig
 
 
-def draw_subsets(results: dict[str, Any], path: Path) -> Path:
+def subsets(results: dict[str, Any]) -> Figure:
     optimizers = list(results["optimizers"].items())
     fig, axes = plt.subplots(1, len(optimizers), figsize=(4.6 * len(optimizers), 3.8), squeeze=False)
     colors = plt.get_cmap("tab10")
     for ax, (name, opt) in zip(axes[0], optimizers, strict=True):
-        per_run = [np.asarray(r["subsets"]["errors"], dtype=float) for r in opt["runs"]]
+        per_run = [style.finite(r["subsets"]["errors"]) for r in opt["runs"]]
         per_run = [e[np.isfinite(e)] for e in per_run]
         pooled = np.concatenate(per_run) if per_run else np.zeros(0)
         # the axis spans the central 96 %: a run whose ∇H·v is near 0 has huge relative errors
         lo, hi = np.percentile(pooled, [2, 98]) if len(pooled) else (-1.0, 1.0)
-        hi = hi if hi > lo else lo + 1e-12
+        hi = max(hi, lo + max(abs(lo) * 1e-6, 1e-12))
         lines = []
         for i, (errors, result) in enumerate(zip(per_run, opt["runs"], strict=True)):
             ax.hist(np.clip(errors, lo, hi), bins=40, range=(lo, hi), histtype="step", lw=1.4, color=colors(i))
@@ -132,37 +133,27 @@ def draw_subsets(results: dict[str, Any], path: Path) -> Path:
     axes[0, 0].set_ylabel("subsets")
     fig.suptitle("Relative error of the linear prediction on random subsets of the evaluation sequences", fontsize=11)
     fig.tight_layout()
-    return style.save(fig, path)
+    return fig
 
 
-def draw_entropy_vs_loss(results: dict[str, Any], path: Path) -> Path:
+def entropy_vs_loss(results: dict[str, Any]) -> Figure:
     """Both first-order changes of the real step (η = lr), and the true changes up to it."""
     optimizers = list(results["optimizers"].items())
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.6))
     x = np.arange(len(optimizers))
-    loss = [np.array([o["lr"] * r["loss_probe"]["delta_per_lr"] for r in o["runs"]]) for _, o in optimizers]
-    entropy = [np.array([o["lr"] * r["approx"]["delta_h_per_lr"] for r in o["runs"]]) for _, o in optimizers]
-    colors = [style.optimizer_color(n) for n, _ in optimizers]
-    left.bar(
-        x - 0.2,
-        [v.mean() for v in loss],
-        0.4,
-        yerr=[v.std() for v in loss],
-        capsize=3,
-        color="#9a9a9a",
-        label="lr·∇L·v  (validation loss)",
-    )
-    left.bar(
-        x + 0.2,
-        [v.mean() for v in entropy],
-        0.4,
-        yerr=[v.std() for v in entropy],
-        capsize=3,
-        color=colors,
-        label="lr·∇H·v  (entropy)",
-    )
-    ratios = [e.mean() / -lo.mean() if lo.mean() != 0 else math.nan for lo, e in zip(loss, entropy, strict=True)]
-    left.set_xticks(x, [f"{n}\nΔH / (−ΔL) = {r:+.2f}" for (n, _), r in zip(optimizers, ratios, strict=True)])
+    steps = [opt["real_step"] for _, opt in optimizers]
+    colors = [style.optimizer_color(opt["optimizer"], i) for i, (_, opt) in enumerate(optimizers)]
+    for offset, key, color, label in (
+        (-0.2, "loss", "#9a9a9a", "lr·∇L·v  (validation loss)"),
+        (0.2, "entropy", colors, "lr·∇H·v  (entropy)"),
+    ):
+        means = style.finite([s[f"{key}_mean"] for s in steps])
+        spreads = style.finite([s[f"{key}_std"] for s in steps])
+        left.bar(
+            x + offset, np.nan_to_num(means), 0.4, yerr=np.nan_to_num(spreads), capsize=3, color=color, label=label
+        )
+    ticks = [f"{n}\nΔH / (−ΔL) = {s['entropy_per_loss']:+.2f}" for (n, _), s in zip(optimizers, steps, strict=True)]
+    left.set_xticks(x, ticks)
     left.axhline(0, color=style.INK, lw=0.8)
     left.set_ylabel("first-order change of the real step")
     left.set_title("Entropy vs loss change of one real step (mean ± std over runs)", fontsize=10)
@@ -172,7 +163,7 @@ def draw_entropy_vs_loss(results: dict[str, Any], path: Path) -> Path:
             dh = {e["eta"]: e["delta_h_true"] for e in r["true"]["entries"]}
             dl = {e["eta"]: e["delta"] for e in r["loss_probe"]["true"]}
             etas = [e for e in sorted(dh) if e <= opt["lr"] * (1 + 1e-9)]
-            color = style.optimizer_color(name)
+            color = style.optimizer_color(opt["optimizer"])
             right.plot([dl[e] for e in etas], [dh[e] for e in etas], "-", color=color, alpha=0.5)
             right.plot([dl[etas[-1]]], [dh[etas[-1]]], "o", color=color, ms=7, label=name if i == 0 else None)
     right.axhline(0, color=style.MUTED, lw=0.6)
@@ -182,15 +173,13 @@ def draw_entropy_vs_loss(results: dict[str, Any], path: Path) -> Path:
     right.set_title("True changes for η up to the real step (dots: η = lr)", fontsize=10)
     right.legend()
     fig.tight_layout()
-    return style.save(fig, path)
+    return fig
 
 
-def draw(results: dict[str, Any], fig_dir: Path) -> list[Path]:
-    style.apply()
-    return [
-        draw_per_run(results, fig_dir / "entropy_delta_vs_eta.png"),
-        draw_aggregate(results, fig_dir / "entropy_delta_vs_eta_aggregate.png"),
-        draw_loglog(results, fig_dir / "entropy_loglog.png"),
-        draw_subsets(results, fig_dir / "entropy_subsets.png"),
-        draw_entropy_vs_loss(results, fig_dir / "entropy_vs_loss.png"),
-    ]
+FIGURES = {
+    "entropy_delta_vs_eta.png": per_run,
+    "entropy_delta_vs_eta_aggregate.png": aggregate,
+    "entropy_loglog.png": loglog,
+    "entropy_subsets.png": subsets,
+    "entropy_vs_loss.png": entropy_vs_loss,
+}

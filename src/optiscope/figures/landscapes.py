@@ -10,28 +10,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
 
 from . import style
-from .bias_correction import draw_bias_correction
-from .weight_decay import draw_weight_decay
+from .bias_correction import bias_correction
+from .weight_decay import weight_decay
 
 SURFACE_TITLES = {"ravine": "Ravine", "saddle": "Saddle", "rosenbrock": "Rosenbrock"}
-
-
-def draw(results: dict[str, Any], fig_dir: Path) -> list[Path]:
-    style.apply()
-    return [
-        draw_landscapes(results, fig_dir / "landscapes.png"),
-        draw_convergence_table(results, fig_dir / "convergence_table.png"),
-        draw_bias_correction(results["bias_correction"], fig_dir / "bias_correction.png"),
-        draw_weight_decay(results["weight_decay"], fig_dir / "adamw_vs_adaml2.png"),
-    ]
 
 
 def outcome(run: dict[str, Any], budget: int) -> str:
@@ -43,36 +33,24 @@ def outcome(run: dict[str, Any], budget: int) -> str:
     return f"{run['reached_at']} steps (η = {run['best_lr']:g})"
 
 
-def fastest(surface: dict[str, Any]) -> list[str]:
-    """The optimizers that reached the tolerance in the fewest steps on this surface."""
-    reached = {name: run["reached_at"] for name, run in surface["runs"].items() if run["reached_at"] is not None}
-    if not reached:
-        return []
-    least = min(reached.values())
-    return [name for name, steps in reached.items() if steps == least]
-
-
 # -------------------------------------------------------------------------------------- contours
 def plot_contours(ax, surface: dict[str, Any]) -> None:
     contours = surface["contours"]
-    gap = np.asarray(contours["gap"], dtype=float)
-    positive = gap[gap > 0]
-    levels = np.geomspace(max(positive.min(), positive.max() * 1e-6), positive.max(), 16)
-    ax.contourf(
-        contours["x"],
-        contours["y"],
-        np.maximum(gap, levels[0]),
-        levels=levels,
-        norm=LogNorm(),
-        cmap="Greys_r",
-        alpha=0.35,
-    )
-    ax.contour(contours["x"], contours["y"], gap, levels=levels, norm=LogNorm(), colors="#8a8a8a", linewidths=0.5)
-    for i, (name, run) in enumerate(surface["runs"].items()):
-        if run["path"] is None:
+    gap = style.positive(contours["gap"])
+    top = np.nanmax(gap) if np.isfinite(gap).any() else np.nan
+    bottom = max(np.nanmin(gap), top * 1e-6) if np.isfinite(top) else np.nan
+    if np.isfinite(top) and bottom < top:  # log-spaced contours of f − f*, where it has a range to show
+        levels = np.geomspace(bottom, top, 16)
+        shaded = np.clip(np.nan_to_num(gap, nan=bottom), bottom, top)
+        ax.contourf(contours["x"], contours["y"], shaded, levels=levels, norm=LogNorm(), cmap="Greys_r", alpha=0.35)
+        ax.contour(
+            contours["x"], contours["y"], shaded, levels=levels, norm=LogNorm(), colors="#8a8a8a", linewidths=0.5
+        )
+    for i, run in enumerate(surface["runs"].values()):
+        if not run["path"]:
             continue
-        path = np.asarray(run["path"])
-        color = style.optimizer_color(name, i)
+        path = style.finite(run["path"]).reshape(-1, 2)
+        color = style.optimizer_color(run["optimizer"], i)
         ax.plot(path[:, 0], path[:, 1], color=color, lw=1.3, alpha=0.9)
         ax.plot(*path[-1], marker="o", ms=4, color=color)
     ax.plot(*surface["start"], marker="o", ms=7, color=style.INK, zorder=6)
@@ -92,12 +70,11 @@ def plot_gap_curves(ax, surface: dict[str, Any], tolerance: float, budget: int) 
         if run["gap_curve"] is None:
             continue
         steps = np.asarray(run["gap_curve"]["steps"], dtype=float)
-        values = np.asarray(run["gap_curve"]["values"], dtype=float)
-        shown = values > 0  # log axes: an exact 0 cannot be drawn
+        values = style.positive(run["gap_curve"]["values"])  # log axes: an exact 0 cannot be drawn
         ax.plot(
-            np.maximum(steps[shown], 1),
-            values[shown],
-            color=style.optimizer_color(name, i),
+            np.maximum(steps, 1),
+            values,
+            color=style.optimizer_color(run["optimizer"], i),
             lw=1.4,
             label=f"{name} (η = {run['best_lr']:g})",
         )
@@ -110,7 +87,7 @@ def plot_gap_curves(ax, surface: dict[str, Any], tolerance: float, budget: int) 
     ax.set_ylabel("f − f* (log scale)")
 
 
-def draw_landscapes(results: dict[str, Any], path: Path) -> Path:
+def landscapes(results: dict[str, Any]) -> Figure:
     names = list(results["surfaces"])
     fig, axes = plt.subplots(
         2, len(names), figsize=(6.2 * len(names), 11), gridspec_kw={"height_ratios": [1.25, 1]}, layout="constrained"
@@ -118,12 +95,13 @@ def draw_landscapes(results: dict[str, Any], path: Path) -> Path:
     for column, name in enumerate(names):
         surface = results["surfaces"][name]
         plot_contours(axes[0, column], surface)
-        winners = fastest(surface)
+        winners = surface["fastest"]
         verdict = f"fastest: {', '.join(winners)}" if winners else "no optimizer reached the tolerance"
         axes[0, column].set_title(f"{SURFACE_TITLES.get(name, name)}: {surface['formula']}\n{verdict}", fontsize=10.5)
         plot_gap_curves(axes[1, column], surface, results["tolerance"], results["steps"])
         axes[1, column].set_title("f − f* at each optimizer's best η (colours as in the paths above)", fontsize=10)
-        axes[1, column].legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=7.5)
+        if axes[1, column].get_legend_handles_labels()[1]:
+            axes[1, column].legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=7.5)
     grid = ", ".join(f"{lr:g}" for lr in results["lrs"])
     fig.suptitle(
         f"Optimizer paths at each one's best learning rate from the grid {grid}"
@@ -131,7 +109,7 @@ def draw_landscapes(results: dict[str, Any], path: Path) -> Path:
         fontsize=12.5,
         fontweight="bold",
     )
-    return style.save(fig, path)
+    return fig
 
 
 # ----------------------------------------------------------------------------------------- table
@@ -141,7 +119,7 @@ def grid_cell(entry: dict[str, Any]) -> str:
     return "div." if entry["diverged_at"] is not None else "—"
 
 
-def draw_convergence_table(results: dict[str, Any], path: Path) -> Path:
+def convergence_table(results: dict[str, Any]) -> Figure:
     surfaces = results["surfaces"]
     names = list(surfaces)
     optimizers = list(next(iter(surfaces.values()))["runs"])
@@ -156,7 +134,7 @@ def draw_convergence_table(results: dict[str, Any], path: Path) -> Path:
         for name in names:
             run = surfaces[name]["runs"][optimizer]
             row.append(outcome(run, results["steps"]))
-            if optimizer in fastest(surfaces[name]):
+            if optimizer in surfaces[name]["fastest"]:
                 row_colors.append("#d7eedf")
             elif run["reached_at"] is None:
                 row_colors.append("#f6dcd8")
@@ -181,12 +159,13 @@ def draw_convergence_table(results: dict[str, Any], path: Path) -> Path:
         fontsize=11,
     )
 
-    lrs = results["lrs"]
     for column, name in enumerate(names):
         ax = fig.add_subplot(grid[1, column])
+        lrs = sorted({entry["lr"] for run in surfaces[name]["runs"].values() for entry in run["grid"]})
         steps = np.full((len(optimizers), len(lrs)), np.nan)
         for row, optimizer in enumerate(optimizers):
-            for j, entry in enumerate(surfaces[name]["runs"][optimizer]["grid"]):
+            for entry in surfaces[name]["runs"][optimizer]["grid"]:
+                j = lrs.index(entry["lr"])
                 steps[row, j] = entry["reached_at"] if entry["reached_at"] is not None else np.nan
                 ax.text(j, row, grid_cell(entry), ha="center", va="center", fontsize=7)
         ax.imshow(np.log10(steps), cmap="YlGn_r", aspect="auto", vmin=0, vmax=np.log10(results["steps"]))
@@ -197,4 +176,12 @@ def draw_convergence_table(results: dict[str, Any], path: Path) -> Path:
         ax.set_xlabel("learning rate η")
         ax.grid(False)
         ax.set_title(f"{SURFACE_TITLES.get(name, name)}: steps per η (—: not reached, div.: diverged)", fontsize=9.5)
-    return style.save(fig, path)
+    return fig
+
+
+FIGURES = {
+    "landscapes.png": landscapes,
+    "convergence_table.png": convergence_table,
+    "bias_correction.png": lambda results: bias_correction(results["bias_correction"]),
+    "adamw_vs_adaml2.png": lambda results: weight_decay(results["weight_decay"]),
+}

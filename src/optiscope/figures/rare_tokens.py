@@ -10,22 +10,13 @@ Titles and notes are sentences built from the numbers in results, so they say wh
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from . import style
-
-
-def draw(results: dict[str, Any], fig_dir: Path) -> list[Path]:
-    style.apply()
-    return [
-        draw_sgd_vs_adam(results, fig_dir / "sgd_vs_adam.png"),
-        draw_optimizers(results, fig_dir / "optimizers.png"),
-        draw_lr_sweep(results, fig_dir / "lr_sweep.png"),
-    ]
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -44,7 +35,7 @@ def token_label(results: dict[str, Any], k: int) -> str:
 
 
 def learned_count(errors: list[float] | None, within: float) -> int:
-    return 0 if errors is None else sum(e <= within for e in errors)
+    return 0 if errors is None else sum(e is not None and e <= within for e in errors)
 
 
 def trajectory_title(results: dict[str, Any], name: str, label: str) -> str:
@@ -56,7 +47,7 @@ def trajectory_title(results: dict[str, Any], name: str, label: str) -> str:
     share = run["final_weight"][rarest] / results["true_weight"]
     learned = learned_count(run["final_error"], results["learned_within"])
     return (
-        f"{label} — weight trajectories (η = {results['lr']:g})\n"
+        f"{label} — weight trajectories (η = {run['lr']:g})\n"
         f"the rarest token reached {share:.1%} of its target; "
         f"{learned} of {len(results['tokens'])} tokens end within {results['learned_within']:g} of w*"
     )
@@ -66,7 +57,7 @@ def plot_trajectories(ax, results: dict[str, Any], name: str, label: str) -> Non
     run = results["optimizers"][name]
     colors = token_colors(results["frequencies"])
     steps = np.asarray(run["trajectory"]["steps"])
-    weights = np.asarray(run["trajectory"]["weights"], dtype=float)
+    weights = style.finite(run["trajectory"]["weights"])
     ax.axhline(results["true_weight"], color=style.INK, lw=1, ls="--", alpha=0.35, label="true weight w*")
     for k, color in enumerate(colors):
         ax.plot(steps, weights[k], color=color, lw=1.5, label=token_label(results, k))
@@ -74,12 +65,12 @@ def plot_trajectories(ax, results: dict[str, Any], name: str, label: str) -> Non
     top = max(1.8, float(finite.max()) + 0.1) if finite.size else 1.8
     bottom = min(-0.3, float(finite.min()) - 0.1) if finite.size else -0.3
     ax.set_ylim(bottom, top)
-    ax.set_xlim(0, steps[-1])
+    ax.set_xlim(0, max(steps[-1], 1))
     ax.set_title(trajectory_title(results, name, label), fontsize=10.5)
     ax.set_xlabel("training step")
     ax.set_ylabel("learned weight w")
     ax.legend(loc="upper center", ncol=4, fontsize=7.5)
-    if run["diverged_at"] is None:
+    if run["diverged_at"] is None and np.isfinite(style.finite(run["final_weight"])[results["rarest"]]):
         annotate_rarest(ax, results, name, colors[results["rarest"]], steps[-1], bottom, top)
 
 
@@ -103,26 +94,28 @@ def annotate_rarest(ax, results: dict[str, Any], name: str, color, last_step: in
 
 
 # -------------------------------------------------------------------------------------- the seed
-def draw_sgd_vs_adam(results: dict[str, Any], path: Path) -> Path:
+def sgd_vs_adam(results: dict[str, Any]) -> Figure:
     fig = plt.figure(figsize=(16, 11))
     grid = fig.add_gridspec(2, 3, hspace=0.42, wspace=0.3)
-    plot_trajectories(fig.add_subplot(grid[0, :2]), results, "sgd", "SGD")
+    plot_trajectories(fig.add_subplot(grid[0, :2]), results, results["pair"]["sgd"], "SGD")
     plot_final_errors(fig.add_subplot(grid[0, 2]), results)
-    plot_trajectories(fig.add_subplot(grid[1, :2]), results, "adam", "Adam")
+    plot_trajectories(fig.add_subplot(grid[1, :2]), results, results["pair"]["adam"], "Adam")
     plot_effective_lr(fig.add_subplot(grid[1, 2]), results)
+    sgd, adam = (results["optimizers"][results["pair"][n]] for n in ("sgd", "adam"))
+    same = f"same η = {sgd['lr']:g}" if sgd["lr"] == adam["lr"] else f"η = {sgd['lr']:g} and {adam['lr']:g}"
     fig.suptitle(
-        f"SGD vs Adam on rare tokens: same data, same η = {results['lr']:g}, {results['steps']} steps of "
+        f"SGD vs Adam on rare tokens: same data, {same}, {results['steps']} steps of "
         f"{results['batch_size']} token draws — {comparison(results)}",
         fontsize=13,
         fontweight="bold",
         y=0.965,
     )
-    return style.save(fig, path)
+    return fig
 
 
 def comparison(results: dict[str, Any]) -> str:
     """Which of SGD and Adam ends closer to w* on the rarest token (or which diverged)."""
-    sgd, adam = results["optimizers"]["sgd"], results["optimizers"]["adam"]
+    sgd, adam = (results["optimizers"][results["pair"][n]] for n in ("sgd", "adam"))
     diverged = [label for label, run in (("SGD", sgd), ("Adam", adam)) if run["diverged_at"] is not None]
     if diverged:
         return f"{' and '.join(diverged)} diverged"
@@ -133,11 +126,11 @@ def comparison(results: dict[str, Any]) -> str:
 
 
 def plot_final_errors(ax, results: dict[str, Any]) -> None:
-    sgd, adam = results["optimizers"]["sgd"], results["optimizers"]["adam"]
+    sgd, adam = (results["optimizers"][results["pair"][n]] for n in ("sgd", "adam"))
     x = np.arange(len(results["tokens"]))
     width = 0.38
     for offset, run, name, label in ((-width / 2, sgd, "sgd", "SGD"), (width / 2, adam, "adam", "Adam")):
-        errors = np.asarray(run["final_error"] if run["final_error"] is not None else [np.nan] * len(x))
+        errors = style.finite(run["final_error"] if run["final_error"] is not None else [np.nan] * len(x))
         bars = ax.bar(x + offset, errors, width, color=style.optimizer_color(name), alpha=0.9, label=label)
         texts = [f"{e:.2f}" if np.isfinite(e) else "" for e in errors]
         ax.bar_label(bars, labels=texts, fontsize=6.5, padding=1.5, color=style.MUTED)
@@ -158,43 +151,54 @@ def plot_final_errors(ax, results: dict[str, Any]) -> None:
     ax.set_ylabel("final |w − w*|")
     ax.set_title("Final weight error (lower is better)", fontsize=10.5)
     ax.legend(loc="upper left")
-    ax.set_ylim(0, max(1.0, ax.get_ylim()[1]) * 1.08)
+    top = np.nanmax(np.concatenate([style.finite(r["final_error"] or []) for r in (sgd, adam)] + [[1.0]]))
+    ax.set_ylim(0, top * 1.08)
 
 
 def plot_effective_lr(ax, results: dict[str, Any]) -> None:
-    adam = results["optimizers"]["adam"]
-    if adam["effective_lr"] is None:
-        ax.set_axis_off()
-        style.note(ax, f"Adam diverged at step {adam['diverged_at']}:\nno effective learning rate to show", (0.1, 0.6))
+    adam = results["optimizers"][results["pair"]["adam"]]
+    frequencies = style.positive(results["frequencies"])
+    effective = style.positive(adam["effective_lr"] if adam["effective_lr"] is not None else [])
+    shown = np.isfinite(effective) & np.isfinite(frequencies) if len(effective) == len(frequencies) else []
+    if adam["effective_lr"] is None or not np.any(shown):
+        why = f"Adam diverged at step {adam['diverged_at']}" if adam["diverged_at"] is not None else "Adam"
+        style.nothing_to_show(ax, f"{why}:\nno positive effective learning rate to show")
         return
-    frequencies = np.asarray(results["frequencies"])
-    effective = np.asarray(adam["effective_lr"])
     colors = token_colors(results["frequencies"])
-    ax.scatter(frequencies, effective, c=colors, s=110, zorder=5, edgecolors="white", linewidths=1.5)
+    ax.scatter(
+        frequencies[shown],
+        effective[shown],
+        c=[c for c, s in zip(colors, shown, strict=True) if s],
+        s=110,
+        zorder=5,
+        edgecolors="white",
+        linewidths=1.5,
+    )
     for k, token in enumerate(results["tokens"]):
-        ax.annotate(token, (frequencies[k], effective[k]), textcoords="offset points", xytext=(7, 4), fontsize=7.5)
-    slope, intercept = np.polyfit(np.log(frequencies), np.log(effective), 1)
-    span = np.geomspace(frequencies.min(), frequencies.max(), 50)
-    ax.plot(span, np.exp(intercept) * span**slope, color=style.MUTED, lw=1, ls="-", alpha=0.6)
-    ax.axhline(results["lr"], color=style.INK, lw=1, ls="--", alpha=0.5)
-    ax.text(frequencies.min(), results["lr"] * 1.25, f"nominal η = {results['lr']:g}", fontsize=8, color=style.INK)
+        if shown[k]:
+            ax.annotate(token, (frequencies[k], effective[k]), textcoords="offset points", xytext=(7, 4), fontsize=7.5)
+    fit = adam["effective_lr_fit"]
+    span = np.geomspace(np.nanmin(frequencies[shown]), np.nanmax(frequencies[shown]), 50)
+    if fit is not None and np.isfinite(fit["slope"]) and np.isfinite(fit["intercept"]):
+        ax.plot(span, np.exp(fit["intercept"]) * span ** fit["slope"], color=style.MUTED, lw=1, alpha=0.6)
+    ax.axhline(adam["lr"], color=style.INK, lw=1, ls="--", alpha=0.5)
+    ax.text(span[0], adam["lr"] * 1.25, f"nominal η = {adam['lr']:g}", fontsize=8, color=style.INK)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_ylim(min(results["lr"], effective.min()) / 3, effective.max() * 4)
-    ax.set_xlim(frequencies.min() / 2.5, frequencies.max() * 3)
+    ax.set_ylim(min(adam["lr"], np.nanmin(effective[shown])) / 3, max(adam["lr"], np.nanmax(effective[shown])) * 4)
+    ax.set_xlim(span[0] / 2.5, span[-1] * 3)
     ax.set_xlabel("token frequency p (log scale)")
     ax.set_ylabel("Adam's effective LR η/(√v̂ + ε) at the end (log)")
-    rarest, common = results["rarest"], results["most_common"]
-    ratio = effective[rarest] / effective[common]
-    ax.set_title(
-        f"Adam's effective LR: the rarest token's is {ratio:.0f}× the most common's\n"
-        f"fitted slope {slope:.2f} (−1 would cancel the frequency exactly)",
-        fontsize=10.5,
-    )
+    if fit is not None:
+        ax.set_title(
+            f"Adam's effective LR: the rarest token's is {fit['ratio']:.0f}× the most common's\n"
+            f"fitted slope {fit['slope']:.2f} (−1 would cancel the frequency exactly)",
+            fontsize=10.5,
+        )
 
 
 # ------------------------------------------------------------------------------- every optimizer
-def draw_optimizers(results: dict[str, Any], path: Path) -> Path:
+def optimizers(results: dict[str, Any]) -> Figure:
     fig, (errors_ax, rarest_ax) = plt.subplots(
         1, 2, figsize=(15, 6.6), gridspec_kw={"width_ratios": [1.1, 1]}, layout="constrained"
     )
@@ -204,29 +208,34 @@ def draw_optimizers(results: dict[str, Any], path: Path) -> Path:
     finished = {name: run for name, run in results["optimizers"].items() if run["diverged_at"] is None}
     # A final error can be ~0 by chance (Lion's ±η steps land on w* exactly); on log axes those
     # markers sit on a floor a decade below the smallest RMS error, so they do not stretch the axis.
-    floor = min((min(run["tail_rms_error"]) for run in finished.values()), default=within) / 10
+    smallest = [np.nanmin(style.positive(r["tail_rms_error"])) for r in finished.values()]
+    smallest = [v for v in smallest if np.isfinite(v)]
+    floor = min(smallest, default=within) / 10
     counts = []
     for i, (name, run) in enumerate(results["optimizers"].items()):
-        color = style.optimizer_color(name, i)
+        color = style.optimizer_color(run["optimizer"], i)
         if run["diverged_at"] is not None:
             counts.append(f"{name}: diverged at step {run['diverged_at']}")
             continue
-        tail = np.asarray(run["tail_rms_error"])[order]
-        final = np.asarray(run["final_error"])[order]
+        tail = style.positive(run["tail_rms_error"])[order]
+        final = style.finite(run["final_error"])[order]
         errors_ax.plot(frequencies[order], tail, color=color, lw=1.8, marker="o", ms=4, label=name)
         errors_ax.scatter(frequencies[order], np.maximum(final, floor), color=color, marker="x", s=22, lw=1)
         counts.append(f"{name}: {learned_count(run['tail_rms_error'], within)}/{len(frequencies)}")
         steps = np.asarray(run["trajectory"]["steps"])
-        rarest_ax.plot(steps, run["trajectory"]["weights"][results["rarest"]], color=color, lw=1.4)
+        rarest_ax.plot(steps, style.finite(run["trajectory"]["weights"][results["rarest"]]), color=color, lw=1.4)
     errors_ax.axhline(within, color=style.MUTED, lw=0.8, ls=":")
     errors_ax.set_xscale("log")
-    errors_ax.set_yscale("log")
-    errors_ax.set_ylim(bottom=floor / 1.5)
+    shown = [r["tail_rms_error"] for r in finished.values()] + [r["final_error"] for r in finished.values()]
+    if style.log_scale(errors_ax, "y", *shown):
+        errors_ax.set_ylim(bottom=floor / 1.5)
     errors_ax.set_xlabel("token frequency p (log scale)")
     errors_ax.set_ylabel(
         f"line: RMS of w − w* over the last quarter\n×: final |w − w*| (drawn at {floor:.1g} when below it)"
     )
-    errors_ax.set_title(f"Error against token frequency, every optimizer at η = {results['lr']:g}", fontsize=10.5)
+    lrs = sorted({run["lr"] for run in results["optimizers"].values()})
+    at = f"every optimizer at η = {lrs[0]:g}" if len(lrs) == 1 else "each optimizer at its η"
+    errors_ax.set_title(f"Error against token frequency, {at}", fontsize=10.5)
     style.note(errors_ax, f"tokens learned (RMS ≤ {within:g}):\n" + "\n".join(counts), (0.02, 0.03), va="bottom")
     rarest = results["rarest"]
     rarest_ax.axhline(results["true_weight"], color=style.INK, lw=1, ls="--", alpha=0.35)
@@ -243,14 +252,16 @@ def draw_optimizers(results: dict[str, Any], path: Path) -> Path:
         ncol=len(results["optimizers"]),
     )
     settings = "; ".join(f"{name} = {run['setting']}" for name, run in results["optimizers"].items())
-    notes = "".join(f"\n{name}: {note}" for name, note in results["notes"].items() if name in results["optimizers"])
+    named = {run["optimizer"] for run in results["optimizers"].values()}
+    notes = "".join(f"\n{name}: {note}" for name, note in results["notes"].items() if name in named)
     fig.suptitle(
-        f"Rare tokens, every optimizer: same data stream, {results['steps']} steps, η = {results['lr']:g}",
+        f"Rare tokens, every optimizer: same data stream, {results['steps']} steps, "
+        f"{at.replace('every optimizer ', '')}",
         fontsize=13,
         fontweight="bold",
     )
     fig.supxlabel(settings + notes, fontsize=7.5, color=style.MUTED)
-    return style.save(fig, path)
+    return fig
 
 
 # ------------------------------------------------------------------------------------ the LR sweep
@@ -264,10 +275,10 @@ def sweep_title(results: dict[str, Any]) -> str:
             "No swept learning rate lets SGD learn the rarest token "
             f"(tail RMS error ≤ {results['learned_within']:g}){diverges}"
         )
-    ratio = findings["rescue_common_tail_std"] / findings["nominal_common_tail_std"]
     return (
         f"SGD learns the rarest token from η = {findings['rescue_lr']:g}, but there the most common token jitters "
-        f"{ratio:.0f}× as much as at η = {results['lr']:g} (std {findings['rescue_common_tail_std']:.3f} vs "
+        f"{findings['rescue_jitter_ratio']:.0f}× as much as at η = {results['lr']:g} "
+        f"(std {findings['rescue_common_tail_std']:.3f} vs "
         f"{findings['nominal_common_tail_std']:.4f}){diverges}"
     )
 
@@ -279,7 +290,7 @@ def plot_sweep_errors(ax, results: dict[str, Any], name: str, label: str) -> Non
     diverged = [run["diverged_at"] is not None for run in sweep[name]]
     for k, color in enumerate(colors):
         errors = [np.nan if run["diverged_at"] is not None else run["tail_rms_error"][k] for run in sweep[name]]
-        ax.plot(lrs, errors, color=color, lw=1.6, marker="o", ms=3.5, label=token_label(results, k))
+        ax.plot(lrs, style.positive(errors), color=color, lw=1.6, marker="o", ms=3.5, label=token_label(results, k))
     if any(diverged):
         first = lrs[diverged.index(True)]
         ax.axvspan(first / 1.1, lrs.max() * 1.3, color=style.BAD, alpha=0.08, lw=0)
@@ -290,7 +301,8 @@ def plot_sweep_errors(ax, results: dict[str, Any], name: str, label: str) -> Non
         results["lr"], 0.97, " nominal η", transform=ax.get_xaxis_transform(), fontsize=7.5, color=style.MUTED, va="top"
     )
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    alive = [r["tail_rms_error"] for r in sweep[name] if r["diverged_at"] is None]
+    style.log_scale(ax, "y", *alive)
     ax.set_xlim(lrs.min() / 1.3, lrs.max() * 1.3)
     ax.set_xlabel("learning rate η (log scale)")
     ax.set_ylabel("RMS of w − w* over the last quarter (log)")
@@ -309,11 +321,12 @@ def plot_tradeoff(ax, results: dict[str, Any]) -> None:
         ]
         if not points:
             continue
-        lrs, rare_error, jitter = (np.asarray(v) for v in zip(*points, strict=True))
+        lrs, rare_error, jitter = (style.positive(v) for v in zip(*points, strict=True))
         color = style.optimizer_color(name)
         ax.plot(jitter, rare_error, color=color, lw=1.6, marker="o", ms=4, label=label)
-        for lr, x, y in points:
-            ax.annotate(f"{lr:g}", (y, x), textcoords="offset points", xytext=(4, 3), fontsize=6.5, color=color)
+        for lr, x, y in zip(lrs, rare_error, jitter, strict=True):
+            if np.isfinite(x) and np.isfinite(y):
+                ax.annotate(f"{lr:g}", (y, x), textcoords="offset points", xytext=(4, 3), fontsize=6.5, color=color)
     ax.axhline(results["learned_within"], color=style.MUTED, lw=0.8, ls=":")
     ax.text(
         0.99,
@@ -325,15 +338,17 @@ def plot_tradeoff(ax, results: dict[str, Any]) -> None:
         ha="right",
         va="bottom",
     )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    alive = [r for name in ("sgd", "adam") for r in sweep[name] if r["diverged_at"] is None]
+    if style.log_scale(ax, "x", *[[r["tail_std"][common] for r in alive]]):
+        style.log_scale(ax, "y", *[[r["tail_rms_error"][rarest] for r in alive]])
     ax.set_xlabel(f"jitter of the most common token ({results['tokens'][common]}): std of w, last quarter")
     ax.set_ylabel(f"rarest token ({results['tokens'][rarest]}): RMS error, last quarter")
     ax.set_title("The trade-off (labels: η); lower left is better", fontsize=10.5)
-    ax.legend(loc="center left")
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(loc="center left")
 
 
-def draw_lr_sweep(results: dict[str, Any], path: Path) -> Path:
+def lr_sweep(results: dict[str, Any]) -> Figure:
     fig, axes = plt.subplots(1, 3, figsize=(18, 6.2), layout="constrained")
     plot_sweep_errors(axes[0], results, "sgd", "SGD")
     plot_sweep_errors(axes[1], results, "adam", "Adam")
@@ -344,4 +359,7 @@ def draw_lr_sweep(results: dict[str, Any], path: Path) -> Path:
         ax.set_ylim(min(lows), max(highs))
     axes[1].legend(loc="lower right", fontsize=7.5)
     fig.suptitle(sweep_title(results), fontsize=12, fontweight="bold")
-    return style.save(fig, path)
+    return fig
+
+
+FIGURES = {"sgd_vs_adam.png": sgd_vs_adam, "optimizers.png": optimizers, "lr_sweep.png": lr_sweep}

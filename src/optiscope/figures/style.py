@@ -37,6 +37,7 @@ OPTIMIZER_COLORS = {
     "adam-no-bc": "#8fb3cf",
     "lion": "#c2478f",
     "muon": "#3b3b3b",
+    "muon+adamw": "#8c564b",
 }
 
 RC = {
@@ -71,14 +72,9 @@ def apply() -> None:
 
 
 def optimizer_color(name: str, fallback_index: int = 0) -> str:
-    """A stable colour per optimizer name ('adam', 'adam@1e-3' and 'adam-warmup' share Adam's)."""
+    """The colour of an optimizer recipe ('adam' and 'adam@1e-3' share Adam's); every recipe has its own."""
     key = name.lower().split("@")[0]
-    if key in OPTIMIZER_COLORS:
-        return OPTIMIZER_COLORS[key]
-    for known, color in OPTIMIZER_COLORS.items():
-        if key.startswith(known):
-            return color
-    return plt.get_cmap("tab10")(fallback_index % 10)
+    return OPTIMIZER_COLORS.get(key) or plt.get_cmap("tab10")(fallback_index % 10)
 
 
 def ramp(n: int, start: str = "#1f4e8c", end: str = "#b03a2e") -> list[tuple[float, float, float]]:
@@ -103,8 +99,71 @@ def note(ax, text: str, xy: tuple[float, float], color: str = INK, **kwargs) -> 
     )
 
 
+def close_all() -> None:
+    plt.close("all")
+
+
+#: Magnitudes beyond this are drawn like inf (left out): matplotlib cannot lay out axes that reach them.
+DRAWABLE = 1e200
+
+
+def finite(values) -> np.ndarray:
+    """``values`` as floats with inf, nan, None and magnitudes beyond ``DRAWABLE`` as nan, which
+    matplotlib leaves out."""
+    array = np.array([] if values is None else values, dtype=object)
+    array = np.where(np.equal(array, None), np.nan, array).astype(float)
+    return np.where(np.abs(array) <= DRAWABLE, array, np.nan)
+
+
+def positive(values) -> np.ndarray:
+    """``values`` with every entry that a log axis cannot show (≤ 0, inf, nan) as nan."""
+    array = finite(values)
+    return np.where(array > 0, array, np.nan)
+
+
+def log_scale(ax, axis: str, *data) -> bool:
+    """Put ``axis`` ('x' or 'y') on a log scale if any of ``data`` has a finite positive value; otherwise
+    keep it linear and say so on the panel. Returns whether the scale is logarithmic."""
+    if any(np.any(np.isfinite(positive(d))) for d in data if d is not None and np.size(d)):
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+        return True
+    ax.text(
+        0.5,
+        0.5,
+        "no positive values to show on a log scale",
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize=8,
+        color=MUTED,
+    )
+    return False
+
+
+def linear_where_nothing_positive(fig: Figure) -> None:
+    """Return to a linear scale every log axis whose limits are not positive: that happens when every
+    point with a positive coordinate was left out for its other coordinate (nan or inf), and
+    matplotlib could not lay such an axis out."""
+    for ax in fig.axes:
+        for axis, scale, limits in (("x", ax.get_xscale(), ax.get_xlim()), ("y", ax.get_yscale(), ax.get_ylim())):
+            if scale == "log" and not (np.all(np.isfinite(limits)) and min(limits) > 0):
+                (ax.set_xscale if axis == "x" else ax.set_yscale)("linear")
+
+
+def nothing_to_show(ax, text: str) -> None:
+    """An empty panel that says why it is empty."""
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=9, color=MUTED, wrap=True)
+
+
+def fmt(x, spec: str = ".3g", missing: str = "—") -> str:
+    """``x`` formatted, or ``missing`` for None (numbers that are nan or inf print as such)."""
+    return missing if x is None else format(x, spec)
+
+
 def save(fig: Figure, path: Path) -> Path:
     """Render ``fig`` to PNG and write it atomically; closes the figure."""
+    linear_where_nothing_positive(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from . import style
 
@@ -43,7 +43,7 @@ def stats_text(stats: dict[str, float]) -> str:
     )
 
 
-def draw_weight_decay(story: dict[str, Any], path: Path) -> Path:
+def weight_decay(story: dict[str, Any]) -> Figure:
     fig, axes = plt.subplots(2, 2, figsize=(15, 11.5), layout="constrained")
     group = np.asarray(story["group"])
     scales = story["group_scales"]
@@ -74,15 +74,17 @@ def draw_weight_decay(story: dict[str, Any], path: Path) -> Path:
     decay_ax = axes[1, 0]
     index = np.arange(len(group))
     for position, (name, run) in enumerate(story["runs"].items()):
-        decay = np.asarray(run["effective_decay"])
+        decay = style.positive(run["effective_decay"])
         decay_ax.scatter(index, decay, s=6, color=style.optimizer_color(name), label=LABELS.get(name, name))
         # the first run's labels go under its points, the second's over them, so they cannot collide
         below = position == 0
         for j in range(len(scales)):
-            median = float(np.median(decay[group == j]))
+            median, members = run["effective_decay_median"][j], decay[group == j]
+            if not np.isfinite(members).any():
+                continue
             decay_ax.annotate(
                 f"median {median:.2g}",
-                (index[group == j].mean(), float(decay[group == j].min() if below else decay[group == j].max())),
+                (index[group == j].mean(), float(np.nanmin(members) if below else np.nanmax(members))),
                 textcoords="offset points",
                 xytext=(0, -11 if below else 5),
                 ha="center",
@@ -91,7 +93,7 @@ def draw_weight_decay(story: dict[str, Any], path: Path) -> Path:
             )
     for j in range(1, len(scales)):
         decay_ax.axvline(index[group == j][0] - 0.5, color=style.MUTED, lw=0.6, ls=":")
-    decay_ax.set_yscale("log")
+    style.log_scale(decay_ax, "y", *(run["effective_decay"] for run in story["runs"].values()))
     decay_ax.set_xticks([index[group == j].mean() for j in range(len(scales))])
     decay_ax.set_xticklabels([f"group s = {s:g}" for s in scales])
     decay_ax.set_ylabel("fraction of θ removed per step (log)")
@@ -126,4 +128,4 @@ def draw_weight_decay(story: dict[str, Any], path: Path) -> Path:
         fontsize=10.5,
         fontweight="bold",
     )
-    return style.save(fig, path)
+    return fig

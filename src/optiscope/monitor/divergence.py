@@ -39,16 +39,20 @@ class Diverged(RuntimeError):
 @dataclass(frozen=True)
 class DivergenceGuard:
     """Trips when the loss is not finite, or when — after ``warmup`` steps — it exceeds both ``factor``
-    times the lowest loss seen so far and the first loss of the run. (The second condition keeps a
-    noisy batch near a loss of ~0 from counting as divergence: diverging means doing worse than at
-    the start.) Non-finite weights are checked by the monitor on measured steps."""
+    times the lowest loss seen so far and ``first_factor`` times the first loss of the run. (The second
+    condition keeps a noisy batch near a loss of ~0 from counting as divergence: diverging means doing
+    worse than at the start; ``first_factor`` > 1 lets a model that spikes and recovers spike.)
+    Non-finite weights are checked by the monitor on measured steps."""
 
     factor: float = 4.0
     warmup: int = 20
+    first_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if not (self.factor > 1):
             raise ValueError(f"DivergenceGuard: factor={self.factor!r} must be > 1")
+        if not (self.first_factor >= 1):
+            raise ValueError(f"DivergenceGuard: first_factor={self.first_factor!r} must be >= 1")
         if not (isinstance(self.warmup, int) and self.warmup >= 0):
             raise ValueError(f"DivergenceGuard: warmup={self.warmup!r} must be an integer >= 0")
 
@@ -56,9 +60,7 @@ class DivergenceGuard:
         """Why this loss counts as divergence, or None."""
         if not math.isfinite(loss):
             return f"loss is {loss}"
-        if step > self.warmup and lowest > 0 and loss > self.factor * lowest and loss > first:
-            return (
-                f"loss {loss:.4g} > {self.factor:g} x its lowest value {lowest:.4g} "
-                f"and above the first loss {first:.4g}"
-            )
+        if step > self.warmup and lowest > 0 and loss > self.factor * lowest and loss > self.first_factor * first:
+            above = "above the first loss" if self.first_factor == 1 else f"> {self.first_factor:g} x the first loss"
+            return f"loss {loss:.4g} > {self.factor:g} x its lowest value {lowest:.4g} and {above} {first:.4g}"
         return None

@@ -235,7 +235,7 @@ class Monitor:
             self.last_record = record
             self._write(record)
         if reason is not None:
-            self._diverge(step, loss_value, reason)
+            self.diverge(step, loss_value, reason)
         return record
 
     def _scalars(self, step: int) -> dict[str, Any]:
@@ -281,7 +281,10 @@ class Monitor:
         rows.sort(key=lambda r: (r["first_step"] is None, r["first_step"] or 0, -_finite_or_big(r["growth"])))
         return rows[:limit]
 
-    def _diverge(self, step: int, loss: float | None, reason: str) -> None:
+    def diverge(self, step: int, loss: float | None, reason: str) -> None:
+        """Declare divergence at ``step``: build the record (with the parameters whose u/w exploded
+        first), send it to the sinks, and raise ``Diverged`` (or, with ``on_divergence="record"``, keep
+        it in ``self.diverged``). A training loop calls this itself when it stops *before* a step."""
         record = {
             **self.context,
             "diverged": True,
@@ -342,6 +345,13 @@ class Monitor:
         return summary
 
     # ---------------------------------------------------------------------------------- output
+    def rewind_sinks(self, step: int) -> None:
+        """After resuming from a checkpoint at ``step``: sinks drop what this run logged after it
+        (``JSONLSink`` rewrites its file, ``TensorBoardSink`` purges later events)."""
+        for sink in self.sinks:
+            if hasattr(sink, "rewind"):
+                sink.rewind(step, self.context)
+
     def _write(self, record: dict[str, Any]) -> None:
         for sink in self.sinks:
             sink.write(record)

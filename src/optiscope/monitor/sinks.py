@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ..runs import append_jsonl, is_rank_zero
+from ..runs import append_jsonl, is_rank_zero, truncate_jsonl
 
 
 def _e(x: float | None) -> str:
@@ -122,6 +122,16 @@ class JSONLSink:
         if is_rank_zero():
             append_jsonl(self.path, record)
 
+    def rewind(self, step: int, context: dict[str, Any]) -> None:
+        """Drop the records of this run (those carrying ``context``) logged after ``step``."""
+        if is_rank_zero():
+
+            def keep(record: dict[str, Any]) -> bool:
+                ours = all(record.get(k) == v for k, v in context.items())
+                return not ours or record.get("step", 0) <= step
+
+            truncate_jsonl(self.path, keep)
+
     def close(self) -> None:
         """Nothing to release: every write opens, appends and closes the file."""
 
@@ -144,7 +154,16 @@ class TensorBoardSink:
             raise ImportError(
                 "TensorBoardSink needs the tensorboard package: pip install 'optiscope[tensorboard]'"
             ) from e
-        self.writer = SummaryWriter(log_dir=str(log_dir))
+        self.log_dir = str(log_dir)
+        self.writer = SummaryWriter(log_dir=self.log_dir)
+
+    def rewind(self, step: int, context: dict[str, Any]) -> None:
+        """Continue after ``step``: events this run logged later (before an interruption) are purged."""
+        if self.writer is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer.close()
+            self.writer = SummaryWriter(log_dir=self.log_dir, purge_step=step + 1)
 
     def write(self, record: dict[str, Any]) -> None:
         if self.writer is None:

@@ -15,9 +15,10 @@ Group and overall figures combine tensors as one long vector: ‖·‖ = (Σ ‖
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -191,3 +192,25 @@ def spearman(x: Tensor, y: Tensor) -> float:
     rx, ry = rx - rx.mean(), ry - ry.mean()
     den = float(torch.sqrt((rx**2).sum() * (ry**2).sum()))
     return float((rx * ry).sum()) / den if den > 0 else math.nan
+
+
+def update_ratio_by(params: dict[str, dict[str, Any]], key: Callable[[str], str]) -> dict[str, float]:
+    """u/w of each group of a record's parameters (grouped by ``key(name)``), the group taken as one long
+    vector: √Σu² / √Σw² (nan for a group whose weights are all zero)."""
+    sums: dict[str, list[float]] = {}
+    for name, entry in params.items():
+        group = sums.setdefault(key(name), [0.0, 0.0])
+        group[0] += entry["u"] ** 2
+        group[1] += entry["w"] ** 2
+    return {k: math.sqrt(u) / math.sqrt(w) if w > 0 else math.nan for k, (u, w) in sums.items()}
+
+
+def loglog_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
+    """Least-squares line log y = slope · log x + intercept through positive points, and its R²
+    (nan when log y is constant)."""
+    lx, ly = np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float))
+    slope, intercept = np.polyfit(lx, ly, 1)
+    residual = ly - (slope * lx + intercept)
+    total = float(np.sum((ly - ly.mean()) ** 2))
+    r2 = 1 - float(residual @ residual) / total if total > 0 else math.nan
+    return {"slope": float(slope), "intercept": float(intercept), "r2": r2}

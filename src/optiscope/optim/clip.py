@@ -20,7 +20,7 @@ class NonFiniteGradientError(ValueError):
 
 
 def clip_grad_norm(
-    params: Iterable[Tensor] | Tensor,
+    params: Iterable[Tensor] | Iterable[tuple[str, Tensor]] | Tensor,
     max_norm: float,
     *,
     norm_type: float = 2.0,
@@ -28,9 +28,11 @@ def clip_grad_norm(
 ) -> Tensor:
     """Scale the gradients of ``params`` in place so their global norm is at most ``max_norm``.
 
-    Returns the global norm *before* clipping (a 0-d tensor). If that norm is inf or nan:
-    ``nonfinite="raise"`` raises ``NonFiniteGradientError`` naming the parameters with non-finite
-    gradients; ``nonfinite="skip"`` leaves the gradients untouched and returns the norm, so the caller
+    ``params`` are tensors or ``(name, tensor)`` pairs (``model.named_parameters()``), so that errors can
+    name them. Returns the global norm *before* clipping (a 0-d tensor). Gradients whose norm overflows
+    float32 although every entry is finite are measured again in float64 and clipped. If a gradient holds
+    inf or nan: ``nonfinite="raise"`` raises ``NonFiniteGradientError`` naming those parameters;
+    ``nonfinite="skip"`` leaves the gradients untouched and returns the (non-finite) norm, so the caller
     can skip the step.
     """
     if not (isinstance(max_norm, int | float) and math.isfinite(max_norm) and max_norm > 0):
@@ -39,32 +41,46 @@ def clip_grad_norm(
         raise ValueError(f"clip_grad_norm: norm_type={norm_type!r} must be > 0 (2.0 for L2, math.inf for max)")
     if nonfinite not in ("raise", "skip"):
         raise ValueError(f"clip_grad_norm: nonfinite={nonfinite!r} must be 'raise' or 'skip'")
-    params = [params] if isinstance(params, Tensor) else list(params)
-    grads = [p.grad for p in params if p.grad is not None]
+    named = _named(params)
+    with_grads = [(name, p.grad) for name, p in named if p.grad is not None]
+    grads = [g for _, g in with_grads]
     if not grads:
         return torch.tensor(0.0)
-    norms = []
-    for idx in grouped_by_device_and_dtype(grads).values():
-        norms.extend(torch._foreach_norm([grads[i] for i in idx], norm_type))
-    device = grads[0].device
-    dtype = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
-    stacked = torch.stack([n.to(device=device, dtype=dtype) for n in norms])
-    total = stacked.max() if math.isinf(norm_type) else torch.linalg.vector_norm(stacked, norm_type)
+    total = _global_norm(grads, norm_type, None)
     if not torch.isfinite(total):
-        if nonfinite == "skip":
+        bad = [name for name, g in with_grads if not torch.isfinite(g).all()]
+        if not bad:  # every entry finite: only the float32 sum of squares overflowed
+            total = _global_norm(grads, norm_type, torch.float64)
+        elif nonfinite == "skip":
             return total
-        bad = [
-            f"#{i} shape {tuple(p.shape)}"
-            for i, p in enumerate(params)
-            if p.grad is not None and not torch.isfinite(p.grad).all()
-        ]
-        raise NonFiniteGradientError(
-            f"clip_grad_norm: the gradients' global norm is {total.item()}; non-finite gradients in "
-            f"{len(bad)} parameter(s): {', '.join(bad[:5])}{' …' if len(bad) > 5 else ''}. "
-            "Pass nonfinite='skip' to get the norm back and skip the step instead"
-        )
+        else:
+            raise NonFiniteGradientError(
+                f"clip_grad_norm: non-finite gradients (inf or nan) in {len(bad)} parameter(s): "
+                f"{', '.join(bad[:5])}{' …' if len(bad) > 5 else ''}; the global norm is {total.item()}"
+            )
     scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for idx in grouped_by_device_and_dtype(grads).values():
         group = [grads[i] for i in idx]
         torch._foreach_mul_(group, scale.to(device=group[0].device, dtype=group[0].dtype))
     return total
+
+
+def _named(params: Iterable[Tensor] | Iterable[tuple[str, Tensor]] | Tensor) -> list[tuple[str, Tensor]]:
+    """(name, tensor) pairs; unnamed tensors are called by their position and shape."""
+    items = [params] if isinstance(params, Tensor) else list(params)
+    return [
+        item if isinstance(item, tuple) else (f"#{i} shape {tuple(item.shape)}", item) for i, item in enumerate(items)
+    ]
+
+
+def _global_norm(grads: list[Tensor], norm_type: float, dtype: torch.dtype | None) -> Tensor:
+    """‖(‖g₁‖, …, ‖gₙ‖)‖ in the gradients' precision (float64 if any is), or in ``dtype`` throughout."""
+    if dtype is None:
+        norms = []
+        for idx in grouped_by_device_and_dtype(grads).values():
+            norms.extend(torch._foreach_norm([grads[i] for i in idx], norm_type))
+        dtype = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
+    else:
+        norms = [torch.linalg.vector_norm(g, norm_type, dtype=dtype) for g in grads]
+    stacked = torch.stack([n.to(device=grads[0].device, dtype=dtype) for n in norms])
+    return stacked.max() if math.isinf(norm_type) else torch.linalg.vector_norm(stacked, norm_type)

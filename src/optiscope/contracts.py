@@ -1,0 +1,66 @@
+"""Is a JSON document shaped like its ``TypedDict``? Names the first places where it is not.
+
+Every experiment writes down the shape of its ``results.json`` as a ``TypedDict``; ``problems`` checks a
+document read back from disk against it (keys present, numbers where numbers belong, recursively), so
+that a file of another experiment or of the wrong shape is reported as such instead of failing deep
+inside a figure. Long lists are checked on their first entries only.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+SAMPLED = 3
+
+
+def problems(value: Any, expected: Any, where: str = "results", limit: int = 5) -> list[str]:
+    """Up to ``limit`` descriptions of where ``value`` differs from the type ``expected``."""
+    found: list[str] = []
+    _check(value, expected, where, found, limit)
+    return found[:limit]
+
+
+def _check(value: Any, expected: Any, where: str, found: list[str], limit: int) -> None:
+    if len(found) >= limit or expected is Any:
+        return
+    origin, args = typing.get_origin(expected), typing.get_args(expected)
+    if typing.is_typeddict(expected):
+        if not isinstance(value, dict):
+            found.append(f"{where} is {_kind(value)}, not an object")
+            return
+        hints = typing.get_type_hints(expected)
+        for key in sorted(expected.__required_keys__):
+            if key not in value:
+                found.append(f"{where}.{key} is missing")
+            else:
+                _check(value[key], hints[key], f"{where}.{key}", found, limit)
+    elif origin in (typing.Union, types.UnionType):
+        trials = [problems(value, option, where, 1) for option in args]
+        if all(trials):
+            found.append(min(trials, key=len)[0])
+    elif origin is dict or expected is dict:
+        if not isinstance(value, dict):
+            found.append(f"{where} is {_kind(value)}, not an object")
+        elif args:
+            for key, item in list(value.items())[:SAMPLED]:
+                _check(item, args[1], f"{where}.{key}", found, limit)
+    elif origin is list or expected is list:
+        if not isinstance(value, list):
+            found.append(f"{where} is {_kind(value)}, not a list")
+        elif args:
+            for i, item in enumerate(value[:SAMPLED]):
+                _check(item, args[0], f"{where}[{i}]", found, limit)
+    elif expected is float:
+        if not (isinstance(value, int | float) and not isinstance(value, bool)):
+            found.append(f"{where} is {_kind(value)}, not a number")
+    elif expected is type(None) or expected is None:
+        if value is not None:
+            found.append(f"{where} is {_kind(value)}, not null")
+    elif isinstance(expected, type) and not isinstance(value, expected):
+        found.append(f"{where} is {_kind(value)}, not {expected.__name__}")
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__}"

@@ -1,0 +1,177 @@
+r"""Named optimizer recipes: one name, one update rule with one set of hyperparameters, everywhere.
+
+Every experiment, the sweep and every figure legend use these names, so "momentum" always means SGD
+with μ = 0.9 and "sgd" always means plain SGD. Only two numbers come from the experiment: the learning
+rate η and, for the recipes that decay weights, λ (``--weight-decay``). Every other hyperparameter is
+torch.optim's default unless the table says otherwise.
+
+| name         | update rule                                           | λ from the experiment        |
+|--------------|-------------------------------------------------------|------------------------------|
+| sgd          | SGD                                                   | no                           |
+| momentum     | SGD, heavy ball μ = 0.9                               | no                           |
+| nesterov     | SGD, Nesterov μ = 0.9                                 | no                           |
+| rmsprop      | RMSprop (α = 0.99)                                    | no                           |
+| adam         | Adam (β = 0.9, 0.999)                                 | no                           |
+| adam-no-bc   | Adam without bias correction                          | no                           |
+| adamw        | AdamW (β = 0.9, 0.999), decoupled decay               | yes                          |
+| adaml2       | Adam with λθ added to the gradient                    | yes                          |
+| lion         | Lion (β = 0.9, 0.99), decoupled decay                 | yes                          |
+| muon         | Muon on every (2-D) parameter, Newton–Schulz in fp32  | no                           |
+| muon+adamw   | Muon on hidden matrices, AdamW (η/20) on the rest     | no                           |
+
+``muon`` needs every parameter to be a matrix (it orthogonalises the update); a model with embeddings,
+norms and biases takes ``muon+adamw``, which splits it the standard way (``split_params_for_muon``) and
+gives the AdamW part 1/20 of η: at Muon's usual η = 0.02 that is AdamW's usual 1e-3. Newton–Schulz runs
+in float32 on the CPU (bfloat16 products are emulated there and ~10× slower) and in bfloat16 on a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+from .adam import Adam, AdamL2, AdamW
+from .lion import Lion
+from .muon import Muon, muon_with_adamw
+from .rmsprop import RMSprop
+from .sgd import SGD
+
+#: The AdamW part of ``muon+adamw`` runs at this fraction of the recipe's learning rate.
+MUON_ADAMW_LR_RATIO = 1 / 20
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """An optimizer class and the hyperparameters it always gets (besides η and, if ``decays``, λ)."""
+
+    cls: type[torch.optim.Optimizer]
+    options: dict[str, Any] = field(default_factory=dict)
+    decays: bool = False
+    splits_model: bool = False
+
+    def describe(self) -> str:
+        """The recipe as code, e.g. 'SGD(lr=η, momentum=0.9)', for results.json and legends."""
+        if self.splits_model:
+            return f"Muon(lr=η) on hidden matrices + AdamW(lr=η/{round(1 / MUON_ADAMW_LR_RATIO)}) on the rest"
+        shown = "".join(f", {k}={str(v).removeprefix('torch.')}" for k, v in self.options.items())
+        decay = ", weight_decay=λ" if self.decays else ""
+        return f"{self.cls.__name__}(lr=η{shown}{decay})"
+
+
+RECIPES: dict[str, Recipe] = {
+    "sgd": Recipe(SGD),
+    "momentum": Recipe(SGD, {"momentum": 0.9}),
+    "nesterov": Recipe(SGD, {"momentum": 0.9, "nesterov": True}),
+    "rmsprop": Recipe(RMSprop),
+    "adam": Recipe(Adam),
+    "adam-no-bc": Recipe(Adam, {"bias_correction": False}),
+    "adamw": Recipe(AdamW, decays=True),
+    "adaml2": Recipe(AdamL2, decays=True),
+    "lion": Recipe(Lion, decays=True),
+    "muon": Recipe(Muon, {"ns_dtype": None}),
+    "muon+adamw": Recipe(Muon, splits_model=True),
+}
+
+
+def recipe(name: str) -> Recipe:
+    if name not in RECIPES:
+        raise ValueError(f"unknown optimizer {name!r}; valid: {', '.join(RECIPES)}")
+    return RECIPES[name]
+
+
+def build_optimizer(
+    name: str,
+    params: nn.Module | Iterable[Tensor] | Iterable[dict[str, Any]],
+    lr: float,
+    weight_decay: float = 0.0,
+    *,
+    decay_vectors: bool = True,
+) -> torch.optim.Optimizer:
+    """The optimizer called ``name`` over ``params`` with learning rate ``lr``.
+
+    ``params`` is a model (its trainable parameters), tensors, or param groups (a group's own
+    ``weight_decay`` wins). λ = ``weight_decay`` reaches only the recipes that decay; with a model and
+    ``decay_vectors=False`` it skips parameters with fewer than two dimensions (norms, biases), as
+    nanoGPT does. ``muon+adamw`` needs the model, to find its hidden matrices.
+    """
+    rule = recipe(name)
+    if rule.splits_model:
+        if not isinstance(params, nn.Module):
+            raise TypeError(f"{name} splits a model into Muon and AdamW parameters: pass the nn.Module")
+        return muon_with_adamw(params, lr=lr, adamw_lr=lr * MUON_ADAMW_LR_RATIO)
+    decay = weight_decay if rule.decays else 0.0
+    groups = param_groups(params, decay, decay_vectors)
+    if not rule.decays:
+        groups = [{**g, "weight_decay": 0.0} for g in groups]
+    return rule.cls(groups, lr=lr, **rule.options)
+
+
+def param_groups(
+    params: nn.Module | Iterable[Tensor] | Iterable[dict[str, Any]], weight_decay: float, decay_vectors: bool
+) -> list[dict[str, Any]]:
+    """``params`` as param groups carrying ``weight_decay`` (groups that set their own keep it)."""
+    if isinstance(params, nn.Module):
+        trainable = [p for p in params.parameters() if p.requires_grad]
+        if decay_vectors:
+            return [{"params": trainable, "weight_decay": weight_decay}]
+        matrices = [p for p in trainable if p.ndim >= 2]
+        vectors = [p for p in trainable if p.ndim < 2]
+        groups = [{"params": matrices, "weight_decay": weight_decay}, {"params": vectors, "weight_decay": 0.0}]
+        return [g for g in groups if g["params"]]
+    items = [params] if isinstance(params, Tensor) else list(params)
+    if items and all(isinstance(g, dict) for g in items):
+        return [{"weight_decay": weight_decay, **g} for g in items]
+    return [{"params": items, "weight_decay": weight_decay}]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run as named on the command line: ``optimizer[@lr]`` (a name from ``optim.RECIPES``).
+    ``lr`` is None where the experiment chooses it (landscapes: its whole grid)."""
+
+    label: str
+    optimizer: str
+    lr: float | None
+
+
+def parse_runs(
+    text: str | tuple[str, ...] | list[str],
+    default_lr: dict[str, float] | float | None,
+    valid: tuple[str, ...] | None = None,
+) -> tuple[RunSpec, ...]:
+    """``--optimizers``: 'sgd,adam@0.05' -> RunSpecs. Without ``@lr`` a run takes ``default_lr`` (one
+    number, the experiment's learning rate per optimizer, or None). ``valid`` narrows the recipes allowed."""
+    valid = tuple(valid or (default_lr if isinstance(default_lr, dict) else RECIPES))
+    items = [s.strip() for s in text.split(",")] if isinstance(text, str) else [str(s).strip() for s in text]
+    specs = []
+    for item in [s for s in items if s]:
+        name, _, lr_text = item.partition("@")
+        where = f" in {item!r}" if item != name else ""
+        _require(name in valid, f"--optimizers: unknown optimizer {name!r}{where}; valid: {', '.join(valid)}")
+        lr = default_lr[name] if isinstance(default_lr, dict) else default_lr
+        if lr_text:
+            try:
+                lr = float(lr_text)
+            except ValueError:
+                raise ConfigError(
+                    f"--optimizers: {item!r} has a learning rate {lr_text!r} that is not a number"
+                ) from None
+            _require(
+                math.isfinite(lr) and lr > 0, f"--optimizers: {item!r}: the learning rate must be a finite number > 0"
+            )
+        specs.append(RunSpec(item, name, lr))
+    _require(bool(specs), f"--optimizers is empty; name one or more of {', '.join(valid)} (optionally as name@lr)")
+    labels = [s.label for s in specs]
+    _require(len(set(labels)) == len(labels), f"--optimizers names a run twice: {', '.join(labels)}")
+    return tuple(specs)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)

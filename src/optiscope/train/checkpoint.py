@@ -1,0 +1,115 @@
+"""The one checkpoint format: everything a training run is, after a complete step.
+
+A checkpoint is a ``torch.save``d dict, written atomically (``runs.save_checkpoint``)::
+
+    format      "optiscope.train/1"            what this file is (a foreign file is refused by name)
+    label       the run's name                  (a checkpoint of another run is refused)
+    step        optimizer steps taken
+    history     the run's JSON-able record so far, its status included
+    running     sums between two monitor records (the mean loss logged at the next record)
+    training    model, optimizer and scheduler state dicts, the data generator's state, the torch,
+                CUDA, Python and NumPy RNG states, the monitor's state — or None for the outcome of a run
+                that diverged before its first checkpoint
+
+A run that finished (or diverged) keeps its checkpoint with ``history["status"]`` set, so resuming a
+job of several runs skips the finished ones and continues the interrupted one.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .. import runs
+
+if TYPE_CHECKING:
+    from .loop import Run
+
+FORMAT = "optiscope.train/1"
+
+
+def rng_state() -> dict[str, Any]:
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def snapshot(run: Run, with_training: bool = True) -> dict[str, Any]:
+    training = None
+    if with_training:
+        training = {
+            "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "scheduler": run.scheduler.state_dict() if run.scheduler is not None else None,
+            "data": run.data.get_state(),
+            "rng": rng_state(),
+            "monitor": run.monitor.state_dict() if run.monitor is not None else None,
+        }
+    return {
+        "format": FORMAT,
+        "label": run.label,
+        "step": run.history["step"],
+        "history": run.history,
+        "running": dict(run.running),
+        "training": training,
+    }
+
+
+def save(run: Run, path: Path, with_training: bool = True) -> Path:
+    return runs.save_checkpoint(path, snapshot(run, with_training))
+
+
+def load(path: Path, label: str | None = None) -> dict[str, Any]:
+    """A checkpoint of this format (and of run ``label``, if given); anything else is a CheckpointError."""
+    state = runs.load_checkpoint(path)
+    if state.get("format") != FORMAT:
+        raise runs.CheckpointError(
+            f"{path} is not an optiscope training checkpoint (format {state.get('format')!r}, expected {FORMAT!r}); "
+            "delete it, or use --force to replace the whole run"
+        )
+    if label is not None and state.get("label") != label:
+        raise runs.CheckpointError(f"{path} is the checkpoint of run {state.get('label')!r}, not of {label!r}")
+    return state
+
+
+def restore(run: Run, state: dict[str, Any]) -> None:
+    """Put ``run`` in the state the checkpoint recorded (model, optimizer, …, history)."""
+    run.history, run.running = state["history"], dict(state["running"])
+    training = state["training"]
+    if training is None:
+        return
+    run.model.load_state_dict(training["model"])
+    run.optimizer.load_state_dict(training["optimizer"])
+    if run.scheduler is not None:
+        run.scheduler.load_state_dict(training["scheduler"])
+    run.data.set_state(training["data"])
+    set_rng_state(training["rng"])
+    if run.monitor is not None:
+        run.monitor.load_state_dict(training["monitor"])
+
+
+def keep_outcome(run: Run, path: Path) -> int | None:
+    """Record a diverged run's history in its checkpoint, keeping the last good training state there;
+    returns that state's step (None if the run diverged before its first checkpoint)."""
+    state = load(path, run.label) if path.exists() else snapshot(run, with_training=False)
+    kept = state["step"] if state["training"] is not None else None
+    if run.history["divergence"] is not None:
+        run.history["divergence"]["checkpoint_step"] = kept
+    state["history"] = run.history
+    runs.save_checkpoint(path, state)
+    return kept

@@ -1,0 +1,91 @@
+"""Data-parallel training under ``torchrun``: joining the job, the device, and what every rank agrees on.
+
+Every rank draws the same global batch (from a generator all ranks hold in the same state) and trains
+on its slice of rows, so N processes reproduce the single-process run; gradients are averaged by
+``DistributedDataParallel``; only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..errors import UserError
+
+
+@dataclass(frozen=True)
+class Processes:
+    rank: int
+    world: int
+    device: torch.device
+
+    @property
+    def writer(self) -> bool:
+        return self.rank == 0
+
+    def rows(self, batch_size: int) -> slice:
+        """This rank's rows of a global batch of ``batch_size``."""
+        return slice(self.rank * batch_size // self.world, (self.rank + 1) * batch_size // self.world)
+
+
+def start_processes(device: str = "auto", batch_size: int | None = None) -> Processes:
+    """Join the torchrun job if there is one (gloo on CPU, nccl on CUDA) and pick the device."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if cuda and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available; use --device cpu")
+    if batch_size is not None and batch_size % world:
+        raise UserError(f"--batch-size={batch_size} must be divisible by the number of processes ({world})")
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    chosen = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(chosen)
+    return Processes(rank, world, chosen)
+
+
+def wrap(model: nn.Module, procs: Processes, compile: bool = False) -> nn.Module:
+    """What the loop calls forward on: DDP around ``model`` in a multi-process job, compiled if asked."""
+    net: nn.Module = model
+    if procs.world > 1:
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[procs.device] if procs.device.type == "cuda" else None
+        )
+    return torch.compile(net) if compile else net
+
+
+def barrier() -> None:
+    if _joined():
+        dist.barrier()
+
+
+def _joined() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _reduce_device() -> torch.device:
+    """Where a collective's tensor must live: the GPU for nccl, the CPU for gloo."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def global_mean(value: float) -> float:
+    """The mean of ``value`` over all ranks (``value`` itself in a single process)."""
+    if not _joined():
+        return value
+    total = torch.tensor(value, dtype=torch.float64, device=_reduce_device())
+    dist.all_reduce(total)
+    return float(total) / dist.get_world_size()
+
+
+def any_rank(flag: bool) -> bool:
+    """True on every rank if ``flag`` is true on any (so all ranks stop at the same step)."""
+    if not _joined():
+        return flag
+    value = torch.tensor(float(flag), device=_reduce_device())
+    dist.all_reduce(value)
+    return bool(value > 0)

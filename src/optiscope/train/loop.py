@@ -1,0 +1,271 @@
+"""The training loop, written once for every experiment that trains.
+
+Read ``train`` top to bottom: draw a batch, take one optimizer step (``optimizer_step``), let the task
+evaluate, write a checkpoint. A ``Task`` says what is trained (the batches, the loss, the evaluation);
+a ``Run`` holds what is being trained and everything recorded about it; a ``Plan`` says how long and
+how often. Divergence is a result, not a crash: a loss or gradient that is not finite stops the run
+*before* the step can write it into the weights, the monitor's guard stops it after a step that blew the
+loss up, and either way the run's history says where and why, and its last good checkpoint is kept.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..monitor import Diverged, Monitor
+from ..optim import clip_grad_norm
+from . import checkpoint as checkpoints
+from .distributed import any_rank, barrier, global_mean
+from .progress import Progress
+from .signals import Interrupted, stop_requests
+
+
+def new_history(**extra: Any) -> dict[str, Any]:
+    """The record a run starts with; a task adds its own entries (``extra``)."""
+    return {
+        "step": 0,
+        "status": "running",
+        "divergence": None,
+        "train": {"step": [], "loss": [], "seconds": []},
+        "seconds": {"train": 0.0, "total": 0.0, "cpu": 0.0},
+        **extra,
+    }
+
+
+@dataclass
+class Run:
+    """One training run: what is trained, by what, and what has been recorded (``history``).
+
+    ``net`` is what the forward pass is called on (``model`` itself, or a DDP / compiled wrapper of it);
+    ``data`` is the generator every batch is drawn from, so its state is the position in the data.
+    ``history["train"]`` holds, at every monitor record, the mean loss since the previous record.
+    """
+
+    label: str
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    data: torch.Generator
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+    monitor: Monitor | None = None
+    history: dict[str, Any] = field(default_factory=new_history)
+    net: nn.Module | None = None
+    running: dict[str, float] = field(default_factory=lambda: {"loss_sum": 0.0, "count": 0})
+
+    @property
+    def step(self) -> int:
+        return self.history["step"]
+
+    @property
+    def forward(self) -> nn.Module:
+        return self.net if self.net is not None else self.model
+
+
+class Task:
+    """What a run trains on. ``batch`` and ``loss`` are required; the rest are hooks."""
+
+    def batch(self, step: int, data: torch.Generator) -> Any:
+        """The batch of optimizer step ``step`` (1, 2, …), drawn from ``data`` only."""
+        raise NotImplementedError
+
+    def loss(self, net: nn.Module, batch: Any) -> Tensor:
+        raise NotImplementedError
+
+    def evaluate(self, run: Run) -> bool:
+        """Evaluate at ``run.step`` into ``run.history``; True ends training early (a goal was reached)."""
+        return False
+
+    def on_record(self, run: Run, record: dict[str, Any]) -> None:
+        """Called with every monitor record (a measured step), to keep what the task wants of it."""
+
+    def finish(self, run: Run) -> None:
+        """Called once when the run has ended (finished or diverged), before its outcome is saved."""
+
+    def summary(self, run: Run) -> str:
+        """One line about the finished run, for the console."""
+        return f"{run.label}: {run.history['status']} after {run.step} steps"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long to train and how often to evaluate and checkpoint: every N steps and at the last step
+    (``eval_every=None``: never evaluate; ``checkpoint_every=None``: only at the end)."""
+
+    steps: int
+    clip: float | None = None
+    eval_every: int | None = None
+    eval_at_start: bool = False
+    checkpoint_every: int | None = None
+
+
+class _Clock:
+    """Training seconds (without evaluations and checkpoints), total seconds and CPU seconds, carried
+    across resumes in ``history["seconds"]``."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds = seconds
+        self._wall = self._mark = time.perf_counter()
+        self._cpu = time.process_time()
+
+    def lap(self, training: bool) -> None:
+        now, cpu = time.perf_counter(), time.process_time()
+        if training:
+            self.seconds["train"] += now - self._mark
+        self.seconds["total"] += now - self._wall
+        self.seconds["cpu"] += cpu - self._cpu
+        self._wall = self._mark = now
+        self._cpu = cpu
+
+    def skip(self) -> None:
+        """Count nothing since the last lap (the time a checkpoint took to write, which it cannot hold)."""
+        self._wall = self._mark = time.perf_counter()
+        self._cpu = time.process_time()
+
+
+def train(
+    run: Run,
+    task: Task,
+    plan: Plan,
+    checkpoint: Path | None = None,
+    *,
+    progress: Progress | None = None,
+    writer: bool = True,
+) -> dict[str, Any]:
+    """Train ``run`` for ``plan.steps`` steps (fewer if the task reaches its goal or the run diverges).
+
+    If ``checkpoint`` exists the run continues from it; a finished run's checkpoint returns its history
+    as it is. Only the ``writer`` (rank 0) writes the checkpoint. Returns ``run.history``.
+    """
+    if checkpoint is not None and checkpoint.exists():
+        checkpoints.restore(run, checkpoints.load(checkpoint, run.label))
+    if run.monitor is not None:  # what an interrupted attempt logged after the checkpoint is dropped
+        run.monitor.rewind_sinks(run.step)
+    progress = progress or Progress(enabled=False)
+    try:
+        if run.history["status"] == "running":
+            _loop(run, task, plan, checkpoint, progress, writer)
+    finally:
+        if run.monitor is not None:
+            run.monitor.close()
+        progress.stop()
+    if progress.enabled:
+        progress.finish(task.summary(run))
+    return run.history
+
+
+def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progress, writer: bool) -> None:
+    clock = _Clock(run.history["seconds"])
+
+    def save() -> None:
+        clock.lap(training=False)
+        if path is not None and writer:
+            checkpoints.save(run, path)
+        barrier()
+        clock.skip()
+
+    progress.start(run.label, plan.steps, run.step)
+    done = False
+    try:
+        with stop_requests() as stop:
+            if run.step == 0 and plan.eval_at_start:
+                done = task.evaluate(run)
+                clock.lap(training=False)
+            while run.step < plan.steps and not done:
+                batch = task.batch(run.step + 1, run.data)
+                loss = optimizer_step(run, task, batch, plan.clip)
+                clock.lap(training=True)
+                progress.update(run.step, loss)
+                step = run.step
+                if plan.eval_every and (step % plan.eval_every == 0 or step == plan.steps):
+                    done = task.evaluate(run)
+                    clock.lap(training=False)
+                stopping = any_rank(stop.requested)
+                if done or step == plan.steps:
+                    run.history["status"] = "ok"
+                    task.finish(run)
+                if (
+                    done
+                    or step == plan.steps
+                    or stopping
+                    or (plan.checkpoint_every and step % plan.checkpoint_every == 0)
+                ):
+                    _check_finite_weights(run)
+                    save()
+                if stopping:
+                    raise Interrupted(run.label, step)
+    except Diverged as diverged:
+        clock.lap(training=False)
+        run.history["status"] = "diverged"
+        run.history["divergence"] = diverged.record
+        task.finish(run)
+        kept = checkpoints.keep_outcome(run, path) if path is not None and writer else None
+        progress.note(f"{run.label}: {diverged}; {_kept(path, kept)}")
+    if run.history["status"] == "running":  # the goal was reached before the first step
+        run.history["status"] = "ok"
+        task.finish(run)
+
+
+def optimizer_step(run: Run, task: Task, batch: Any, clip: float | None) -> float:
+    """One optimizer step on ``batch``: zero_grad → forward → backward → clip → step → schedule → monitor.
+
+    Returns the loss (averaged over ranks). Raises ``Diverged`` before stepping if the loss or the
+    gradients' norm is not finite, and after stepping if the monitor's guard trips.
+    """
+    run.optimizer.zero_grad(set_to_none=True)
+    loss = task.loss(run.forward, batch)
+    loss.backward()
+    value = global_mean(float(loss.detach()))
+    norm = None
+    if clip is not None:
+        trainable = [(n, p) for n, p in run.model.named_parameters() if p.requires_grad]
+        norm = float(clip_grad_norm(trainable, clip, nonfinite="skip"))
+    if not math.isfinite(value) or (norm is not None and not math.isfinite(norm)):
+        reason = f"loss is {value}" if not math.isfinite(value) else f"the gradients' norm is {norm}"
+        _diverge(run, value, f"{reason} before step {run.step + 1}; the step was not taken")
+    run.optimizer.step()
+    if run.scheduler is not None:
+        run.scheduler.step()
+    run.history["step"] += 1
+    run.running["loss_sum"] += value
+    run.running["count"] += 1
+    if run.monitor is not None:
+        mean = run.running["loss_sum"] / run.running["count"]
+        record = run.monitor.step(value, mean_loss=mean)
+        if record is not None:
+            train = run.history["train"]
+            train["step"].append(run.step)
+            train["loss"].append(mean)
+            train["seconds"].append(run.history["seconds"]["train"])
+            run.running.update(loss_sum=0.0, count=0)
+            task.on_record(run, record)
+    return value
+
+
+def _diverge(run: Run, loss: float, reason: str) -> None:
+    if run.monitor is not None:
+        run.monitor.diverge(run.step + 1, loss, reason)  # writes the record to the sinks and raises
+    raise Diverged({"step": run.step + 1, "loss": loss, "reason": reason, "exploded_first": []})
+
+
+def _check_finite_weights(run: Run) -> None:
+    """A checkpoint must be a good state: weights that overflowed in the last step count as divergence."""
+    bad = [n for n, p in run.model.named_parameters() if not torch.isfinite(p.detach()).all()]
+    if bad:
+        reason = f"non-finite weights after step {run.step} in {', '.join(bad[:5])}"
+        if run.monitor is not None:
+            run.monitor.diverge(run.step, math.nan, reason)
+        raise Diverged({"step": run.step, "loss": math.nan, "reason": reason, "exploded_first": []})
+
+
+def _kept(path: Path | None, step: int | None) -> str:
+    if path is None:
+        return "no checkpoint is kept for this run"
+    if step is None:
+        return "it diverged before its first checkpoint, so there is none to keep"
+    return f"its last good checkpoint (step {step}) is kept: {path}"

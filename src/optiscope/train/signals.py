@@ -1,0 +1,52 @@
+"""Ctrl-C and SIGTERM as requests to stop after the current step, so the checkpoint is a complete one.
+
+Inside ``stop_requests()`` the first SIGINT or SIGTERM only sets a flag: the training loop finishes the
+step it is in, writes a checkpoint of that complete state and raises ``Interrupted``. A second signal
+stops at once (``KeyboardInterrupt``); the last periodic checkpoint is intact, because every checkpoint
+is written atomically. Outside the main thread (where Python cannot install handlers) the signals keep
+their default behaviour.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run stopped on request after a complete step; its checkpoint resumes it exactly."""
+
+    def __init__(self, label: str, step: int) -> None:
+        self.label, self.step = label, step
+        super().__init__(f"{label}: stopped after step {step}; its checkpoint resumes it exactly (--resume)")
+
+
+class StopRequest:
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt  # the second request: stop now
+        self.signal = signum
+
+
+@contextmanager
+def stop_requests() -> Iterator[StopRequest]:
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = {s: signal.signal(s, request.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield request
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

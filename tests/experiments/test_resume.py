@@ -1,0 +1,109 @@
+"""Ctrl-C, SIGTERM or kill -9 in the middle of ``lm`` and ``adder``, then ``--resume``: the same weights,
+optimizer state, results and logged records as the uninterrupted run, bit for bit (one machine).
+
+The signal is sent by the run's own process while it draws the batch of a chosen step (a wrapper
+script patches the experiment's batch function), so the test does not depend on timing."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from optiscope import cli, runs
+
+from .test_lm import TINY, text  # noqa: F401  (the text fixture)
+
+#: Wall-clock measurements: the only numbers a resume may change.
+CLOCKS = {"seconds", "wall_seconds", "cpu_minutes", "wall_minutes", "tokens_per_s", "steps_per_s", "timings"}
+
+SCRIPT = """
+import os, signal, sys
+from optiscope import cli
+from optiscope.experiments import {module} as experiment
+real, calls = experiment.{batch}, [0]
+def batch(*args):
+    calls[0] += 1
+    if calls[0] == {at}:
+        os.kill(os.getpid(), signal.{signal})
+    return real(*args)
+experiment.{batch} = batch
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def without_clocks(value):
+    if isinstance(value, dict):
+        return {k: without_clocks(v) for k, v in value.items() if k not in CLOCKS}
+    if isinstance(value, list):
+        return [without_clocks(v) for v in value]
+    return value
+
+
+def everything(run_dir):
+    """Checkpoint tensors, results.json and metrics.jsonl of a run directory, clocks left out."""
+    tensors = {}
+    for path in sorted((run_dir / "checkpoints").glob("*.pt")):
+        saved = runs.load_checkpoint(path)
+        training = saved.get("training") or saved  # the adder's "-best" files are plain model exports
+        for part in ("model", "optimizer"):
+            if part in training:
+                tensors[(path.name, part)] = training[part]
+    return (
+        tensors,
+        without_clocks(runs.read_json(run_dir / "results.json")),
+        without_clocks(runs.read_jsonl(run_dir / "metrics.jsonl")),
+    )
+
+
+def assert_equal_runs(a, b):
+    tensors_a, results_a, metrics_a = everything(a)
+    tensors_b, results_b, metrics_b = everything(b)
+    assert tensors_a.keys() == tensors_b.keys()
+    for key, state in tensors_a.items():
+        other = tensors_b[key]
+        if key[1] == "model":
+            for name, tensor in state.items():
+                assert torch.equal(tensor, other[name]), (key, name)
+        else:
+            for i, s in state["state"].items():
+                for name, value in s.items():
+                    assert torch.equal(value, other["state"][i][name]), (key, i, name)
+    assert results_a == results_b
+    assert metrics_a == metrics_b
+
+
+def interrupt(argv, module, batch, at, signal):
+    script = SCRIPT.format(module=module, batch=batch, at=at, signal=signal)
+    return subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=300)
+
+
+EXPECTED_CODE = {"SIGINT": cli.EXIT_INTERRUPTED, "SIGTERM": cli.EXIT_INTERRUPTED, "SIGKILL": -9}
+
+
+@pytest.mark.parametrize("signal", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_lm(tmp_path, text, signal):  # noqa: F811
+    options = [*TINY, "--text", str(text), "--steps", "30", "--optimizers", "adamw,sgd", "--checkpoint-every", "10"]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert cli.main(["run", "lm", "--out", str(straight), *options]) == 0
+    # batch 47 is step 17 of sgd, the second run: adamw is finished, sgd has a checkpoint at step 10
+    done = interrupt(["run", "lm", "--out", str(stopped), *options], "lm", "sample_batch", 47, signal)
+    assert done.returncode == EXPECTED_CODE[signal], done.stderr
+    assert not (stopped / "results.json").exists()
+    assert cli.main(["run", "lm", "--out", str(stopped), *options, "--resume"]) == 0
+    assert_equal_runs(straight, stopped)
+
+
+@pytest.mark.parametrize("signal", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_adder(tmp_path, signal):
+    options = [
+        *("--steps", "40", "--eval-every", "10", "--log-every", "5", "--warmup-steps", "5", "--carry-steps", "20"),
+        *("--batch-size", "32", "--optimizers", "adamw,lion@0.002", "--quiet"),
+    ]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert cli.main(["run", "adder", "--out", str(straight), *options]) == 0
+    # batch 57 is step 17 of lion: adamw is finished, lion has a checkpoint at step 10
+    done = interrupt(["run", "adder", "--out", str(stopped), *options], "adder", "training_batch", 57, signal)
+    assert done.returncode == EXPECTED_CODE[signal], done.stderr
+    assert cli.main(["run", "adder", "--out", str(stopped), *options, "--resume"]) == 0
+    assert_equal_runs(straight, stopped)

@@ -1,0 +1,59 @@
+"""Real results.json files of every experiment, from tiny runs made once per test session."""
+
+import pytest
+import torch
+
+from optiscope import cli, runs
+from support import write_tiny_corpus
+
+LM = [
+    *("--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4"),
+    *("--eval-every", "10", "--eval-batches", "2", "--log-every", "5", "--checkpoint-every", "20"),
+    *("--sample-tokens", "8", "--prompts", "the,a cat", "--warmup-steps", "2", "--quiet", "--steps", "20"),
+]
+PROBE = [
+    *("--E", "16", "--runs", "2", "--seq-len", "12", "--n-etas", "4", "--subset-size", "8", "--subsets", "20"),
+    *("--warm-steps", "2", "--quiet", "--optimizers", "sgd,adamw"),
+]
+COMMANDS = {
+    "rare-tokens": ["--steps", "300", "--sweep-lrs", "0.01,1,5", "--optimizers", "sgd,adam,adamw,lion,muon"],
+    "landscapes": [
+        *("--steps", "150", "--lrs", "0.01,0.1,2", "--optimizers", "sgd,adam,lion,momentum@0.05"),
+        *("--bias-steps", "40", "--decay-steps", "60", "--weights-per-group", "10"),
+    ],
+    "lm": [*LM, "--optimizers", "sgd,adamw,muon+adamw,sgd@1e30"],
+    "adder": [
+        *("--params-budget", "300", "--steps", "12", "--eval-every", "6", "--log-every", "3"),
+        *("--warmup-steps", "2", "--seeds", "1,2", "--quiet"),
+    ],
+}
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    return write_tiny_corpus(tmp_path_factory.mktemp("corpus") / "tiny.txt")
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory, corpus):
+    """experiment name -> the run directory of a tiny run of it (figures drawn)."""
+    threads = torch.get_num_threads()
+    base = tmp_path_factory.mktemp("tiny-runs")
+    dirs = {}
+    try:
+        for name, options in COMMANDS.items():
+            extra = ["--text", str(corpus)] if name == "lm" else []
+            assert cli.main(["run", name, "--out", str(base / name), *options, *extra]) in (0, cli.EXIT_DIVERGED)
+            dirs[name] = base / name
+        probe = ["--checkpoint", str(dirs["lm"]), "--checkpoint-run", "adamw", *PROBE]
+        assert cli.main(["run", "entropy", "--out", str(base / "entropy"), *probe]) == 0
+        dirs["entropy"] = base / "entropy"
+    finally:
+        torch.set_num_threads(threads)
+    return dirs
+
+
+@pytest.fixture(scope="session")
+def tiny_results(tiny_runs):
+    """experiment name -> its results.json, as read back from disk."""
+    return {name: runs.read_json(path / runs.RESULTS) for name, path in tiny_runs.items()}

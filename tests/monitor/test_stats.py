@@ -1,0 +1,49 @@
+"""Statistics the experiments report, against closed forms."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from optiscope.monitor.stats import loglog_fit, spearman, update_ratio_by
+
+
+def test_loglog_fit_recovers_a_power_law_exactly():
+    x = np.array([1e-3, 1e-2, 0.1, 1.0, 10.0])
+    fit = loglog_fit(x, 3.0 * x**-0.5)
+    assert fit["slope"] == pytest.approx(-0.5, abs=1e-12)
+    assert fit["intercept"] == pytest.approx(math.log(3.0), abs=1e-12)
+    assert fit["r2"] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_loglog_fit_r2_of_noisy_points_matches_its_definition():
+    x, y = np.array([1.0, 2.0, 4.0, 8.0]), np.array([1.0, 3.0, 3.5, 9.0])
+    lx, ly = np.log(x), np.log(y)
+    slope = np.sum((lx - lx.mean()) * (ly - ly.mean())) / np.sum((lx - lx.mean()) ** 2)
+    residual = ly - (ly.mean() + slope * (lx - lx.mean()))
+    fit = loglog_fit(x, y)
+    assert fit["slope"] == pytest.approx(slope, rel=1e-12)
+    assert fit["r2"] == pytest.approx(1 - np.sum(residual**2) / np.sum((ly - ly.mean()) ** 2), rel=1e-12)
+    assert math.isnan(loglog_fit([1.0, 2.0, 3.0], [5.0, 5.0, 5.0])["r2"])
+
+
+def test_spearman_of_monotone_and_tied_data():
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert spearman(x, x**3) == pytest.approx(1.0)
+    assert spearman(x, -x) == pytest.approx(-1.0)
+    # ties take average ranks: ranks (1, 2.5, 2.5, 4) against (1, 2, 3, 4) -> Pearson of the ranks
+    tied = torch.tensor([1.0, 2.0, 2.0, 3.0])
+    assert spearman(tied, x) == pytest.approx(np.corrcoef([1, 2.5, 2.5, 4], [1, 2, 3, 4])[0, 1])
+    assert math.isnan(spearman(torch.ones(4), x))
+
+
+def test_update_ratio_by_treats_each_group_as_one_vector():
+    params = {
+        "blocks.0.a": {"u": 3.0, "w": 1.0},
+        "blocks.0.b": {"u": 4.0, "w": 7.0},
+        "head": {"u": 1.0, "w": 0.0},
+    }
+    ratios = update_ratio_by(params, lambda name: name.rsplit(".", 1)[0])
+    assert ratios["blocks.0"] == pytest.approx(5.0 / math.sqrt(50.0))
+    assert math.isnan(ratios["head"])

@@ -1,0 +1,220 @@
+"""The training core: exact resume after an interruption at any step, divergence as a result, and
+checkpoints that are either complete and ours or refused by name.
+
+The oracle for every resume is the same run trained without interruption (bit for bit: one process,
+one machine)."""
+
+import json
+import math
+import os
+import signal
+
+import pytest
+import torch
+from torch import nn
+
+from optiscope import runs, train
+from optiscope.monitor import DivergenceGuard, JSONLSink, Monitor
+from optiscope.optim import AdamW, as_lambda_lr, warmup_cosine
+
+STEPS = 12
+
+
+class Regression(train.Task):
+    """y = x·w* + noise on fresh batches; evaluation = loss on a fixed batch; ``hook(step)`` runs while
+    the batch of ``step`` is drawn (to interrupt there)."""
+
+    def __init__(self, hook=None, goal=None):
+        self.hook, self.goal = hook, goal
+        g = torch.Generator().manual_seed(99)
+        self.x_eval = torch.randn(64, 4, generator=g)
+        self.w = torch.tensor([1.0, -2.0, 0.5, 3.0])
+
+    def batch(self, step, data):
+        x = torch.randn(16, 4, generator=data)
+        y = x @ self.w + 0.1 * torch.randn(16, generator=data)
+        if self.hook is not None:
+            self.hook(step)
+        return x, y
+
+    def loss(self, net, batch):
+        x, y = batch
+        return nn.functional.mse_loss(net(x).squeeze(-1), y + 0.01 * torch.randn_like(y))  # draws from the RNG too
+
+    def evaluate(self, run):
+        with torch.no_grad():
+            value = float(nn.functional.mse_loss(run.model(self.x_eval).squeeze(-1), self.x_eval @ self.w))
+        run.history["evals"].append([run.step, value])
+        return self.goal is not None and value < self.goal
+
+
+def make_run(tmp_path, label="reg"):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    optimizer = AdamW(model.parameters(), lr=0.05)
+    monitor = Monitor(model, optimizer, every=3, sinks=[JSONLSink(tmp_path / "metrics.jsonl")], context={"run": label})
+    scheduler = as_lambda_lr(optimizer, warmup_cosine(0.05, STEPS, 2, 0.005))
+    history = train.new_history(evals=[])
+    return train.Run(label, model, optimizer, torch.Generator().manual_seed(1), scheduler, monitor, history)
+
+
+PLAN = train.Plan(STEPS, clip=1.0, eval_every=4, checkpoint_every=5)
+
+
+def finished(tmp_path, task=None, plan=PLAN):
+    run = make_run(tmp_path)
+    train.train(run, task or Regression(), plan, tmp_path / "ckpt.pt")
+    return run
+
+
+def comparable(run, tmp_path):
+    """Everything a run leaves, without the wall-clock numbers."""
+    history = {k: v for k, v in run.history.items() if k != "seconds"}
+    history["train"] = {k: v for k, v in history["train"].items() if k != "seconds"}
+    records = [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in runs.read_jsonl(tmp_path / "metrics.jsonl")]
+    return history, records
+
+
+def assert_same(a, b, dir_a, dir_b):
+    for (name, x), (_, y) in zip(a.model.state_dict().items(), b.model.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+    for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        for key, value in a.optimizer.state[p].items():
+            assert torch.equal(value, b.optimizer.state[q][key]), key
+    assert comparable(a, dir_a) == comparable(b, dir_b)
+
+
+@pytest.fixture
+def straight(tmp_path):
+    return finished(tmp_path / "straight"), tmp_path / "straight"
+
+
+@pytest.mark.parametrize("at", [1, 3, 5, 7, 11])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_request_at_any_step_resumes_bit_exact(tmp_path, straight, at, signum):
+    """Ctrl-C or SIGTERM while step ``at`` runs: the step completes, is checkpointed, and the resumed run
+    equals the uninterrupted one (weights, optimizer state, history, every logged record)."""
+    here = tmp_path / "stopped"
+
+    def stop(step):
+        if step == at:
+            os.kill(os.getpid(), signum)
+
+    with pytest.raises(train.Interrupted) as info:
+        train.train(make_run(here), Regression(stop), PLAN, here / "ckpt.pt")
+    assert info.value.step == at and runs.load_checkpoint(here / "ckpt.pt")["step"] == at
+    resumed = make_run(here)
+    train.train(resumed, Regression(), PLAN, here / "ckpt.pt")
+    assert_same(straight[0], resumed, straight[1], here)
+
+
+@pytest.mark.parametrize("at", [2, 6, 12])
+def test_a_hard_kill_resumes_from_the_last_checkpoint_bit_exact(tmp_path, straight, at):
+    """An exception mid-step (as kill -9 leaves things): the last periodic checkpoint resumes exactly."""
+    here = tmp_path / "killed"
+
+    def die(step):
+        if step == at:
+            raise KeyboardInterrupt  # not a request: nothing is saved on the way out
+
+    with pytest.raises(KeyboardInterrupt):
+        train.train(make_run(here), Regression(die), PLAN, here / "ckpt.pt")
+    saved = (at - 1) // 5 * 5
+    assert (here / "ckpt.pt").exists() == (saved > 0)
+    resumed = make_run(here)
+    train.train(resumed, Regression(), PLAN, here / "ckpt.pt")
+    assert_same(straight[0], resumed, straight[1], here)
+
+
+def test_a_second_stop_request_stops_at_once(tmp_path):
+    def twice(step):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        train.train(make_run(tmp_path), Regression(twice), PLAN, tmp_path / "ckpt.pt")
+    assert not isinstance(info.value, train.Interrupted) and not (tmp_path / "ckpt.pt").exists()
+
+
+def test_a_finished_run_is_not_trained_again(tmp_path):
+    run = finished(tmp_path)
+    again = make_run(tmp_path)
+    train.train(again, Regression(), PLAN, tmp_path / "ckpt.pt")
+    assert again.history == run.history and again.history["status"] == "ok"
+
+
+def test_the_goal_stops_training_early(tmp_path):
+    run = finished(tmp_path, Regression(goal=math.inf), train.Plan(STEPS, eval_every=4, eval_at_start=True))
+    assert run.step == 0 and run.history["evals"][0][0] == 0 and run.history["status"] == "ok"
+
+
+class Poisoned(Regression):
+    """From step ``at`` on the batch (and so the loss or only the gradient) is not finite."""
+
+    def __init__(self, at, where):
+        super().__init__()
+        self.at, self.where = at, where
+
+    def batch(self, step, data):
+        x, y = super().batch(step, data)
+        if step >= self.at:
+            if self.where == "loss":
+                y = y * math.nan
+            else:  # a finite loss whose gradient overflows: inf inputs times zero-initialised weights
+                x = x * math.inf
+        return x, y
+
+
+@pytest.mark.parametrize("where", ["loss", "gradient"])
+def test_a_non_finite_step_is_never_taken(tmp_path, where):
+    run = make_run(tmp_path)
+    if where == "gradient":
+        nn.init.zeros_(run.model[0].weight)
+    task = Poisoned(8, where)
+    train.train(run, task, PLAN, tmp_path / "ckpt.pt")
+    assert run.history["status"] == "diverged" and run.history["divergence"]["step"] == 8
+    assert "the step was not taken" in run.history["divergence"]["reason"]
+    assert run.step == 7 and all(torch.isfinite(p).all() for p in run.model.parameters())
+    saved = train.load(tmp_path / "ckpt.pt", "reg")
+    assert saved["step"] == 5 and saved["history"]["status"] == "diverged"  # the last good state, and the outcome
+    assert saved["history"]["divergence"]["checkpoint_step"] == 5
+    divergence = [r for r in runs.read_jsonl(tmp_path / "metrics.jsonl") if r.get("diverged")]
+    assert len(divergence) == 1 and divergence[0]["step"] == 8
+    again = make_run(tmp_path)
+    train.train(again, Regression(), PLAN, tmp_path / "ckpt.pt")  # resuming does not try again
+    assert json.dumps(again.history) == json.dumps(run.history)  # (NaN-aware: the loss is nan)
+
+
+def test_divergence_before_the_first_checkpoint_keeps_the_outcome_only(tmp_path):
+    run = make_run(tmp_path)
+    train.train(run, Poisoned(2, "loss"), PLAN, tmp_path / "ckpt.pt")
+    saved = train.load(tmp_path / "ckpt.pt", "reg")
+    assert saved["training"] is None and saved["history"]["divergence"]["checkpoint_step"] is None
+
+
+def test_the_guard_trips_after_a_step_that_blew_the_loss_up(tmp_path):
+    run = make_run(tmp_path)
+    run.monitor.guard = DivergenceGuard(factor=2, warmup=0)
+    run.optimizer.param_groups[0]["lr"] = 50.0  # a certain divergence on any machine
+    run.scheduler = None
+    train.train(run, Regression(), PLAN, tmp_path / "ckpt.pt")
+    assert run.history["status"] == "diverged" and "lowest value" in run.history["divergence"]["reason"]
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[:200]), "is not a readable checkpoint"),
+        (lambda p: torch.save({"model": {}}, p), "is not an optiscope training checkpoint"),
+        (lambda p: torch.save({"format": train.FORMAT, "label": "other"}, p), "is the checkpoint of run 'other'"),
+    ],
+)
+def test_a_bad_checkpoint_is_refused_by_name_and_left_alone(tmp_path, damage, message):
+    path = tmp_path / "ckpt.pt"
+    finished(tmp_path)
+    damage(path)
+    before = path.read_bytes()
+    with pytest.raises(runs.CheckpointError, match=message) as error:
+        train.train(make_run(tmp_path), Regression(), PLAN, path)
+    assert str(path) in str(error.value) and path.read_bytes() == before
