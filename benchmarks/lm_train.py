@@ -35,10 +35,10 @@ import torch
 
 from optiscope import train
 from optiscope.data import sample_batch
-from optiscope.experiments import RunSpec, lm
+from optiscope.experiments import lm
 from optiscope.models import GPT
 from optiscope.monitor import Monitor
-from optiscope.optim import Schedule, as_lambda_lr, build_optimizer
+from optiscope.optim import RunSpec, Schedule, as_lambda_lr, build_optimizer
 
 SHARED_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
 TARGET = 1.89

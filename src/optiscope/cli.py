@@ -136,9 +136,14 @@ def report_figures(drawn: figures.Drawn, out: Path, console: Console) -> int:
     return EXIT_INTERNAL
 
 
-def cmd_run(args: argparse.Namespace, console: Console) -> int:
+def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The experiment's options among the parsed arguments of ``run`` (not the run directory's)."""
     lifecycle = ("command", "name", "out", "quick", "resume", "force")
-    overrides = {k: v for k, v in vars(args).items() if k not in lifecycle}
+    return {k: v for k, v in vars(args).items() if k not in lifecycle}
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    overrides = config_overrides(args)
     results, drawn = run_and_draw(args.name, args.out, args.quick, overrides, resume=args.resume, force=args.force)
     if not runs.is_rank_zero():
         return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,24 +68,25 @@ class Run:
         return self.net if self.net is not None else self.model
 
 
-class Task:
+class Task(ABC):
     """What a run trains on. ``batch`` and ``loss`` are required; the rest are hooks."""
 
+    @abstractmethod
     def batch(self, step: int, data: torch.Generator) -> Any:
         """The batch of optimizer step ``step`` (1, 2, …), drawn from ``data`` only."""
-        raise NotImplementedError
 
+    @abstractmethod
     def loss(self, net: nn.Module, batch: Any) -> Tensor:
-        raise NotImplementedError
+        """The loss of ``net`` (the model or its DDP / compiled wrapper) on ``batch``, to minimise."""
 
     def evaluate(self, run: Run) -> bool:
         """Evaluate at ``run.step`` into ``run.history``; True ends training early (a goal was reached)."""
         return False
 
-    def on_record(self, run: Run, record: dict[str, Any]) -> None:
+    def on_record(self, run: Run, record: dict[str, Any]) -> None:  # noqa: B027 (an optional hook)
         """Called with every monitor record (a measured step), to keep what the task wants of it."""
 
-    def finish(self, run: Run) -> None:
+    def finish(self, run: Run) -> None:  # noqa: B027 (an optional hook)
         """Called once when the run has ended (finished or diverged), before its outcome is saved."""
 
     def summary(self, run: Run) -> str:
