@@ -48,6 +48,23 @@ def test_non_finite_raises_naming_the_parameter_or_skips():
     assert all(torch.equal(a, b.grad) for a, b in zip(before, ps, strict=True))
 
 
+def test_named_parameters_are_named_in_the_error():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    model(torch.ones(1, 2)).sum().backward()
+    model[1].bias.grad.fill_(math.nan)
+    with pytest.raises(NonFiniteGradientError, match=r"in 1 parameter\(s\): 1\.bias; the global norm is nan"):
+        clip_grad_norm(model.named_parameters(), 1.0)
+
+
+def test_finite_gradients_whose_float32_norm_overflows_are_clipped():
+    """The issue's case: 1000 entries of 1e19 are finite, but their sum of squares overflows float32."""
+    p = torch.zeros(1000, requires_grad=True)
+    p.grad = torch.full((1000,), 1e19)
+    total = clip_grad_norm([p], 1.0)
+    assert total.item() == pytest.approx(1e19 * math.sqrt(1000), rel=1e-6)  # the float64 norm, a closed form
+    assert torch.linalg.vector_norm(p.grad.double()).item() == pytest.approx(1.0, rel=1e-5)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
