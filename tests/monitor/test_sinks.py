@@ -74,3 +74,35 @@ def test_tensorboard_missing_is_a_clear_error(monkeypatch, tmp_path):
     with pytest.raises(ImportError, match=r"pip install 'optiscope\[tensorboard\]'"):
         TensorBoardSink(tmp_path)
     assert torch is not None
+
+
+def test_rewind_drops_what_was_logged_after_the_checkpoint(tmp_path):
+    """A resumed run continues after its checkpoint's step: what the interrupted attempt logged later is
+    gone from metrics.jsonl (other runs' records stay) and TensorBoard shows each step once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    path = tmp_path / "metrics.jsonl"
+    jsonl = JSONLSink(path)
+    for step in (1, 2, 3, 4):
+        jsonl.write({"run": "a", "step": step})
+        jsonl.write({"run": "b", "step": step})
+    jsonl.rewind(2, {"run": "a"})
+    assert [(r["run"], r["step"]) for r in runs.read_jsonl(path)] == [
+        ("a", 1),
+        ("b", 1),
+        ("a", 2),
+        ("b", 2),
+        ("b", 3),
+        ("b", 4),
+    ]
+
+    board = TensorBoardSink(tmp_path / "tb")
+    for step, loss in ((1, 5.0), (2, 4.0), (3, 9.0), (4, 9.0)):  # 3 and 4: the attempt that was interrupted
+        board.write({"step": step, "loss": loss, "total": {}, "params": {}})
+    board.rewind(2, {})
+    for step, loss in ((3, 3.0), (4, 2.0)):
+        board.write({"step": step, "loss": loss, "total": {}, "params": {}})
+    board.close()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 5.0), (2, 4.0), (3, 3.0), (4, 2.0)]
