@@ -150,6 +150,8 @@ def test_cli_two_optimizers_two_seeds_then_plot(tmp_path):
     for record in results["runs"]:
         assert record["report"]["cases"] == 10_010 and record["correct"] == record["report"]["correct"]
     assert len(results["explain"]["example"]["attention"][0]) == 32
+    boards = sorted(p.name for p in (out / runs.TENSORBOARD).iterdir())  # one event folder per run
+    assert boards == ["adamw-seed-1", "adamw-seed-2", "nesterov@0.01-seed-1", "nesterov@0.01-seed-2"]
     figures = sorted(p.name for p in (out / runs.FIGURES).iterdir())
     assert figures == ["adder_explainer.png", "adder_training.png"]
     (out / runs.FIGURES / "adder_training.png").unlink()

@@ -31,7 +31,7 @@ from ..data import addition
 from ..data.addition import ANSWER_DIGITS, N_DIGITS, TOKEN_NAMES, from_digits, prompt_tokens, to_digits, training_batch
 from ..models.adder import AdderConfig, AdderModel, count_parameters, parameter_budget
 from ..models.adder_challenge import SuiteScorer, build_model, evaluate, greedy_answer
-from ..monitor import ConsoleSink, DivergenceGuard, JSONLSink, Monitor
+from ..monitor import DivergenceGuard, Monitor, run_directory_sinks
 from ..optim import RECIPES, as_lambda_lr, build_optimizer, warmup_cosine
 from . import ConfigError, RunSpec, checkpoint_name, parse_runs, require, require_counts
 
@@ -256,12 +256,11 @@ def train_seed(
     model = AdderModel(model_cfg)
     optimizer = build_optimizer(spec.optimizer, model, spec.lr, config.weight_decay)
     schedule = warmup_cosine(spec.lr, config.steps, config.warmup_steps, spec.lr * config.min_lr_ratio)
-    sinks: list[Any] = [JSONLSink(Path(run_dir) / runs.METRICS)]
-    if config.verbose:
-        sinks.append(ConsoleSink(Console(soft_wrap=True), every=config.eval_every))
-    # The monitor's guard stops a run only on a non-finite loss: these tiny models spike and recover (with
-    # the default 4x-the-lowest rule, seeds 1-3 of the 90-parameter model tripped at steps 1.1K-2.5K on
-    # spikes to 2.8-4.2 above a lowest 0.35-0.50, and went on to 10,010/10,010 without the guard).
+    console = Console(soft_wrap=True) if config.verbose else None
+    sinks = run_directory_sinks(run_dir, f"{spec.label}-seed-{seed}", console=console, console_every=config.eval_every)
+    # The guard asks for 10x the first loss as well as 4x the lowest: these tiny models spike and recover
+    # (with the default rule, seeds 1-3 of the 90-parameter model tripped at steps 1.1K-2.5K on spikes to
+    # 2.8-4.2 above a lowest 0.35-0.50, and went on to 10,010/10,010 without the guard).
     monitor = Monitor(
         model,
         optimizer,

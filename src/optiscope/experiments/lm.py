@@ -16,7 +16,6 @@ writes.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from .. import runs, train
 from ..data import CorpusError, eval_batches, load_corpus, sample_batch, train_val_split
 from ..data.tokenizers import TOKENIZERS, Tokenizer
 from ..models import GPT, GPTConfig
-from ..monitor import ConsoleSink, DivergenceGuard, JSONLSink, Monitor, TensorBoardSink, safe_perplexity
+from ..monitor import DivergenceGuard, Monitor, run_directory_sinks, safe_perplexity
 from ..monitor.stats import spearman, update_ratio_by
 from ..optim import RECIPES, Schedule, as_lambda_lr, build_optimizer
 from . import ConfigError, RunSpec, checkpoint_name, parse_runs, require, require_counts
@@ -348,13 +347,10 @@ def new_run(
     schedule = build_schedule(spec, config)
     torch.manual_seed(config.seed + procs.rank)  # dropout
     net = train.wrap(model, procs, config.compile)
-    sinks: list[Any] = []
-    if procs.writer:
-        sinks.append(JSONLSink(run_dir / runs.METRICS))
-        if config.verbose:
-            sinks.append(ConsoleSink(console, every=config.eval_every))
-        with contextlib.suppress(ImportError):  # TensorBoard is an optional extra; metrics.jsonl has everything
-            sinks.append(TensorBoardSink(run_dir / runs.TENSORBOARD / checkpoint_name(spec.label).removesuffix(".pt")))
+    shown = console if config.verbose else None
+    sinks = (
+        run_directory_sinks(run_dir, spec.label, console=shown, console_every=config.eval_every) if procs.writer else []
+    )
     monitor = Monitor(
         net,
         optimizer,

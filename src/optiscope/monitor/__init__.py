@@ -8,7 +8,7 @@ turns a diverging loss into a ``Diverged`` record instead of a crash.
 
 from .divergence import Diverged, DivergenceGuard, safe_perplexity
 from .monitor import Monitor, clean_name
-from .sinks import ConsoleSink, JSONLSink, TensorBoardSink
+from .sinks import ConsoleSink, JSONLSink, TensorBoardSink, run_directory_sinks
 
 __all__ = [
     "ConsoleSink",
@@ -17,6 +17,7 @@ __all__ = [
     "JSONLSink",
     "Monitor",
     "TensorBoardSink",
+    "run_directory_sinks",
     "clean_name",
     "safe_perplexity",
 ]

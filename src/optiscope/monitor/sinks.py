@@ -6,6 +6,7 @@ of a distributed job, so the same code runs unchanged under ``torchrun``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ..runs import append_jsonl, is_rank_zero, truncate_jsonl
+from ..runs import METRICS, TENSORBOARD, append_jsonl, checkpoint_name, is_rank_zero, truncate_jsonl
 
 
 def _e(x: float | None) -> str:
@@ -191,6 +192,20 @@ class TensorBoardSink:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def run_directory_sinks(
+    run_dir: Path, label: str, *, console: Console | None = None, console_every: int = 1
+) -> list[Any]:
+    """The sinks of one run in an optiscope run directory: ``metrics.jsonl`` (shared by the runs there,
+    told apart by the records' context), TensorBoard events in ``tensorboard/<label>`` when the extra is
+    installed, and the console tables every ``console_every`` records when a ``console`` is given."""
+    sinks: list[Any] = [JSONLSink(Path(run_dir) / METRICS)]
+    if console is not None:
+        sinks.append(ConsoleSink(console, every=console_every))
+    with contextlib.suppress(ImportError):  # TensorBoard is an optional extra; metrics.jsonl has everything
+        sinks.append(TensorBoardSink(Path(run_dir) / TENSORBOARD / checkpoint_name(label).removesuffix(".pt")))
+    return sinks
 
 
 def _sortable(x: float) -> float:
