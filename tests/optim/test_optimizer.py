@@ -237,7 +237,7 @@ BAD_INPUTS = [
     (lambda p: Adam([p, 3.0]), TypeError, r"params\[1\] is a float; every param must be a torch\.Tensor"),
     (lambda p: Adam(p), TypeError, r"params must be an iterable of tensors .* got a single Tensor"),
     (lambda p: Adam([{"params": [p]}, {"params": [p]}]), ValueError, r"already in another param group"),
-    (lambda p: Adam([p], fused=True, foreach=True), ValueError, r"fused=True and foreach=True are exclusive"),
+    (lambda p: Adam([p], fused=True, foreach=True), RuntimeError, r"fused=True and foreach=True are exclusive"),
     (lambda p: Adam([p], bias_correction=False, fused=True), ValueError, r"fused=True is not available"),
     (lambda p: Adam([p], amsgrad="yes"), ValueError, r"invalid amsgrad='yes'; amsgrad must be True or False"),
 ]

@@ -133,6 +133,7 @@ class Adam(OptiscopeOptimizer):
         "bias_correction": boolean(),
         "decoupled_weight_decay": boolean(),
     }
+    foreach_takes_tensor_lr = False
 
     def __init__(
         self,

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from .adam import adam_effective_lr, update_adam_group
 from .optimizer import (
     OptiscopeOptimizer,
+    Rule,
     betas_rule,
     boolean,
     grouped_by_device_and_dtype,
@@ -68,9 +69,10 @@ def newton_schulz(
 def adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: torch.Size) -> float:
     """η' for a weight of shape (A, B): the per-shape scale of Muon's learning rate."""
     rows, cols = shape[0], shape[1]
+    # η times one factor, in this order, so that the rounding (and a tensor η's dtype) are torch.optim.Muon's.
     if adjust_lr_fn == "match_rms_adamw":
-        return lr * 0.2 * math.sqrt(max(rows, cols))
-    return lr * math.sqrt(max(1.0, rows / cols))
+        return lr * (0.2 * math.sqrt(max(rows, cols)))
+    return lr * math.sqrt(max(1, rows / cols))
 
 
 def muon_step_(
@@ -138,11 +140,13 @@ MUON_RULES = {
     "weight_decay": non_negative(),
     "momentum": unit_interval(),
     "nesterov": boolean(),
-    "ns_coefficients": (_ns_coefficients_ok, "three finite numbers (a, b, c)"),
-    "ns_steps": (lambda x: isinstance(x, int) and not isinstance(x, bool) and 1 <= x < 100, "an integer in [1, 100)"),
+    "ns_coefficients": Rule(_ns_coefficients_ok, "three finite numbers (a, b, c)"),
+    "ns_steps": Rule(
+        lambda x: isinstance(x, int) and not isinstance(x, bool) and 1 <= x < 100, "an integer in [1, 100)"
+    ),
     "eps": positive(),
-    "adjust_lr_fn": (lambda x: x in ADJUST_LR_FNS, f"one of {ADJUST_LR_FNS}"),
-    "ns_dtype": (
+    "adjust_lr_fn": Rule(lambda x: x in ADJUST_LR_FNS, f"one of {ADJUST_LR_FNS}"),
+    "ns_dtype": Rule(
         lambda x: x is None or (isinstance(x, torch.dtype) and x.is_floating_point),
         "a floating-point torch.dtype such as torch.bfloat16 or torch.float32, or None (by device)",
     ),
@@ -227,10 +231,8 @@ class Muon(OptiscopeOptimizer):
         )
         super().__init__(params, defaults)
 
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        params = param_group.get("params", [])
-        check_muon_params("Muon", [params] if isinstance(params, Tensor) else list(params))
-        super().add_param_group(param_group)
+    def check_params(self, group: dict[str, Any], params: list[Tensor]) -> None:
+        check_muon_params("Muon", params)
 
     def update_group(self, group: dict[str, Any], params: list[Tensor], impl: str) -> None:
         update_muon_group(self.state, group, params, impl)
@@ -244,6 +246,8 @@ class MuonWithAdamW(OptiscopeOptimizer):
     hyperparameters; AdamW groups use ``lr``, ``betas``, ``eps`` and ``weight_decay`` (decoupled).
     Build one with ``muon_with_adamw(model)``.
     """
+
+    foreach_takes_tensor_lr = False  # its AdamW groups' foreach path takes a float lr only, as torch's Adam
 
     def __init__(
         self,
@@ -298,11 +302,9 @@ class MuonWithAdamW(OptiscopeOptimizer):
             )
         super().__init__(groups, defaults)
 
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        if param_group.get("use_muon", self.defaults["use_muon"]):
-            params = param_group.get("params", [])
-            check_muon_params("MuonWithAdamW", [params] if isinstance(params, Tensor) else list(params))
-        super().add_param_group(param_group)
+    def check_params(self, group: dict[str, Any], params: list[Tensor]) -> None:
+        if group["use_muon"]:
+            check_muon_params("MuonWithAdamW", params)
 
     def rules_for(self, group: dict[str, Any]) -> dict[str, Any]:
         return MUON_RULES if group["use_muon"] else ADAMW_GROUP_RULES

@@ -22,52 +22,85 @@ import copy
 import math
 import numbers
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-#: A rule is (predicate on the value, text describing the valid values).
-Rule = tuple[Callable[[Any], bool], str]
+
+@dataclass(frozen=True)
+class Rule:
+    """A hyperparameter's valid values, checked as torch.optim checks them.
+
+    ``is_kind`` says which types are accepted: a value of another type raises TypeError (torch raises it
+    when it cannot compare the value with 0, e.g. ``lr=None``). ``ok`` says which values of that type are
+    valid: anything else raises ValueError. ``valid`` describes the valid values for the message.
+    """
+
+    ok: Callable[[Any], bool]
+    valid: str
+    is_kind: Callable[[Any], bool] = lambda x: True
+
 
 FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 def _is_real(x: Any) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+    return _is_number(x) and math.isfinite(x)
 
 
 def non_negative() -> Rule:
-    return (lambda x: _is_real(x) and x >= 0, "a finite number >= 0")
+    return Rule(lambda x: _is_real(x) and x >= 0, "a finite number >= 0", _is_number)
 
 
 def positive() -> Rule:
-    return (lambda x: _is_real(x) and x > 0, "a finite number > 0")
+    return Rule(lambda x: _is_real(x) and x > 0, "a finite number > 0", _is_number)
 
 
 def unit_interval(closed_right: bool = False) -> Rule:
     if closed_right:
-        return (lambda x: _is_real(x) and 0 <= x <= 1, "a number in [0, 1]")
-    return (lambda x: _is_real(x) and 0 <= x < 1, "a number in [0, 1)")
+        return Rule(lambda x: _is_real(x) and 0 <= x <= 1, "a number in [0, 1]", _is_number)
+    return Rule(lambda x: _is_real(x) and 0 <= x < 1, "a number in [0, 1)", _is_number)
+
+
+def learning_rate() -> Rule:
+    """η: a number or, as in torch.optim, a 1-element tensor (schedulers then update it in place)."""
+
+    def ok(x: Any) -> bool:
+        if isinstance(x, Tensor):
+            return x.numel() == 1 and not x.is_complex() and bool(torch.isfinite(x).all()) and float(x) >= 0
+        return _is_real(x) and x >= 0
+
+    def is_kind(x: Any) -> bool:
+        return _is_number(x) or isinstance(x, Tensor)
+
+    return Rule(ok, "a finite number >= 0 or a 1-element tensor holding one", is_kind)
 
 
 def betas_rule() -> Rule:
-    def ok(b: Any) -> bool:
-        return isinstance(b, tuple | list) and len(b) == 2 and all(_is_real(x) and 0 <= x < 1 for x in b)
+    """(β1, β2): two floats in [0, 1). Like torch.optim.Adam, ints such as 0 are refused (write 0.0)."""
 
-    return (ok, "a pair (beta1, beta2) with each value in [0, 1)")
+    def ok(b: Any) -> bool:
+        return len(b) == 2 and all(isinstance(x, float) and math.isfinite(x) and 0 <= x < 1 for x in b)
+
+    return Rule(ok, "a pair of floats (beta1, beta2), each in [0, 1)", lambda b: isinstance(b, tuple | list))
 
 
 def boolean() -> Rule:
-    return (lambda x: isinstance(x, bool), "True or False")
+    return Rule(lambda x: isinstance(x, bool), "True or False")
 
 
 def optional_bool() -> Rule:
-    return (lambda x: x is None or isinstance(x, bool), "None, True or False")
+    return Rule(lambda x: x is None or isinstance(x, bool), "None, True or False")
 
 
 COMMON_RULES: dict[str, Rule] = {
-    "lr": non_negative(),
+    "lr": learning_rate(),
     "maximize": boolean(),
     "foreach": optional_bool(),
     "fused": optional_bool(),
@@ -77,13 +110,23 @@ COMMON_RULES: dict[str, Rule] = {
 class OptiscopeOptimizer(torch.optim.Optimizer):
     """Base class: a ``torch.optim.Optimizer`` whose groups are checked when they are added.
 
+    What torch.optim accepts, this accepts the same way: ``model.named_parameters()`` and groups of
+    (name, tensor) pairs (the names are kept in each group's ``param_names`` and in ``state_dict()``),
+    a 1-element tensor ``lr``, and a parameter listed twice in one group (with torch's warning). What
+    torch rejects raises the same exception type (ValueError for a bad value, TypeError for a bad type).
+
     Subclasses set ``rules`` (hyperparameter -> Rule), may override ``check_group`` for rules that
-    involve several hyperparameters, and implement ``update_group(group, params, impl)``.
+    involve several hyperparameters and ``check_params`` for rules on the tensors, and implement
+    ``update_group(group, params, impl)``.
     """
 
     rules: dict[str, Rule] = {}
+    #: Whether the foreach path takes a tensor lr (torch.optim.Adam's does not: ValueError with foreach=True).
+    foreach_takes_tensor_lr = True
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]) -> None:
+        # torch.optim checks the hyperparameters before the parameters; so do we.
+        self.check_hyperparameters(defaults)
         if isinstance(params, Tensor):
             raise TypeError(
                 f"{type(self).__name__}: params must be an iterable of tensors or of param-group dicts, "
@@ -109,17 +152,12 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
         name = type(self).__name__
         if not isinstance(param_group, dict):
             raise TypeError(f"{name}: a param group must be a dict, got {type(param_group).__name__}")
-        params = param_group.get("params")
-        if isinstance(params, Tensor):
-            params = [params]
-        elif isinstance(params, set):
-            raise TypeError(f"{name}: params must be an ordered sequence (list, tuple), not a set")
-        params = list(params) if params is not None else []
+        params, names = split_names(name, param_group.get("params"))
         for i, p in enumerate(params):
             if not isinstance(p, Tensor):
                 raise TypeError(
                     f"{name}: params[{i}] is a {type(p).__name__}; every param must be a torch.Tensor "
-                    "(for example an nn.Parameter)"
+                    "(for example an nn.Parameter) or a (name, tensor) pair from named_parameters()"
                 )
             if p.is_complex():
                 raise TypeError(f"{name}: params[{i}] is complex ({p.dtype}); only real tensors are supported")
@@ -131,18 +169,41 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
                     "each tensor may belong to one group only"
                 )
         merged = {**self.defaults, **param_group}
-        for key, (ok, valid) in {**COMMON_RULES, **self.rules_for(merged)}.items():
-            if key in merged and not ok(merged[key]):
-                raise ValueError(f"{name}: invalid {key}={merged[key]!r}; {key} must be {valid}")
+        self.check_hyperparameters(merged)
+        self.check_params(merged, params)
         if merged.get("fused") and merged.get("foreach"):
-            raise ValueError(f"{name}: fused=True and foreach=True are exclusive; set at most one of them")
-        self.check_group(merged)
+            raise RuntimeError(f"{name}: fused=True and foreach=True are exclusive; set at most one of them")
         if merged.get("fused") and not self.fused_supported(merged):
             raise ValueError(
                 f"{name}: fused=True is not available with these options ({self.fused_unsupported_reason(merged)}); "
                 "use fused=None (choose automatically) or fused=False"
             )
-        super().add_param_group({**param_group, "params": params})
+        group = {**param_group, "params": params}
+        if names is not None:
+            group["param_names"] = names
+        # A tensor listed twice in this group passes with torch.optim's warning (it is stepped twice).
+        super().add_param_group(group)
+
+    def check_hyperparameters(self, group: dict[str, Any]) -> None:
+        """Every rule that applies to ``group``: TypeError for a value of the wrong type, else ValueError."""
+        name = type(self).__name__
+        for key, rule in {**COMMON_RULES, **self.rules_for(group)}.items():
+            if key not in group:
+                continue
+            value = group[key]
+            if not rule.is_kind(value):
+                raise TypeError(f"{name}: invalid {key}={value!r} ({type(value).__name__}); {key} must be {rule.valid}")
+            if not rule.ok(value):
+                raise ValueError(f"{name}: invalid {key}={value!r}; {key} must be {rule.valid}")
+        if isinstance(group.get("lr"), Tensor) and group.get("foreach") and not self.foreach_takes_tensor_lr:
+            raise ValueError(
+                f"{name}: lr as a Tensor is not supported with foreach=True (as in torch.optim); "
+                "use foreach=None or False, or a float lr"
+            )
+        self.check_group(group)
+
+    def check_params(self, group: dict[str, Any], params: list[Tensor]) -> None:
+        """Rules on the tensors of a group (Muon's 2-D weights). Raise ValueError naming them."""
 
     def rules_for(self, group: dict[str, Any]) -> dict[str, Rule]:
         """The rules that apply to ``group`` (composite optimizers have different rules per group)."""
@@ -178,6 +239,10 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
                         f"(param of shape {tuple(p.shape)}); use a dense embedding (sparse=False)"
                     )
             impl = self.implementation(group, params)
+            if isinstance(group["lr"], Tensor) and group["lr"].dim() != 0:
+                # A 1-element tensor lr of any shape acts as a scalar (torch.optim's _to_scalar); the
+                # group keeps the caller's tensor, which schedulers update in place.
+                group = {**group, "lr": group["lr"].squeeze()}
             if impl == "fused":
                 # torch's fused CPU kernels give wrong results for non-contiguous tensors (seen in
                 # torch 2.13: tests/optim/test_optimizer.py), so those take the for-loop path.
@@ -203,9 +268,34 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
         if group.get("fused") is None and group.get("foreach") is None:
             if self.fused_supported(group) and fused_devices_ok(params):
                 return "fused"
-            if all(p.is_cuda for p in params):
+            if all(p.is_cuda for p in params) and (self.foreach_takes_tensor_lr or not isinstance(group["lr"], Tensor)):
                 return "foreach"
         return "forloop"
+
+
+def split_names(optimizer: str, params: Any) -> tuple[list[Any], list[str] | None]:
+    """(tensors, names) of a group's ``params``, which torch.optim lets be a tensor, a list of tensors,
+    or a list of (name, tensor) pairs such as ``model.named_parameters()``; names is None without pairs."""
+    if isinstance(params, Tensor):
+        return [params], None
+    if isinstance(params, set):
+        raise TypeError(f"{optimizer}: params must be an ordered sequence (list, tuple), not a set")
+    if params is None or isinstance(params, str | bytes) or not isinstance(params, Iterable):
+        raise TypeError(
+            f"{optimizer}: params must be an iterable of tensors or of (name, tensor) pairs, "
+            f"got {type(params).__name__}"
+        )
+    items = list(params)
+    named = [isinstance(item, tuple) for item in items]
+    if not any(named):
+        return items, None
+    if not all(named):
+        i = named.index(False)
+        raise ValueError(
+            f"{optimizer}: params[{i}] has no name but other params do; give every param of every group as a "
+            "(name, tensor) pair (model.named_parameters()) or none of them"
+        )
+    return [item[1] for item in items], [item[0] for item in items]
 
 
 def fused_devices_ok(params: list[Tensor]) -> bool:

@@ -97,7 +97,8 @@ def sgd_foreach_(
 class SGD(OptiscopeOptimizer):
     """SGD with optional (Nesterov) momentum and coupled or decoupled weight decay.
 
-    Arguments and defaults are torch.optim.SGD's, plus ``decoupled_weight_decay``: when True,
+    Arguments (in torch's positional order), defaults and state are torch.optim.SGD's, plus the keyword
+    ``decoupled_weight_decay``: when True,
     ``weight_decay`` shrinks θ by (1 − ηλ) each step instead of adding λθ to the gradient.
     State per parameter: ``momentum_buffer`` (only when momentum ≠ 0), as in torch.optim.SGD.
     """
@@ -116,10 +117,10 @@ class SGD(OptiscopeOptimizer):
         lr: float = 1e-3,
         momentum: float = 0.0,
         dampening: float = 0.0,
-        nesterov: bool = False,
         weight_decay: float = 0.0,
-        decoupled_weight_decay: bool = False,
+        nesterov: bool = False,
         *,
+        decoupled_weight_decay: bool = False,
         maximize: bool = False,
         foreach: bool | None = None,
         fused: bool | None = None,
