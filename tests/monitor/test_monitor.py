@@ -1,12 +1,13 @@
 """The monitor's numbers against independent computations, for our optimizers and torch's."""
 
+import json
 import math
 
 import pytest
 import torch
 from torch import nn
 
-from optiscope.monitor import ConsoleSink, Diverged, DivergenceGuard, Monitor, safe_perplexity
+from optiscope.monitor import ConsoleSink, Diverged, DivergenceGuard, JSONLSink, Monitor, safe_perplexity
 from optiscope.optim import SGD, Adam, AdamW, Lion
 
 
@@ -147,6 +148,37 @@ def test_param_groups_aggregate_and_names_survive_wrappers():
     assert record["lr"] == [1e-2, 1e-3]
     group0 = record["groups"][0]
     assert group0["u"] == pytest.approx(record["params"]["0.weight"]["u"]) and group0["n"] == 1
+
+
+@pytest.mark.parametrize("cls", [AdamW, torch.optim.AdamW])
+def test_named_parameters_given_to_the_optimizer_name_the_records(cls, tmp_path):
+    """torch.optim keeps the names of named parameters in ``param_names``; records and sinks use them,
+    also where they differ from the model's (here: a submodule's names, and one chosen by hand)."""
+    model, data = tiny_lm()
+    head = model[4]
+    groups = [
+        {"params": list(model[2].named_parameters()), "lr": 1e-3},  # "weight", "bias": names within model[2]
+        {"params": [("embedding", model[0].weight), *head.named_parameters(prefix="head")], "lr": 1e-2},
+    ]
+    opt = cls(groups)
+    names = [n for g in opt.state_dict()["param_groups"] for n in g["param_names"]]
+    monitor = Monitor(model, opt, every=1, sinks=[JSONLSink(tmp_path / "m.jsonl")], embedding="embedding")
+    loss = train_step(model, opt, data)
+    opt.step()
+    record = monitor.step(loss)
+    monitor.close()
+    assert list(record["params"]) == names == ["weight", "bias", "embedding", "head.weight", "head.bias"]
+    assert list(json.loads((tmp_path / "m.jsonl").read_text())["params"]) == names
+    assert monitor.embedding is model[0].weight
+
+
+def test_a_name_given_twice_falls_back_to_the_models_names():
+    model, data = tiny_lm()
+    opt = SGD([{"params": list(model[2].named_parameters())}, {"params": list(model[4].named_parameters())}], lr=0.1)
+    monitor = Monitor(model, opt, every=1)
+    loss = train_step(model, opt, data)
+    opt.step()
+    assert set(monitor.step(loss)["params"]) == {"2.weight", "2.bias", "4.weight", "4.bias"}
 
 
 def test_zero_gradient_fraction_and_embedding_rows_follow_frequency():

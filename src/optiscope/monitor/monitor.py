@@ -50,6 +50,32 @@ def clean_name(name: str) -> str:
     return name.replace("._orig_mod.", ".").replace(".module.", ".")
 
 
+def parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[int, str]:
+    """The name of each tensor the optimizer updates, keyed by ``id``.
+
+    Where the optimizer was given named parameters (``model.named_parameters()`` or (name, tensor) pairs;
+    torch.optim keeps them in each group's ``param_names``) those names are used, so records, sinks and
+    the optimizer's ``state_dict`` agree; otherwise the model's name, else ``group{i}.param{j}``. Wrapper
+    prefixes are dropped (``clean_name``). A name given to two tensors falls back to the model's name
+    (or the position), so no tensor's statistics overwrite another's.
+    """
+    from_model = {id(p): clean_name(n) for n, p in model.named_parameters()}
+    names: dict[int, str] = {}
+    for gi, group in enumerate(optimizer.param_groups):
+        given = group.get("param_names")
+        for pi, p in enumerate(group["params"]):
+            fallback = from_model.get(id(p), f"group{gi}.param{pi}")
+            names[id(p)] = clean_name(given[pi]) if given is not None else fallback
+    counts: dict[str, int] = {}
+    for name in names.values():
+        counts[name] = counts.get(name, 0) + 1
+    for gi, group in enumerate(optimizer.param_groups):
+        for pi, p in enumerate(group["params"]):
+            if counts[names[id(p)]] > 1:
+                names[id(p)] = from_model.get(id(p), f"group{gi}.param{pi}")
+    return names
+
+
 class Monitor:
     """Per-parameter g / w / u / u÷w / cos(u, −g) / effective-LR statistics and a divergence guard.
 
@@ -98,12 +124,8 @@ class Monitor:
         self.batch_tokens, self.guard, self.on_divergence = batch_tokens, guard, on_divergence
         self.histograms, self.alarm_growth = histograms, alarm_growth
         self.context = dict(context or {})
-        named = {id(p): clean_name(n) for n, p in model.named_parameters()}
-        self.names: dict[int, str] = {}
-        for gi, group in enumerate(optimizer.param_groups):
-            for pi, p in enumerate(group["params"]):
-                self.names[id(p)] = named.get(id(p), f"group{gi}.param{pi}")
-        self.embedding = self._resolve_embedding(embedding, model)
+        self.names: dict[int, str] = parameter_names(model, optimizer)
+        self.embedding = self._resolve_embedding(embedding, model, optimizer, self.names)
         self.token_counts = None if token_counts is None else torch.as_tensor(token_counts, dtype=torch.float64)
         if (
             self.embedding is not None
@@ -242,7 +264,8 @@ class Monitor:
         now = time.perf_counter()
         last_time, last_step = self._clock
         self._clock = (now, step)
-        out: dict[str, Any] = {"lr": [g["lr"] for g in self.optimizer.param_groups]}
+        # float(): torch.optim (and ours) accept a tensor lr, which JSON and TensorBoard cannot take.
+        out: dict[str, Any] = {"lr": [float(g["lr"]) for g in self.optimizer.param_groups]}
         if self.batch_tokens and step > last_step and now > last_time:
             out["tokens_per_s"] = self.batch_tokens * (step - last_step) / (now - last_time)
         return out
@@ -320,12 +343,15 @@ class Monitor:
 
     # ------------------------------------------------------------------------------- embedding
     @staticmethod
-    def _resolve_embedding(embedding: Tensor | str | None, model: nn.Module) -> Tensor | None:
+    def _resolve_embedding(
+        embedding: Tensor | str | None, model: nn.Module, optimizer: torch.optim.Optimizer, names: dict[int, str]
+    ) -> Tensor | None:
         if embedding is None or isinstance(embedding, Tensor):
             if embedding is not None and embedding.ndim != 2:
                 raise ValueError(f"Monitor: embedding must be a 2-D matrix, got shape {tuple(embedding.shape)}")
             return embedding
         named = {clean_name(n): p for n, p in model.named_parameters()}
+        named.update({names[id(p)]: p for group in optimizer.param_groups for p in group["params"]})
         if clean_name(embedding) not in named:
             raise ValueError(f"Monitor: embedding={embedding!r} is not a parameter name; names: {sorted(named)[:8]} …")
         return named[clean_name(embedding)]
