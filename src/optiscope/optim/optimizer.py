@@ -31,16 +31,33 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class Rule:
-    """A hyperparameter's valid values, checked as torch.optim checks them.
+    """A hyperparameter's valid values, and the exception torch.optim raises for an invalid one.
 
-    ``is_kind`` says which types are accepted: a value of another type raises TypeError (torch raises it
-    when it cannot compare the value with 0, e.g. ``lr=None``). ``ok`` says which values of that type are
-    valid: anything else raises ValueError. ``valid`` describes the valid values for the message.
+    ``ok`` says which values are valid; ``valid`` describes them for the message. ``error(value)`` names
+    the exception type for an invalid value as torch does: TypeError where it cannot compare the value
+    with 0 (``lr=None``), ValueError for a value out of range, RuntimeError for a multi-element tensor
+    (whose truth is ambiguous) in a ``kind="number"`` or ``"bool"`` rule. A number rule judges a
+    1-element tensor by its value and refuses a valid one with TypeError (only ``lr`` may be a tensor
+    here). ``classify``, when set, replaces all this.
     """
 
     ok: Callable[[Any], bool]
     valid: str
-    is_kind: Callable[[Any], bool] = lambda x: True
+    kind: str = "other"
+    classify: Callable[[Any], type[Exception] | None] | None = None
+
+    def error(self, x: Any) -> type[Exception] | None:
+        if self.classify is not None:
+            return self.classify(x)
+        if self.ok(x):
+            return None
+        if isinstance(x, Tensor) and self.kind in ("number", "bool"):
+            if x.numel() != 1:
+                return RuntimeError
+            return TypeError if self.kind == "number" and self.ok(x.item()) else ValueError
+        if self.kind == "number" and not isinstance(x, Tensor) and not _is_number(x):
+            return TypeError
+        return ValueError
 
 
 FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -55,17 +72,17 @@ def _is_real(x: Any) -> bool:
 
 
 def non_negative() -> Rule:
-    return Rule(lambda x: _is_real(x) and x >= 0, "a finite number >= 0", _is_number)
+    return Rule(lambda x: _is_real(x) and x >= 0, "a finite number >= 0", kind="number")
 
 
 def positive() -> Rule:
-    return Rule(lambda x: _is_real(x) and x > 0, "a finite number > 0", _is_number)
+    return Rule(lambda x: _is_real(x) and x > 0, "a finite number > 0", kind="number")
 
 
 def unit_interval(closed_right: bool = False) -> Rule:
     if closed_right:
-        return Rule(lambda x: _is_real(x) and 0 <= x <= 1, "a number in [0, 1]", _is_number)
-    return Rule(lambda x: _is_real(x) and 0 <= x < 1, "a number in [0, 1)", _is_number)
+        return Rule(lambda x: _is_real(x) and 0 <= x <= 1, "a number in [0, 1]", kind="number")
+    return Rule(lambda x: _is_real(x) and 0 <= x < 1, "a number in [0, 1)", kind="number")
 
 
 def learning_rate() -> Rule:
@@ -76,27 +93,48 @@ def learning_rate() -> Rule:
             return x.numel() == 1 and not x.is_complex() and bool(torch.isfinite(x).all()) and float(x) >= 0
         return _is_real(x) and x >= 0
 
-    def is_kind(x: Any) -> bool:
-        return _is_number(x) or isinstance(x, Tensor)
+    def classify(x: Any) -> type[Exception] | None:
+        if ok(x):
+            return None
+        return ValueError if isinstance(x, Tensor) or _is_number(x) else TypeError
 
-    return Rule(ok, "a finite number >= 0 or a 1-element tensor holding one", is_kind)
+    return Rule(ok, "a finite number >= 0 or a 1-element tensor holding one", classify=classify)
 
 
 def betas_rule() -> Rule:
     """(β1, β2): two floats in [0, 1). Like torch.optim.Adam, ints such as 0 are refused (write 0.0)."""
 
     def ok(b: Any) -> bool:
-        return len(b) == 2 and all(isinstance(x, float) and math.isfinite(x) and 0 <= x < 1 for x in b)
+        return (
+            isinstance(b, tuple | list)
+            and len(b) == 2
+            and all(isinstance(x, float) and math.isfinite(x) and 0 <= x < 1 for x in b)
+        )
 
-    return Rule(ok, "a pair of floats (beta1, beta2), each in [0, 1)", lambda b: isinstance(b, tuple | list))
+    def classify(b: Any) -> type[Exception] | None:
+        # torch reads betas[0] and betas[1] first: IndexError for fewer items, TypeError for no items
+        # at all; then it compares each with 0 and 1 (TypeError for a non-number) and wants floats.
+        if ok(b):
+            return None
+        if isinstance(b, Tensor):
+            return IndexError if b.dim() == 0 or len(b) < 2 else ValueError
+        if not isinstance(b, tuple | list):
+            return TypeError
+        if len(b) < 2:
+            return IndexError
+        if not all(_is_number(x) or isinstance(x, Tensor) for x in b[:2]):
+            return TypeError
+        return ValueError
+
+    return Rule(ok, "a pair of floats (beta1, beta2), each in [0, 1)", classify=classify)
 
 
 def boolean() -> Rule:
-    return Rule(lambda x: isinstance(x, bool), "True or False")
+    return Rule(lambda x: isinstance(x, bool), "True or False", kind="bool")
 
 
 def optional_bool() -> Rule:
-    return Rule(lambda x: x is None or isinstance(x, bool), "None, True or False")
+    return Rule(lambda x: x is None or isinstance(x, bool), "None, True or False", kind="bool")
 
 
 COMMON_RULES: dict[str, Rule] = {
@@ -191,10 +229,10 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
             if key not in group:
                 continue
             value = group[key]
-            if not rule.is_kind(value):
-                raise TypeError(f"{name}: invalid {key}={value!r} ({type(value).__name__}); {key} must be {rule.valid}")
-            if not rule.ok(value):
-                raise ValueError(f"{name}: invalid {key}={value!r}; {key} must be {rule.valid}")
+            error = rule.error(value)
+            if error is not None:
+                of_type = f" ({type(value).__name__})" if error is TypeError else ""
+                raise error(f"{name}: invalid {key}={value!r}{of_type}; {key} must be {rule.valid}")
         if isinstance(group.get("lr"), Tensor) and group.get("foreach") and not self.foreach_takes_tensor_lr:
             raise ValueError(
                 f"{name}: lr as a Tensor is not supported with foreach=True (as in torch.optim); "
