@@ -151,7 +151,8 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
     What torch.optim accepts, this accepts the same way: ``model.named_parameters()`` and groups of
     (name, tensor) pairs (the names are kept in each group's ``param_names`` and in ``state_dict()``),
     a 1-element tensor ``lr``, and a parameter listed twice in one group (with torch's warning). What
-    torch rejects raises the same exception type (ValueError for a bad value, TypeError for a bad type).
+    torch rejects raises the exception type torch raises (mostly ValueError for a bad value and TypeError
+    for a bad type; see ``Rule``).
 
     Subclasses set ``rules`` (hyperparameter -> Rule), may override ``check_group`` for rules that
     involve several hyperparameters and ``check_params`` for rules on the tensors, and implement
@@ -223,7 +224,7 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
         super().add_param_group(group)
 
     def check_hyperparameters(self, group: dict[str, Any]) -> None:
-        """Every rule that applies to ``group``: TypeError for a value of the wrong type, else ValueError."""
+        """Every rule that applies to ``group``; a broken one raises the exception type torch.optim raises."""
         name = type(self).__name__
         for key, rule in {**COMMON_RULES, **self.rules_for(group)}.items():
             if key not in group:
