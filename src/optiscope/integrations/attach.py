@@ -60,6 +60,71 @@ def build_monitor(
     return monitor
 
 
+class MonitorCallback:
+    """The options and state of both libraries' ``OptiscopeCallback`` (mixed into their callback classes).
+
+    Args:
+        out_dir: where ``metrics.jsonl`` and ``tensorboard/<label>`` go (default: the library's output directory).
+        every: measure the first optimizer step and every ``every``-th.
+        sinks: the monitor's sinks instead of the default files (e.g. ``[ConsoleSink()]``).
+        curvature: a curvature schedule for ``Monitor(..., curvature=...)``; None leaves it off.
+
+    ``callback.monitor`` holds the monitor (its ``last_record``) and ``callback.diverged`` the divergence
+    record, if any.
+    """
+
+    label = "monitor"
+
+    def __init__(
+        self,
+        out_dir: Path | str | None = None,
+        every: int = 10,
+        sinks: Iterable[Any] | None = None,
+        curvature: Any = None,
+    ) -> None:
+        self.out_dir, self.every, self.sinks, self.curvature = out_dir, every, sinks, curvature
+        self.attachment: Attachment | None = None
+        self.diverged: dict[str, Any] | None = None
+
+    @property
+    def monitor(self) -> Monitor | None:
+        return None if self.attachment is None else self.attachment.monitor
+
+    def attach(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, default_dir: Any, start_step: int, rank_zero: bool
+    ) -> None:
+        monitor = build_monitor(
+            model,
+            optimizer,
+            out_dir=self.out_dir if self.out_dir is not None else default_dir,
+            every=self.every,
+            sinks=self.sinks,
+            curvature=self.curvature,
+            start_step=start_step,
+            rank_zero=rank_zero,
+            label=self.label,
+        )
+        self.attachment = Attachment(monitor)
+        self.diverged = None
+
+    def stepped(self, reduce: str, rank_zero: bool) -> bool:
+        """After the library may have stepped the optimizer (see ``Attachment.after_optimizer``): True when
+        training must stop, having logged the diagnosis (on rank 0)."""
+        if self.attachment is None:
+            return False
+        record = self.attachment.after_optimizer(reduce)
+        if record is None:
+            return False
+        self.diverged = record
+        if rank_zero:
+            log.warning(diagnosis(record))
+        return True
+
+    def detach(self) -> None:
+        if self.attachment is not None:
+            self.attachment.close()
+
+
 class Attachment:
     """A monitor fed by a library's callbacks: micro-batch losses in, one ``monitor.step`` per real step."""
 

@@ -22,78 +22,35 @@ One optimizer per module (``configure_optimizers`` returning several is refused)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
 
 from lightning.pytorch.callbacks import Callback
 
-from .attach import Attachment, build_monitor, diagnosis, log
+from .attach import MonitorCallback
 
 __all__ = ["OptiscopeCallback"]
 
 
-class OptiscopeCallback(Callback):
+class OptiscopeCallback(MonitorCallback, Callback):
     """A Lightning ``Callback`` that attaches an optiscope ``Monitor`` to the module and its optimizer.
-
-    Args:
-        out_dir: where ``metrics.jsonl`` and ``tensorboard/lightning`` go (default: ``trainer.log_dir``).
-        every: measure the first optimizer step and every ``every``-th.
-        sinks: the monitor's sinks instead of the default files (e.g. ``[ConsoleSink()]``).
-        curvature: a curvature schedule for ``Monitor(..., curvature=...)``; None leaves it off.
-
-    ``callback.monitor`` holds the monitor and ``callback.diverged`` the divergence record, if any.
-    """
+    Its arguments are ``MonitorCallback``'s; ``out_dir`` defaults to ``trainer.log_dir``."""
 
     label = "lightning"
-
-    def __init__(
-        self,
-        out_dir: Path | str | None = None,
-        every: int = 10,
-        sinks: Iterable[Any] | None = None,
-        curvature: Any = None,
-    ) -> None:
-        self.out_dir, self.every, self.sinks, self.curvature = out_dir, every, sinks, curvature
-        self.attachment: Attachment | None = None
-        self.diverged: dict[str, Any] | None = None
-
-    @property
-    def monitor(self):
-        return None if self.attachment is None else self.attachment.monitor
 
     def on_train_start(self, trainer, pl_module) -> None:
         if len(trainer.optimizers) != 1:
             raise ValueError(
                 f"OptiscopeCallback: the module has {len(trainer.optimizers)} optimizers; it monitors exactly one"
             )
-        out_dir = self.out_dir if self.out_dir is not None else trainer.log_dir  # log_dir is collective: all ranks
-        monitor = build_monitor(
-            pl_module,
-            trainer.optimizers[0],
-            out_dir=out_dir,
-            every=self.every,
-            sinks=self.sinks,
-            curvature=self.curvature,
-            start_step=trainer.global_step,
-            rank_zero=trainer.is_global_zero,
-            label=self.label,
-        )
-        self.attachment = Attachment(monitor)
-        self.diverged = None
+        log_dir = trainer.log_dir  # collective: every rank must ask
+        self.attach(pl_module, trainer.optimizers[0], log_dir, trainer.global_step, trainer.is_global_zero)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.attachment is None:
             return
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        self.attachment.add_loss(loss)
-        record = self.attachment.after_optimizer("sum" if pl_module.automatic_optimization else "mean")
-        if record is not None:
-            self.diverged = record
-            if trainer.is_global_zero:
-                log.warning(diagnosis(record))
+        self.attachment.add_loss(outputs.get("loss") if isinstance(outputs, Mapping) else outputs)
+        if self.stepped("sum" if pl_module.automatic_optimization else "mean", trainer.is_global_zero):
             trainer.should_stop = True
 
     def on_train_end(self, trainer, pl_module) -> None:
-        if self.attachment is not None:
-            self.attachment.close()
+        self.detach()

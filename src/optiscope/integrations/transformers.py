@@ -21,70 +21,35 @@ Needs ``pip install 'optiscope[hf]'``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
-from .attach import Attachment, build_monitor, diagnosis, log
+from .attach import MonitorCallback
 
 __all__ = ["OptiscopeCallback"]
 
 
-class OptiscopeCallback(TrainerCallback):
+class OptiscopeCallback(MonitorCallback, TrainerCallback):
     """A ``transformers.TrainerCallback`` that attaches an optiscope ``Monitor`` to the Trainer's run.
-
-    Args:
-        out_dir: where ``metrics.jsonl`` and ``tensorboard/trainer`` go (default: ``args.output_dir``).
-        every: measure the first update step and every ``every``-th.
-        sinks: the monitor's sinks instead of the default files (e.g. ``[ConsoleSink()]``).
-        curvature: a curvature schedule for ``Monitor(..., curvature=...)``; None leaves it off.
-
-    After training, ``callback.monitor`` holds the monitor (its ``last_record``) and ``callback.diverged``
-    the divergence record, if any.
-    """
+    Its arguments are ``MonitorCallback``'s; ``out_dir`` defaults to ``args.output_dir``."""
 
     label = "trainer"
 
-    def __init__(
-        self,
-        out_dir: Path | str | None = None,
-        every: int = 10,
-        sinks: Iterable[Any] | None = None,
-        curvature: Any = None,
-    ) -> None:
-        self.out_dir, self.every, self.sinks, self.curvature = out_dir, every, sinks, curvature
-        self.attachment: Attachment | None = None
-        self.diverged: dict[str, Any] | None = None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._loss_hook = None
         self._items_given = False
 
-    @property
-    def monitor(self):
-        return None if self.attachment is None else self.attachment.monitor
-
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps the real one
-        monitor = build_monitor(
-            model,
-            inner,
-            out_dir=self.out_dir if self.out_dir is not None else args.output_dir,
-            every=self.every,
-            sinks=self.sinks,
-            curvature=self.curvature,
-            start_step=state.global_step,
-            rank_zero=state.is_world_process_zero,
-            label=self.label,
-        )
-        self.attachment = Attachment(monitor)
-        self.diverged = None
+        self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero)
         self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
 
     def _record_loss(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         """The loss of each training micro-batch, as the model computed it (evaluation passes are skipped)."""
-        if not (module.training and torch.is_grad_enabled()):
+        if not (module.training and torch.is_grad_enabled()) or self.attachment is None:
             return
         loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
         self._items_given = kwargs.get("num_items_in_batch") is not None
@@ -96,15 +61,10 @@ class OptiscopeCallback(TrainerCallback):
         # step's loss is their sum (times the ranks when the Trainer averages tokens across devices, as it
         # then does); otherwise the Trainer averages the micro-batch means.
         if self.attachment is None:
-            return
-        if self._items_given and self.attachment.losses and getattr(args, "average_tokens_across_devices", False):
-            scale = args.world_size
-            self.attachment.losses = [loss * scale for loss in self.attachment.losses]
-        record = self.attachment.after_optimizer("sum" if self._items_given else "mean")
-        if record is not None:
-            self.diverged = record
-            if state.is_world_process_zero:
-                log.warning(diagnosis(record))
+            return control
+        if self._items_given and getattr(args, "average_tokens_across_devices", False):
+            self.attachment.losses = [loss * args.world_size for loss in self.attachment.losses]
+        if self.stepped("sum" if self._items_given else "mean", state.is_world_process_zero):
             control.should_training_stop = True
         return control
 
@@ -117,5 +77,4 @@ class OptiscopeCallback(TrainerCallback):
         if self._loss_hook is not None:
             self._loss_hook.remove()
             self._loss_hook = None
-        if self.attachment is not None:
-            self.attachment.close()
+        self.detach()
