@@ -137,7 +137,7 @@ def probe_step(
             f"precision='model' on a {', '.join(half)} model cannot resolve one step; use precision='float64'"
         )
     if precision == "float64":
-        net = copy.deepcopy(net).double()
+        net = copy.deepcopy(net).double().requires_grad_(False)  # the copy is only evaluated: no graph
         direction = {n: v.double() for n, v in direction.items()}
     was_training = net.training
     net.eval()
