@@ -86,3 +86,27 @@ def test_u_is_the_real_update_after_accumulation_and_clipping(automatic, tmp_pat
     assert records[0]["grad_norm"] == pytest.approx(CLIP, rel=1e-4)  # clipped before the step
     micro = torch.tensor(module.losses).view(2, ACCUMULATE).mean(1)
     assert [r["loss"] for r in records] == pytest.approx(micro.tolist(), rel=1e-5)
+
+
+def test_a_diverging_run_stops_cleanly(tmp_path):
+    class Exploding(Regression):
+        def configure_optimizers(self):
+            return optiscope.optim.SGD(self.parameters(), lr=1e30)
+
+    x = torch.randn(48, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    callback = OptiscopeCallback(every=1)
+    trainer = lightning.Trainer(
+        max_steps=10,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[callback],
+    )
+    trainer.fit(Exploding(automatic=True), data)
+    assert callback.diverged is not None
+    assert trainer.global_step == callback.diverged["step"] < 10
+    assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["diverged"]

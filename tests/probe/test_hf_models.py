@@ -116,3 +116,18 @@ def test_a_padded_batch_scores_like_each_sequence_alone(lora, side):
             assert row[key] == pytest.approx(single["approx"]["per_sequence"][0][key], rel=1e-6, abs=1e-12)
     S = torch.tensor([r["h_base"] for r in batch["approx"]["per_sequence"]], dtype=torch.float64)
     assert batch["base_value"] == pytest.approx(float(S.sum()) / sum(counts), rel=1e-12)
+
+
+def test_the_model_itself_is_measured_with_eager_attention_and_restored(lora):
+    model, v, sequences, before = lora
+    seen = []
+    hook = model.register_forward_pre_hook(lambda m, args: seen.append(model.config._attn_implementation))
+    try:
+        result = probe_step(model, v, sequences, [1e-3], precision="model")
+    finally:
+        hook.remove()
+    assert seen and set(seen) == {"eager"}  # sdpa has no forward-mode rules on the CPU
+    assert model.config._attn_implementation == "sdpa"
+    assert result["approx"]["delta_h_per_lr"] != 0
+    after = dict(model.named_parameters())
+    assert all(torch.equal(after[n], p) for n, p in before.items())
