@@ -121,6 +121,7 @@ class MonitorCallback:
         return True
 
     def detach(self) -> None:
+        """Remove the monitor's hooks and close its sinks; ``callback.monitor`` keeps its records."""
         if self.attachment is not None:
             self.attachment.close()
 
@@ -133,6 +134,7 @@ class Attachment:
         self.losses: list[Tensor] = []
         self.seen_steps = monitor.step_count
         self.diverged: dict[str, Any] | None = None
+        self.closed = False
 
     def add_loss(self, loss: Tensor | float | None) -> None:
         """The loss of one micro-batch (ignored when the library gives none)."""
@@ -160,7 +162,9 @@ class Attachment:
         return None
 
     def close(self) -> None:
-        self.monitor.close()
+        if not self.closed:
+            self.closed = True
+            self.monitor.close()
 
 
 def diagnosis(record: dict[str, Any]) -> str:

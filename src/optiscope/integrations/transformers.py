@@ -43,6 +43,7 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self._items_given = False
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
         inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps the real one
         self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero)
         self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
@@ -74,6 +75,9 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
+        self._release()
+
+    def _release(self) -> None:
         if self._loss_hook is not None:
             self._loss_hook.remove()
             self._loss_hook = None
