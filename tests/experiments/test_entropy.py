@@ -147,3 +147,23 @@ def test_a_corrupt_lm_checkpoint_is_a_one_line_error(tmp_path, lm_dir, capsys):
     assert cli.main([*args, *PROBE]) == cli.EXIT_BAD_INPUT
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and f"{path} is not a readable checkpoint" in lines[0]
+
+
+def test_a_pretrained_model_with_lora_adapters_end_to_end(tmp_path, text):  # noqa: F811
+    """Seed 001's setting on a tiny 🤗 Qwen2 directory: LoRA, real AdamW steps, the probe on-policy."""
+    pytest.importorskip("peft")
+    import tiny_hf
+
+    model_dir = tiny_hf.save("qwen2", tmp_path / "model")
+    out = tmp_path / "run"
+    args = ["run", "entropy", "--hf-model", str(model_dir), "--lora-rank", "4", "--quick", "--out", str(out)]
+    small = ["--text", str(text), "--optimizers", "adamw", "--runs", "1", "--E", "8", "--seq-len", "8"]
+    assert cli.main([*args, *small, "--subset-size", "4", "--subsets", "10", "--warm-steps", "2", "--quiet"]) == 0
+    results = runs.read_json(out / runs.RESULTS)
+    assert results["mode"] == "policy" and "LoRA r=4" in results["model"]
+    (probe,) = results["optimizers"]["adamw"]["runs"]
+    counts = probe["true"]["entries"][0]["diagnostics"]["token_counts"]
+    assert counts == [8.0] * 8  # the sampled tokens only, not the left-padded prompts
+    fit = entropy.true_change_fit(probe["true"]["entries"][:3])
+    assert fit["slope"] == pytest.approx(1.0, abs=0.1)  # small steps change H linearly
+    assert sorted(p.name for p in (out / "figures").glob("*.png"))

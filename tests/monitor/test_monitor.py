@@ -369,3 +369,24 @@ def test_resumed_monitor_continues_exactly():
 
     straight, resumed = run(split=None), run(split=5)
     assert straight == resumed and straight[-1]["run"] == "a" and straight[-1]["embedding"]["measured_steps"] == 5
+
+
+def test_an_optimizer_stepped_with_a_closure_is_measured():
+    """A closure computes the gradients inside step(), after the pre-hook (Lightning's automatic optimisation)."""
+    model, (x, y) = tiny_lm()
+    opt = SGD(model.parameters(), lr=0.1)
+    recorder = Recorder()
+    monitor = Monitor(model, opt, every=1, sinks=[recorder])
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    def closure():
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    monitor.step(opt.step(closure))
+    params = recorder.records[0]["params"]
+    assert set(params) == set(before)
+    for name, p in model.named_parameters():
+        assert params[name]["u"] == pytest.approx(float((p.detach() - before[name]).norm()), rel=1e-6)

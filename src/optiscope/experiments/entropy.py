@@ -9,6 +9,12 @@ grid of ``eta_decades`` decades around the optimizer's lr, against η·∇H·v a
 same direction is probed for the validation loss, so each optimizer's entropy change can be set against
 the loss decrease it buys. Subsets of the E sequences show how far a smaller evaluation batch can be
 trusted. Every run's results keep the seed notebook's layout (``approx.*``, ``true.entries[].diagnostics``).
+
+``--hf-model DIR`` probes a local 🤗 causal LM instead (``from_pretrained``; its own tokenizer encodes
+the evaluation text and, on-policy, the prompts, which are left-padded and sampled from; only the
+sampled tokens are scored). ``--lora-rank R`` wraps it with LoRA adapters first, so that the warm-up
+steps and the probed step move the adapters only: seed 001's setting (LoRA on a pretrained LM, a few real
+AdamW steps, the probe on-policy — the default mode with ``--lora-rank``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict
@@ -26,8 +33,9 @@ from rich.console import Console
 from torch import Tensor, nn
 
 from .. import runs, train
-from ..data import sample_batch
+from ..data import CorpusError, load_corpus, sample_batch, train_val_split
 from ..models import GPT
+from ..models.pretrained import add_lora, context_length, load_causal_lm
 from ..monitor.stats import loglog_fit
 from ..optim import build_optimizer
 from ..probe import MODES, prediction_curves, probe_step, sample_sequences, subset_errors, update_direction
@@ -49,8 +57,18 @@ class Config:
     optimizers: str = field(
         default="sgd,adam,adamw", metadata={"help": f"directions to probe, as optimizer[@lr]: {', '.join(lm.DEFAULTS)}"}
     )
-    mode: str = field(
-        default="fixed", metadata={"help": "fixed: held-out text; policy: sequences sampled from the model"}
+    hf_model: str | None = field(
+        default=None, metadata={"help": "a local 🤗 causal-LM directory (from_pretrained) to probe instead of a GPT"}
+    )
+    lora_rank: int = field(
+        default=0, metadata={"help": "with --hf-model: train and probe LoRA adapters of this rank (0: the full model)"}
+    )
+    mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "fixed: held-out text; policy: sequences sampled from the model (default: policy with "
+            "--lora-rank, else fixed)"
+        },
     )
     E: int = field(default=512, metadata={"help": "evaluation sequences per run"})
     runs: int = field(default=4, metadata={"help": "independent draws of sequences and step batch"})
@@ -71,6 +89,17 @@ class Config:
 
     def __post_init__(self) -> None:
         runs_of(self)
+        if self.mode is None:
+            self.mode = "policy" if self.lora_rank else "fixed"
+        require(
+            isinstance(self.lora_rank, int) and self.lora_rank >= 0,
+            f"--lora-rank={self.lora_rank!r} must be an integer >= 0",
+        )
+        require(self.lora_rank == 0 or self.hf_model is not None, "--lora-rank needs --hf-model (a 🤗 model directory)")
+        require(
+            self.hf_model is None or self.checkpoint is None,
+            "give either --hf-model or --checkpoint: one model is probed",
+        )
         require(self.mode in MODES, f"--mode={self.mode!r}; valid: {', '.join(MODES)}")
         require(self.precision in ("float64", "model"), f"--precision={self.precision!r}; valid: float64, model")
         counts = ("E", "runs", "seq_len", "subset_size", "subsets", "train_steps", "train_layers", "train_width")
@@ -135,6 +164,27 @@ def eta_grid(lr: float, decades: float, n: int) -> list[float]:
 
 def loss_fn(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     return model(*batch)[1]
+
+
+def causal_lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """The next-token cross-entropy of a 🤗 causal LM on (inputs, targets) windows."""
+    x, y = batch
+    logits = model(input_ids=x, use_cache=False).logits
+    return nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+
+
+@dataclass
+class Subject:
+    """What is probed: the model, the text it trains and is evaluated on, and how it takes a step."""
+
+    model: nn.Module
+    description: str
+    lm_config: lm.Config  # block size, batch size, clip and weight decay of its steps
+    data: lm.Corpus
+    context: int  # the longest sequence the model takes
+    loss_fn: Callable[[nn.Module, Any], Tensor]
+    task: type[lm.LanguageModelling]  # its warm-up steps
+    prompts: tuple[Tensor, Tensor] | None = None  # left-padded prompt ids and their mask, for policy mode
 
 
 # ----------------------------------------------------------------------------------- the model
@@ -212,13 +262,71 @@ class WarmUp(lm.LanguageModelling):
         """Nothing to add: a warm-up only leaves the optimizer's state behind."""
 
 
-def warmed_optimizer(model: GPT, spec: RunSpec, lm_config: lm.Config, data: lm.Corpus, steps: int, seed: int):
+class PretrainedWarmUp(WarmUp):
+    """Warm-up steps of a 🤗 causal LM (its output is a ``ModelOutput``, not the GPT's (logits, loss))."""
+
+    def loss(self, net: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+        return causal_lm_loss(net, batch)
+
+
+def warmed_optimizer(model: nn.Module, spec: RunSpec, subject: Subject, steps: int, seed: int):
     """The optimizer of ``spec`` after ``steps`` real steps of ``model`` (so it has a running optimizer's state)."""
+    lm_config = subject.lm_config
     optimizer = build_optimizer(spec.optimizer, model, spec.lr, lm_config.weight_decay, decay_vectors=False)
     warm = train.Run(spec.label, model, optimizer, torch.Generator().manual_seed(seed))
-    task = WarmUp(data, lm_config, train.Processes(0, 1, torch.device("cpu")))
+    task = subject.task(subject.data, lm_config, train.Processes(0, 1, torch.device("cpu")))
     train.train(warm, task, train.Plan(steps, lm_config.clip))
     return optimizer
+
+
+def gpt_subject(config: Config, run_dir: Path, console: Console) -> Subject:
+    model, lm_config, data, description = trained_model(config, run_dir, console)
+    return Subject(model, description, lm_config, data, lm_config.block_size, loss_fn, WarmUp)
+
+
+def pretrained_subject(config: Config, console: Console) -> Subject:
+    """The 🤗 model of ``--hf-model`` (LoRA adapters with ``--lora-rank``) and the text, encoded by its tokenizer."""
+    try:
+        model, tokenizer = load_causal_lm(config.hf_model)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(
+            f"--hf-model {config.hf_model}: not a 🤗 causal-LM directory that from_pretrained can read ({first})"
+        ) from e
+    context = context_length(model) or lm.Config.block_size
+    lm_config = lm.Config(optimizers="adamw", text=config.text, block_size=min(lm.Config.block_size, context))
+    try:
+        text = load_corpus(text_path=config.text)
+    except CorpusError as e:
+        raise ConfigError(str(e)) from e
+    ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+    train_ids, val = train_val_split(ids, 0.1)
+    counts = torch.bincount(train_ids, minlength=len(tokenizer))
+    data = lm.Corpus(tokenizer, train_ids, val, counts, config.text or "shakespeare", len(text))
+    description = f"{config.hf_model} ({type(model).__name__})"
+    if config.lora_rank:
+        model = add_lora(model, config.lora_rank)
+        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        description += f" + LoRA r={config.lora_rank} ({trained:,} trained parameters)"
+    prompts = None
+    if config.mode == "policy":
+        encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in lm.Config.prompts]
+        prompts = left_padded(encoded, config.E)
+    if not config.quiet:
+        console.print(f"probing {description}: {len(ids):,} tokens of text")
+    return Subject(model, description, lm_config, data, context, causal_lm_loss, PretrainedWarmUp, prompts)
+
+
+def left_padded(prompts: list[list[int]], E: int) -> tuple[Tensor, Tensor]:
+    """E prompts (the given ones in turn), left-padded to the longest: (ids, attention mask)."""
+    require(all(prompts), "a prompt encodes to no tokens; every prompt needs at least one")
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros(E, width, dtype=torch.long)
+    mask = torch.zeros(E, width, dtype=torch.long)
+    for i in range(E):
+        p = prompts[i % len(prompts)]
+        ids[i, width - len(p) :], mask[i, width - len(p) :] = torch.tensor(p), 1
+    return ids, mask
 
 
 # ----------------------------------------------------------------------------------------- run
@@ -236,13 +344,17 @@ def evaluation_sequences(data: lm.Corpus, E: int, length: int, generator: torch.
 
 def run(config: Config, run_dir: Path) -> Results:
     console = Console(quiet=config.quiet)
-    base, lm_config, data, description = trained_model(config, run_dir, console)
+    subject = gpt_subject(config, run_dir, console) if config.hf_model is None else pretrained_subject(config, console)
+    base, lm_config, data = subject.model, subject.lm_config, subject.data
+    prompt_width = 1 if subject.prompts is None else subject.prompts[0].shape[1]
+    inputs = config.seq_len + prompt_width - 1  # the tokens the model reads: the prompt and all but the last
     require(
-        config.seq_len <= lm_config.block_size,
-        f"--seq-len={config.seq_len} must be <= the model's context {lm_config.block_size}",
+        inputs <= subject.context,
+        f"--seq-len={config.seq_len} must be <= the model's context {subject.context}"
+        + (f" less the prompts' {prompt_width - 1} extra tokens" if prompt_width > 1 else ""),
     )
     out: dict[str, Any] = {
-        "model": description,
+        "model": subject.description,
         "parameters": base.num_parameters(),
         "mode": config.mode,
         "optimizers": {},
@@ -250,21 +362,18 @@ def run(config: Config, run_dir: Path) -> Results:
     for spec in runs_of(config):
         name, lr = spec.label, spec.lr
         model = copy.deepcopy(base)
-        optimizer = warmed_optimizer(model, spec, lm_config, data, config.warm_steps, config.seed)
+        optimizer = warmed_optimizer(model, spec, subject, config.warm_steps, config.seed)
         etas = eta_grid(lr, config.eta_decades, config.n_etas)
         probes = []
         for r in range(config.runs):
             generator = torch.Generator().manual_seed(config.seed * 1000 + r)
             batch = sample_batch(data.train, lm_config.block_size, lm_config.batch_size, generator)
-            v = update_direction(model, optimizer, loss_fn, batch, max_grad_norm=lm_config.clip)
+            v = update_direction(model, optimizer, subject.loss_fn, batch, max_grad_norm=lm_config.clip)
             held_out = evaluation_sequences(data, config.E, config.seq_len, generator)
-            sequences = held_out
+            sequences, masks = held_out, {}
             if config.mode == "policy":
-                sequences = sample_sequences(
-                    model.eval(), held_out[:, 0], config.seq_len, lm_config.block_size, generator
-                )
-                model.train()
-            entropy = probe_step(model, v, sequences, etas, mode=config.mode, precision=config.precision)
+                sequences, masks = on_policy(model, subject, held_out, config.seq_len, generator)
+            entropy = probe_step(model, v, sequences, etas, mode=config.mode, precision=config.precision, **masks)
             loss = probe_step(model, v, held_out, etas, functional="loss", precision=config.precision)
             subset_eta = min(etas, key=lambda e: abs(math.log(e / (lr / 10))))
             entropy["optimizer"], entropy["lr"], entropy["run"] = spec.optimizer, lr, r
@@ -295,6 +404,22 @@ def run(config: Config, run_dir: Path) -> Results:
             "real_step": real_step(probes, lr),
         }
     return out
+
+
+def on_policy(
+    model: nn.Module, subject: Subject, held_out: Tensor, length: int, generator: torch.Generator
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """``length`` tokens sampled after each prompt (the subject's, or each held-out window's first token),
+    and for padded prompts the probe's ``attention_mask`` and ``scored`` (the sampled positions only)."""
+    starts, mask = (held_out[:, 0], None) if subject.prompts is None else subject.prompts
+    sequences = sample_sequences(model.eval(), starts, length, subject.context, generator, attention_mask=mask)
+    model.train()
+    if mask is None:
+        return sequences, {}
+    attention = torch.cat([mask, torch.ones(len(mask), length, dtype=mask.dtype)], dim=1)
+    scored = torch.zeros(sequences.shape[0], sequences.shape[1] - 1, dtype=torch.bool)
+    scored[:, mask.shape[1] - 1 :] = True  # the positions whose next token was sampled
+    return sequences, {"attention_mask": attention, "scored": scored}
 
 
 def true_change_fit(entries: list[dict[str, Any]]) -> dict[str, float]:

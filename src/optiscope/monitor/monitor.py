@@ -160,7 +160,9 @@ class Monitor:
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.is_measured(self.step_count + 1):
             return
-        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        # Every trainable parameter, not only those holding a gradient now: an optimizer stepped with a
+        # closure (Lightning's automatic optimisation) computes the gradients inside step(), after this hook.
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
         self._snapshot_params = params
         self._snapshot = [p.detach().clone() for p in params]
 
@@ -169,8 +171,9 @@ class Monitor:
         self.step_count += 1
         if self._snapshot is None:
             return
-        params, before = self._snapshot_params, self._snapshot
+        kept = [(p, b) for p, b in zip(self._snapshot_params, self._snapshot, strict=True) if p.grad is not None]
         self._snapshot, self._snapshot_params = None, []
+        params, before = [p for p, _ in kept], [b for _, b in kept]
         torch._foreach_sub_(before, [p.detach() for p in params])  # before − after = −u, in place
         self._measured = self._parameter_stats(optimizer, params, neg_updates=before)
 

@@ -5,7 +5,8 @@ For sequences i = 1..E of length T and next-token distributions p_θ(· | x_{i,<
     h_{i,t} = −Σ_{k∈V} p log p        the exact (Rao–Blackwellised) entropy at position t
     ℓ_{i,t} = −log p(x_{i,t+1})       the cross-entropy loss at position t (needs the next token)
 
-Each functional returns the per-sequence sums (Σ_t h_{i,t}, or Σ_t ℓ_{i,t}) as a float64 vector, so the
+Each functional returns the per-sequence sums (Σ_t h_{i,t}, or Σ_t ℓ_{i,t}) over the scored positions
+(all, or those where ``scored`` is true: padding and prompts left out) as a float64 vector, so the
 mean per token is their total divided by the number of scored positions, and per-sequence
 contributions add up to the total exactly. Softmax and logarithms run in float64 whatever the model's
 dtype: entropy differences of 1e-7 are what the probe looks for.
@@ -16,13 +17,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .calls import logits_of
+
 FUNCTIONALS = ("entropy", "loss")
 
 
-def check_logits(logits: object) -> Tensor:
-    """The model output must be next-token logits of shape (batch, positions, vocabulary)."""
-    if isinstance(logits, tuple | list):
-        logits = logits[0]
+def check_logits(output: object) -> Tensor:
+    """The model output must be next-token logits of shape (batch, positions, vocabulary) (or hold them:
+    a 🤗 output's ``.logits``, a tuple's first element)."""
+    logits = logits_of(output)
     if not isinstance(logits, Tensor) or logits.ndim != 3 or logits.shape[-1] < 2 or not logits.is_floating_point():
         shape = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
         raise ValueError(
@@ -32,28 +35,36 @@ def check_logits(logits: object) -> Tensor:
     return logits
 
 
-def entropy_per_sequence(logits: Tensor) -> Tensor:
+def _sum_scored(values: Tensor, scored: Tensor | None) -> Tensor:
+    """Σ_t over the scored positions of each sequence (``where``, not a product: padded positions may hold
+    anything, even non-finite values, and must not leak into the sum or its derivatives)."""
+    if scored is not None:
+        values = torch.where(scored.bool(), values, torch.zeros((), dtype=values.dtype))
+    return values.sum(dim=-1)
+
+
+def entropy_per_sequence(logits: Tensor, scored: Tensor | None = None) -> Tensor:
     """Σ_t h_{i,t} for each sequence i (float64)."""
     logp = torch.log_softmax(logits.double(), dim=-1)
-    return -(logp.exp() * logp).sum(dim=-1).sum(dim=-1)
+    return _sum_scored(-(logp.exp() * logp).sum(dim=-1), scored)
 
 
-def loss_per_sequence(logits: Tensor, targets: Tensor) -> Tensor:
+def loss_per_sequence(logits: Tensor, targets: Tensor, scored: Tensor | None = None) -> Tensor:
     """Σ_t ℓ_{i,t} for each sequence i (float64); ``targets[i, t]`` is the token after position t."""
     logp = torch.log_softmax(logits.double(), dim=-1)
-    return -torch.gather(logp, -1, targets.unsqueeze(-1)).squeeze(-1).sum(dim=-1)
+    return _sum_scored(-torch.gather(logp, -1, targets.unsqueeze(-1)).squeeze(-1), scored)
 
 
-def sequence_log_prob(logits: Tensor, targets: Tensor) -> Tensor:
-    """log p_θ(x_i) = Σ_t log p(x_{i,t+1} | x_{i,≤t}) for each sampled sequence i (float64)."""
-    return -loss_per_sequence(logits, targets)
+def sequence_log_prob(logits: Tensor, targets: Tensor, scored: Tensor | None = None) -> Tensor:
+    """log p_θ(x_i) = Σ_t log p(x_{i,t+1} | x_{i,≤t}) over the scored (sampled) tokens of each sequence i."""
+    return -loss_per_sequence(logits, targets, scored)
 
 
-def per_sequence(functional: str, logits: Tensor, targets: Tensor | None) -> Tensor:
+def per_sequence(functional: str, logits: Tensor, targets: Tensor | None, scored: Tensor | None = None) -> Tensor:
     if functional == "entropy":
-        return entropy_per_sequence(logits)
+        return entropy_per_sequence(logits, scored)
     if functional == "loss":
         if targets is None:
             raise ValueError("functional='loss' needs targets (the next tokens)")
-        return loss_per_sequence(logits, targets)
+        return loss_per_sequence(logits, targets, scored)
     raise ValueError(f"functional={functional!r}; valid: {', '.join(FUNCTIONALS)}")

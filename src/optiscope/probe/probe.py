@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from .calls import call_kwargs, forward_mode_attention, logits_of
 from .functionals import check_logits, per_sequence
 from .terms import along, derivatives, gradient_dot, hessian_quadratic, unwrap
 
@@ -55,15 +56,27 @@ def check_etas(etas: Sequence[float]) -> list[float]:
 
 @torch.no_grad()
 def sample_sequences(
-    model: nn.Module, starts: Tensor, length: int, block_size: int, generator: torch.Generator
+    model: nn.Module,
+    starts: Tensor,
+    length: int,
+    block_size: int,
+    generator: torch.Generator,
+    attention_mask: Tensor | None = None,
 ) -> Tensor:
-    """Sample ``length`` tokens after each start token at temperature 1; returns (E, length + 1) ids."""
-    seq = starts.reshape(-1, 1)
+    """Sample ``length`` tokens after each prompt at temperature 1; returns (E, P + length) ids.
+
+    ``starts`` holds one start token per sequence (E,) or left-padded prompts (E, P) with their
+    ``attention_mask``; the sampled tokens are all real, so the mask of the result is the prompts' mask
+    followed by ones."""
+    seq = starts.reshape(len(starts), -1)
+    mask = None if attention_mask is None else attention_mask.reshape(seq.shape)
     for _ in range(length):
-        logits = model(seq[:, -block_size:])
-        logits = logits[0] if isinstance(logits, tuple | list) else logits
+        window = None if mask is None else mask[:, -block_size:]
+        logits = logits_of(model(seq[:, -block_size:], **call_kwargs(model, window)))
         probs = torch.softmax(logits[:, -1].double(), dim=-1)
         seq = torch.cat([seq, torch.multinomial(probs, 1, generator=generator)], dim=1)
+        if mask is not None:
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
     return seq
 
 
@@ -88,12 +101,19 @@ def probe_step(
     log_ratio_clip: float = 20.0,
     precision: str = "float64",
     reverse_check: bool = False,
+    attention_mask: Tensor | None = None,
+    scored: Tensor | None = None,
 ) -> dict[str, Any]:
     """Probe one step direction on ``sequences`` (E × (T+1) token ids: inputs are [:, :-1], targets [:, 1:]).
 
     In ``mode="policy"`` the sequences must have been sampled from the model (``sample_sequences``).
     ``precision="float64"`` evaluates a float64 copy of the model (exact enough to see ΔH of 1e-9);
-    ``"model"`` keeps the model's dtype. Returns the seed's ``results.json`` layout (module doc).
+    ``"model"`` keeps the model's dtype. A padded batch of a 🤗 model comes with its ``attention_mask``
+    (E × (T+1), 1 for real tokens); ``scored`` (E × T) picks the positions t whose next-token
+    distribution counts — by default those where both x_t and x_{t+1} are real tokens; on-policy with
+    prompts, pass the sampled positions only (their log-probabilities are the importance weights).
+    A 🤗 model is measured with ``eager`` attention (``calls.forward_mode_attention``), then restored.
+    Returns the seed's ``results.json`` layout (module doc).
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}; valid: {', '.join(MODES)}")
@@ -108,6 +128,7 @@ def probe_step(
         raise ValueError("sequences is empty (E = 0): the probe needs at least one sequence")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size={chunk_size!r}; valid: a positive number of sequences per chunk")
+    scored = scored_positions(sequences, attention_mask, scored)
     net = unwrap(model)
     half = sorted({str(p.dtype) for p in net.parameters() if p.dtype in (torch.float16, torch.bfloat16)})
     if precision == "model" and half:
@@ -116,14 +137,46 @@ def probe_step(
             f"precision='model' on a {', '.join(half)} model cannot resolve one step; use precision='float64'"
         )
     if precision == "float64":
-        net = copy.deepcopy(net).double()
+        net = copy.deepcopy(net).double().requires_grad_(False)  # the copy is only evaluated: no graph
         direction = {n: v.double() for n, v in direction.items()}
     was_training = net.training
     net.eval()
     try:
-        return _probe(net, direction, sequences, etas, mode, functional, chunk_size, log_ratio_clip, reverse_check)
+        with forward_mode_attention(net):
+            return _probe(
+                net,
+                direction,
+                sequences,
+                etas,
+                mode,
+                functional,
+                chunk_size,
+                log_ratio_clip,
+                reverse_check,
+                attention_mask,
+                scored,
+            )
     finally:
         net.train(was_training)
+
+
+def scored_positions(sequences: Tensor, attention_mask: Tensor | None, scored: Tensor | None) -> Tensor | None:
+    """The checked (E, T) mask of scored positions, or None when every position counts."""
+    E, T = sequences.shape[0], sequences.shape[1] - 1
+    if attention_mask is not None and tuple(attention_mask.shape) != tuple(sequences.shape):
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)}; it must match sequences {(E, T + 1)}"
+        )
+    if scored is None and attention_mask is not None:
+        real = attention_mask.bool()
+        scored = real[:, :-1] & real[:, 1:]
+    if scored is None:
+        return None
+    if tuple(scored.shape) != (E, T):
+        raise ValueError(f"scored has shape {tuple(scored.shape)}; it must be (E, T) = {(E, T)}")
+    if not scored.any():
+        raise ValueError("no position is scored: every sequence is padding")
+    return scored.bool()
 
 
 def _probe(
@@ -136,15 +189,33 @@ def _probe(
     chunk_size: int,
     clip: float,
     reverse_check: bool,
+    attention_mask: Tensor | None,
+    scored: Tensor | None,
 ) -> dict[str, Any]:
     policy = mode == "policy"
     inputs, targets = sequences[:, :-1], sequences[:, 1:]
-    n = torch.full((len(sequences),), float(inputs.shape[1]), dtype=torch.float64)
+    masks = None if attention_mask is None else attention_mask[:, :-1]
+    if scored is None:
+        n = torch.full((len(sequences),), float(inputs.shape[1]), dtype=torch.float64)
+    else:
+        n = scored.sum(1).double()
+
+    def chunk(s: slice) -> tuple[Any, ...]:
+        """along()'s arguments for the sequences in ``s``."""
+        return (
+            inputs[s],
+            targets[s],
+            functional,
+            policy,
+            None if masks is None else masks[s],
+            None if scored is None else scored[s],
+        )
+
     total_tokens = float(n.sum())
     started = time.perf_counter()
     parts = []
     for s in _chunks(len(sequences), chunk_size):
-        f = along(net, direction, inputs[s], targets[s], functional, with_log_prob=policy)
+        f = along(net, direction, *chunk(s))
         try:
             parts.append(derivatives(f))
         except NotImplementedError as e:
@@ -171,9 +242,7 @@ def _probe(
         S_eta, logp_eta = [], []
         with torch.no_grad():
             for s in _chunks(len(sequences), chunk_size):
-                out = along(net, direction, inputs[s], targets[s], functional, with_log_prob=policy)(
-                    torch.tensor(eta, dtype=torch.float64)
-                )
+                out = along(net, direction, *chunk(s))(torch.tensor(eta, dtype=torch.float64))
                 S_eta.append(out[0])
                 if policy:
                     logp_eta.append(out[1])
@@ -212,7 +281,7 @@ def _probe(
         "eta_star": 2 * abs(linear) / abs(quadratic) if quadratic != 0 else math.inf,
     }
     if reverse_check and not policy:
-        approx["reverse"] = _reverse_terms(net, direction, inputs, targets, functional, total_tokens)
+        approx["reverse"] = _reverse_terms(net, direction, *chunk(slice(None))[:3], masks, scored, total_tokens)
     return {
         "mode": mode,
         "functional": functional,
@@ -239,14 +308,17 @@ def _reverse_terms(
     inputs: Tensor,
     targets: Tensor,
     functional: str,
+    masks: Tensor | None,
+    scored: Tensor | None,
     total_tokens: float,
 ) -> dict[str, float]:
     """The fixed-context totals again, by reverse mode: ∇H·v and the Hessian-vector product vᵀ(∇²H v)."""
     others = {k: v.detach() for k, v in net.named_parameters() if k not in direction}
+    kwargs = call_kwargs(net, masks)
 
     def total(params: dict[str, Tensor]) -> Tensor:
-        logits = check_logits(functional_call(net, {**others, **params}, (inputs,)))
-        return per_sequence(functional, logits, targets).sum() / total_tokens
+        logits = check_logits(functional_call(net, {**others, **params}, (inputs,), kwargs))
+        return per_sequence(functional, logits, targets, scored).sum() / total_tokens
 
     return {"gdotv": gradient_dot(net, direction, total), "vHvv": hessian_quadratic(net, direction, total)}
 

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp
 
+from .calls import call_kwargs
 from .functionals import check_logits, per_sequence, sequence_log_prob
 
 PerSequence = Callable[[Tensor], tuple[Tensor, ...]]
@@ -48,16 +49,20 @@ def along(
     targets: Tensor | None,
     functional: str,
     with_log_prob: bool,
+    attention_mask: Tensor | None = None,
+    scored: Tensor | None = None,
 ) -> PerSequence:
-    """η ↦ (F_i(θ + ηv) for each sequence, [log p_{θ+ηv}(x_i)]) — a pure function of η."""
+    """η ↦ (F_i(θ + ηv) for each sequence, [log p_{θ+ηv}(x_i)]) — a pure function of η. ``scored`` picks the
+    positions that count (see ``functionals``); ``attention_mask`` marks the real tokens of padded inputs."""
     theta = base_parameters(model, direction)
+    kwargs = call_kwargs(model, attention_mask)
 
     def f(eta: Tensor) -> tuple[Tensor, ...]:
         params = {n: theta[n] + eta.to(theta[n].dtype) * v for n, v in direction.items()}
-        logits = check_logits(functional_call(model, params, (inputs,)))
-        out = (per_sequence(functional, logits, targets),)
+        logits = check_logits(functional_call(model, params, (inputs,), kwargs))
+        out = (per_sequence(functional, logits, targets, scored),)
         if with_log_prob:
-            out += (sequence_log_prob(logits, targets),)
+            out += (sequence_log_prob(logits, targets, scored),)
         return out
 
     return f

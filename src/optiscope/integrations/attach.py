@@ -1,0 +1,172 @@
+"""What the callbacks for 🤗 Trainer and Lightning share: building the monitor, one record per real
+optimizer step with the loss of the micro-batches it was taken on, and divergence as a stop signal.
+
+A library's loop calls its callback around micro-batches and optimizer steps; ``Attachment`` turns
+that into the monitor's contract (``monitor.step(loss)`` once after every real ``optimizer.step()``).
+A step counts as taken when the optimizer's own step hooks ran, so a step the library skipped
+(e.g. a mixed-precision step with non-finite gradients) is not recorded as one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..monitor import Diverged, Monitor, run_directory_sinks
+
+log = logging.getLogger("optiscope")
+
+
+def build_monitor(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    out_dir: Path | str | None,
+    every: int,
+    sinks: Iterable[Any] | None,
+    curvature: Any,
+    start_step: int,
+    rank_zero: bool,
+    label: str,
+) -> Monitor:
+    """A ``Monitor`` that records instead of raising, writing to ``sinks`` or, by default, to
+    ``out_dir/metrics.jsonl`` and ``out_dir/tensorboard/<label>``; no sinks at all on ranks other than 0.
+    Records this run logged after ``start_step`` before (an earlier run in the same directory, or the
+    part of an interrupted one after its checkpoint) are dropped, so every step is written once."""
+    if not rank_zero:
+        sinks = []
+    elif sinks is None:
+        if out_dir is None:
+            raise ValueError("OptiscopeCallback: give out_dir or sinks (the library's output directory was not set)")
+        sinks = run_directory_sinks(Path(out_dir), label)
+    options: dict[str, Any] = {}
+    if curvature is not None:  # the one place the curvature schedule reaches the monitor
+        options["curvature"] = curvature
+    monitor = Monitor(
+        model,
+        optimizer,
+        every=every,
+        sinks=sinks,
+        on_divergence="record",
+        start_step=start_step,
+        **options,
+    )
+    monitor.rewind_sinks(start_step)
+    return monitor
+
+
+class MonitorCallback:
+    """The options and state of both libraries' ``OptiscopeCallback`` (mixed into their callback classes).
+
+    Args:
+        out_dir: where ``metrics.jsonl`` and ``tensorboard/<label>`` go (default: the library's output directory).
+        every: measure the first optimizer step and every ``every``-th.
+        sinks: the monitor's sinks instead of the default files (e.g. ``[ConsoleSink()]``).
+        curvature: a curvature schedule for ``Monitor(..., curvature=...)``; None leaves it off.
+
+    ``callback.monitor`` holds the monitor (its ``last_record``) and ``callback.diverged`` the divergence
+    record, if any.
+    """
+
+    label = "monitor"
+
+    def __init__(
+        self,
+        out_dir: Path | str | None = None,
+        every: int = 10,
+        sinks: Iterable[Any] | None = None,
+        curvature: Any = None,
+    ) -> None:
+        self.out_dir, self.every, self.sinks, self.curvature = out_dir, every, sinks, curvature
+        self.attachment: Attachment | None = None
+        self.diverged: dict[str, Any] | None = None
+
+    @property
+    def monitor(self) -> Monitor | None:
+        return None if self.attachment is None else self.attachment.monitor
+
+    def attach(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, default_dir: Any, start_step: int, rank_zero: bool
+    ) -> None:
+        monitor = build_monitor(
+            model,
+            optimizer,
+            out_dir=self.out_dir if self.out_dir is not None else default_dir,
+            every=self.every,
+            sinks=self.sinks,
+            curvature=self.curvature,
+            start_step=start_step,
+            rank_zero=rank_zero,
+            label=self.label,
+        )
+        self.attachment = Attachment(monitor)
+        self.diverged = None
+
+    def stepped(self, reduce: str, rank_zero: bool) -> bool:
+        """After the library may have stepped the optimizer (see ``Attachment.after_optimizer``): True when
+        training must stop, having logged the diagnosis (on rank 0)."""
+        if self.attachment is None:
+            return False
+        record = self.attachment.after_optimizer(reduce)
+        if record is None:
+            return False
+        self.diverged = record
+        if rank_zero:
+            log.warning(diagnosis(record))
+        return True
+
+    def detach(self) -> None:
+        """Remove the monitor's hooks and close its sinks; ``callback.monitor`` keeps its records."""
+        if self.attachment is not None:
+            self.attachment.close()
+
+
+class Attachment:
+    """A monitor fed by a library's callbacks: micro-batch losses in, one ``monitor.step`` per real step."""
+
+    def __init__(self, monitor: Monitor) -> None:
+        self.monitor = monitor
+        self.losses: list[Tensor] = []
+        self.seen_steps = monitor.step_count
+        self.diverged: dict[str, Any] | None = None
+        self.closed = False
+
+    def add_loss(self, loss: Tensor | float | None) -> None:
+        """The loss of one micro-batch (ignored when the library gives none)."""
+        if loss is not None:
+            self.losses.append(torch.as_tensor(loss).detach().float().mean())
+
+    def after_optimizer(self, reduce: str) -> dict[str, Any] | None:
+        """Call after the library may have stepped the optimizer. When it did, send the step's loss —
+        the ``reduce`` ("sum" or "mean") of its micro-batch losses — to the monitor; returns the
+        divergence record the first time the monitor's guard trips, else None."""
+        if self.monitor.step_count == self.seen_steps:
+            return None  # no real optimizer step since the last call: an accumulation micro-batch
+        self.seen_steps = self.monitor.step_count
+        losses, self.losses = self.losses, []
+        loss = None
+        if losses:
+            stacked = torch.stack([x.to(losses[0].device) for x in losses])
+            loss = stacked.sum() if reduce == "sum" else stacked.mean()
+        if self.diverged is not None:
+            return None
+        self.monitor.step(loss)
+        if self.monitor.diverged is not None:
+            self.diverged = self.monitor.diverged
+            return self.diverged
+        return None
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.monitor.close()
+
+
+def diagnosis(record: dict[str, Any]) -> str:
+    """One line for the library's log: the step, the reason and the parameters whose u/w exploded first."""
+    return f"optiscope: {Diverged(record)}; training stops here"

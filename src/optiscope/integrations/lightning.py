@@ -1,0 +1,56 @@
+"""optiscope's monitor inside a Lightning ``Trainer``: ``OptiscopeCallback``.
+
+::
+
+    from optiscope.integrations.lightning import OptiscopeCallback
+
+    trainer = lightning.Trainer(max_steps=1000, callbacks=[OptiscopeCallback(every=10)])
+    trainer.fit(module, data)   # writes trainer.log_dir/metrics.jsonl (and TensorBoard events with the extra)
+
+The monitor's hooks sit on the optimizer Lightning steps, so u is the real update after gradient
+accumulation and clipping, once per optimizer step, in automatic optimisation (where Lightning steps the
+optimizer with a closure that runs forward and backward) and in manual optimisation (where the module
+calls ``opt.step()`` itself, as often as it likes). The loss of a step is taken from what
+``training_step`` returned for the batches since the previous step: in automatic optimisation their sum,
+since Lightning divides each by ``accumulate_grad_batches`` (the loss it backpropagates); in manual
+optimisation their mean. A divergence sets ``trainer.should_stop``, logs the diagnosis as a warning and
+writes it to ``metrics.jsonl``. Ranks other than 0 measure but write nothing.
+
+One optimizer per module (``configure_optimizers`` returning several is refused). Needs
+``pip install 'optiscope[lightning]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lightning.pytorch.callbacks import Callback
+
+from .attach import MonitorCallback
+
+__all__ = ["OptiscopeCallback"]
+
+
+class OptiscopeCallback(MonitorCallback, Callback):
+    """A Lightning ``Callback`` that attaches an optiscope ``Monitor`` to the module and its optimizer.
+    Its arguments are ``MonitorCallback``'s; ``out_dir`` defaults to ``trainer.log_dir``."""
+
+    label = "lightning"
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if len(trainer.optimizers) != 1:
+            raise ValueError(
+                f"OptiscopeCallback: the module has {len(trainer.optimizers)} optimizers; it monitors exactly one"
+            )
+        log_dir = trainer.log_dir  # collective: every rank must ask
+        self.attach(pl_module, trainer.optimizers[0], log_dir, trainer.global_step, trainer.is_global_zero)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.attachment is None:
+            return
+        self.attachment.add_loss(outputs.get("loss") if isinstance(outputs, Mapping) else outputs)
+        if self.stepped("sum" if pl_module.automatic_optimization else "mean", trainer.is_global_zero):
+            trainer.should_stop = True
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.detach()

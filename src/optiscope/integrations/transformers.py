@@ -1,0 +1,84 @@
+"""optiscope's monitor inside 🤗 ``Trainer``: ``OptiscopeCallback``.
+
+::
+
+    from optiscope.integrations.transformers import OptiscopeCallback
+
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[OptiscopeCallback(every=10)])
+    trainer.train()   # writes args.output_dir/metrics.jsonl (and TensorBoard events with the extra)
+
+The monitor's hooks sit on the optimizer the Trainer steps (unwrapped from Accelerate's wrapper), so u
+is the real update: after gradient accumulation and gradient clipping, once per update step, whatever
+the optimizer (the Trainer's own, ``optimizers=(optiscope.optim.AdamW(...), None)``, or
+``optimizer_cls_and_kwargs=(optiscope.optim.AdamW, {...})``). The loss of an update step is the one the
+Trainer logs: the model's loss of each micro-batch, combined as the Trainer combines them. A divergence
+sets ``control.should_training_stop`` (and ``should_save`` off, so a good checkpoint is not replaced by
+a diverged one), logs the diagnosis as a warning and writes it to ``metrics.jsonl``. Ranks other than 0
+measure (the loss is averaged over ranks, so all stop together) but write nothing.
+
+Needs ``pip install 'optiscope[hf]'``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from .attach import MonitorCallback
+
+__all__ = ["OptiscopeCallback"]
+
+
+class OptiscopeCallback(MonitorCallback, TrainerCallback):
+    """A ``transformers.TrainerCallback`` that attaches an optiscope ``Monitor`` to the Trainer's run.
+    Its arguments are ``MonitorCallback``'s; ``out_dir`` defaults to ``args.output_dir``."""
+
+    label = "trainer"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._loss_hook = None
+        self._items_given = False
+
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
+        inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps the real one
+        self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero)
+        self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
+
+    def _record_loss(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        """The loss of each training micro-batch, as the model computed it (evaluation passes are skipped)."""
+        if not (module.training and torch.is_grad_enabled()) or self.attachment is None:
+            return
+        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        self._items_given = kwargs.get("num_items_in_batch") is not None
+        self.attachment.add_loss(loss)
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        # Right after optimizer.step(), before the scheduler moves the learning rate on. With
+        # num_items_in_batch the model normalises each micro-batch by the whole step's token count, so the
+        # step's loss is their sum (times the ranks when the Trainer averages tokens across devices, as it
+        # then does); otherwise the Trainer averages the micro-batch means.
+        if self.attachment is None:
+            return control
+        if self._items_given and getattr(args, "average_tokens_across_devices", False):
+            self.attachment.losses = [loss * args.world_size for loss in self.attachment.losses]
+        if self.stepped("sum" if self._items_given else "mean", state.is_world_process_zero):
+            control.should_training_stop = True
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.diverged is not None:  # runs after the Trainer's flow callback has decided to save
+            control.should_save = False
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._release()
+
+    def _release(self) -> None:
+        if self._loss_hook is not None:
+            self._loss_hook.remove()
+            self._loss_hook = None
+        self.detach()
