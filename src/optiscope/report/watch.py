@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -101,6 +102,15 @@ def handler_for(report: Report) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A browser that goes away mid-response (a closed tab) is no error worth a traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def serve(
     dirs: Sequence[Path], port: int = 0, interval_ms: int = 1000, ready: Callable[[str], None] | None = None
 ) -> ThreadingHTTPServer:
@@ -110,8 +120,7 @@ def serve(
         read_run(d)  # a path that is not a directory is refused before anything listens
     report = Report(dirs, interval_ms)
     report.page()
-    server = ThreadingHTTPServer((HOST, port), handler_for(report))
-    server.daemon_threads = True
+    server = Server((HOST, port), handler_for(report))
     threading.Thread(target=server.serve_forever, name="optiscope-report", daemon=True).start()
     if ready is not None:
         ready(f"http://{HOST}:{server.server_address[1]}/")
