@@ -1,4 +1,18 @@
-"""Helpers of the browser tests: a page that records errors and requests, and waiting for the charts."""
+"""Helpers of the browser tests: the system's Chromium, a page that records errors and requests, and
+waiting for the charts."""
+
+import os
+import shutil
+from pathlib import Path
+
+BINARIES = ("/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome-stable", "google-chrome")
+
+
+def find_chromium() -> str | None:
+    for name in (os.environ.get("OPTISCOPE_CHROMIUM"), *BINARIES):
+        if name and (found := shutil.which(name) or (Path(name).is_file() and name)):
+            return str(found)
+    return None
 
 
 def open_page(browser):

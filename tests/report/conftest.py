@@ -11,23 +11,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from figures.conftest import corpus, tiny_results, tiny_runs  # noqa: F401  (the same runs, made once)
 
-from .browser import open_page
+from .browser import find_chromium, open_page
 
-BINARIES = ("/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome-stable", "google-chrome")
 HOW = "install the distribution's Chromium (Debian/Ubuntu: `apt-get install -y chromium`) and the dev extras"
-
-
-def find_chromium() -> str | None:
-    for name in (os.environ.get("OPTISCOPE_CHROMIUM"), *BINARIES):
-        if name and (found := shutil.which(name) or (Path(name).is_file() and name)):
-            return str(found)
-    return None
 
 
 def installed_chromium() -> str | None:

@@ -96,20 +96,21 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
                     ),
                 )
             )
-            out.append(
-                (
-                    f"u/w per parameter over training, {name}",
-                    charts.many_lines(
-                        sources,
-                        f"{key}-uw-{i}-{j}",
-                        f"u/w, {name}",
-                        series.ratio_lines(rows),
-                        "step",
-                        "u/w",
-                        y_log=True,
-                    ),
+            if not has_layer_lines(run, label):  # lm's results already give them per layer
+                out.append(
+                    (
+                        f"u/w per parameter over training, {name}",
+                        charts.many_lines(
+                            sources,
+                            f"{key}-uw-{i}-{j}",
+                            f"u/w, {name}",
+                            series.ratio_lines(rows),
+                            "step",
+                            "u/w",
+                            y_log=True,
+                        ),
+                    )
                 )
-            )
             bands = series.effective_lr_bands(rows)
             out.append(
                 (
@@ -123,6 +124,12 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
                 )
             )
     return out
+
+
+def has_layer_lines(run: RunDir, label: str) -> bool:
+    """Whether the run's results.json has its u/w per layer (lm), drawn among the result charts."""
+    entry = (run.results or {}).get("runs", {})
+    return isinstance(entry, dict) and isinstance(entry.get(label, {}).get("update_ratio"), dict)
 
 
 # --------------------------------------------------------------------------------------------- results

@@ -17,7 +17,9 @@ import numpy as np
 #: Points kept per line and steps kept per heatmap row; enough to see every feature of a training curve.
 LINE_POINTS = 400
 HEATMAP_STEPS = 200
-BAND_POINTS = 150
+BAND_POINTS = 120
+#: Significant digits kept of each plotted value (x values, steps and seconds, are kept whole).
+DIGITS = 5
 #: Top-level scalars of a monitor record drawn as lines when present (issue 12 adds the curvature keys).
 SCALARS = ("loss", "grad_norm", "sharpness", "threshold", "sharpness/threshold")
 
@@ -33,7 +35,12 @@ def thin(xs: Sequence[Any], ys: Sequence[Any], limit: int = LINE_POINTS, positiv
     """The drawable points of (xs, ys), thinned to ``limit``: ``{"x": [...], "y": [...]}``."""
     pairs = [(x, y) for x, y in zip(xs, ys, strict=False) if drawable(x) and drawable(y, positive)]
     kept = [pairs[i] for i in keep_indices(len(pairs), limit)]
-    return {"x": [float(x) for x, _ in kept], "y": [float(y) for _, y in kept]}
+    return {"x": [float(x) for x, _ in kept], "y": [shown(y) for _, y in kept]}
+
+
+def shown(value: float) -> float:
+    """``value`` to the significant digits a chart's hover shows (a page of long runs is mostly digits)."""
+    return float(f"{value:.{DIGITS}g}")
 
 
 def drawable(value: Any, positive: bool = False) -> bool:
@@ -114,6 +121,6 @@ def effective_lr_bands(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, li
             bands = [bands[i] for i in keep_indices(len(bands), BAND_POINTS)]
             out[name] = {
                 "x": [float(s) for s, _ in bands],
-                **{k: [float(b[k]) for _, b in bands] for k in ("min", "median", "max")},
+                **{k: [shown(b[k]) for _, b in bands] for k in ("min", "median", "max")},
             }
     return out
