@@ -94,8 +94,10 @@ def _legend_outside(p: Any) -> None:
         legend.click_policy = "hide"
         legend.label_text_font_size = "8pt"
         legend.spacing = 0
-        p.right.append(legend) if legend not in p.right else None
-        p.center.remove(legend) if legend in p.center else None
+        if legend in p.center:
+            p.center.remove(legend)
+        if legend not in p.right:
+            p.right.append(legend)
 
 
 def lines(

@@ -117,10 +117,14 @@ def rare_tokens(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
             ".",
         ]
     else:
-        yield lambda: ["No swept η lets SGD learn the rarest token (largest stable η: ", *_or_none(r, findings), ")."]
+        yield lambda: [
+            "No swept η lets SGD learn the rarest token (largest stable η: ",
+            *_largest_stable(r, findings),
+            ").",
+        ]
 
 
-def _or_none(r: dict[str, Any], findings: dict[str, Any]) -> Sentence:
+def _largest_stable(r: dict[str, Any], findings: dict[str, Any]) -> Sentence:
     if findings.get("largest_stable_sgd_lr") is None:
         return ["none"]
     return [number(r, "lr_sweep", "findings", "largest_stable_sgd_lr")]
