@@ -88,8 +88,8 @@ def load_seconds(page_path: Path) -> float | None:
             started = time.perf_counter()
             page.goto(page_path.as_uri())
             page.wait_for_function(
-                "() => window.Bokeh && Bokeh.documents.length > 0 && "
-                "Object.keys(Bokeh.index).length === document.querySelectorAll('.chart').length"
+                "() => window.Bokeh && Bokeh.documents.length > 0 && [...document.querySelectorAll('[data-root-id]')]"
+                ".every(e => e.dataset.rootId in Bokeh.index)"
             )
             times.append(time.perf_counter() - started)
         browser.close()
