@@ -34,3 +34,26 @@ def test_heatmap_is_parameters_by_kept_steps():
     assert cells["steps"][0] == 1 and cells["steps"][-1] == 1000
     assert np.isnan(cells["image"][1]).all()  # u/w ≤ 0 has no colour on a log scale
     np.testing.assert_array_equal(cells["image"][0], np.asarray(cells["steps"], dtype=np.float32))
+
+
+def test_curvature_keys_get_their_charts_when_recorded(tmp_path):
+    from optiscope.report.charts import Sources
+    from optiscope.report.rundir import RunDir
+    from optiscope.report.sections import metrics_charts
+
+    rows = [
+        {
+            "run": "sgd",
+            "step": s,
+            "loss": 1 / s,
+            "sharpness": 10.0 + s,
+            "threshold": 40.0,
+            "sharpness/threshold": (10 + s) / 40,
+        }
+        for s in range(1, 6)
+    ]
+    titles = {title for title, chart in metrics_charts(Sources(), [RunDir(tmp_path, metrics=rows)], "k") if chart}
+    assert {"Sharpness against its stability threshold", "Sharpness / threshold"} <= titles
+    without = [{k: v for k, v in r.items() if "sharp" not in k and k != "threshold"} for r in rows]
+    titles = {title for title, chart in metrics_charts(Sources(), [RunDir(tmp_path, metrics=without)], "k") if chart}
+    assert not any("harpness" in t for t in titles)
