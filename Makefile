@@ -15,7 +15,7 @@ $(VENV)/bin/python:
 
 # One stamp per install flavour, so `make demo` does not pull the test tools and `make test` adds them later.
 $(VENV)/.installed-base: pyproject.toml constraints.txt | $(VENV)/bin/python
-	$(PIP) -e '.[tensorboard]'
+	$(PIP) -e '.[tensorboard,report]'
 	@touch $@
 
 $(VENV)/.installed-dev: pyproject.toml constraints.txt | $(VENV)/bin/python

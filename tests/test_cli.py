@@ -181,3 +181,11 @@ def test_a_figure_that_fails_keeps_the_results(fake, tmp_path, capsys):
     line = errors(capsys)[0]
     assert "squares.png could not be drawn" in line and "results are saved" in line
     assert "this figure cannot be drawn" in (out / "error.log").read_text()
+
+
+def test_demo_ends_with_the_report_page_path_first(fake, tmp_path, capsys):
+    assert cli.main(["demo", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rule = next(i for i, line in enumerate(out) if "─" in line and "figures" in line)
+    assert out[rule - 1] == str(tmp_path / "report.html")  # the last line of the runs' output, the page
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")

@@ -1,4 +1,5 @@
-"""The ``optiscope`` command: ``list``, ``run <name> --out DIR [--quick]``, ``plot DIR``, ``demo``.
+"""The ``optiscope`` command: ``list``, ``run <name> --out DIR [--quick]``, ``plot DIR``, ``demo``,
+``report DIR [DIR ...] [--out FILE] | --watch DIR``.
 
 Every experiment's options come from its ``Config`` dataclass, so ``optiscope run <name> --help``
 always lists exactly what the experiment accepts, with its defaults.
@@ -6,6 +7,7 @@ always lists exactly what the experiment accepts, with its defaults.
 Exit codes: 0 ok; 2 bad input (``UserError``: one line on stderr naming the value and what would be
 valid); 1 an internal error (one line, the traceback in ``DIR/error.log``), including a figure that could
 not be drawn from a finished run's results; 3 every run diverged; 130 interrupted (resume with --resume).
+``report --watch`` runs until Ctrl-C, its normal way to stop, and then exits 0.
 """
 
 from __future__ import annotations
@@ -176,7 +178,8 @@ def cmd_plot(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    """Every experiment in quick mode, one after another (replacing an earlier demo's runs), then the figures."""
+    """Every experiment in quick mode, one after another (replacing an earlier demo's runs), then the
+    report page of them all (its path the first line after the runs) and the figures."""
     out = Path(args.out)
     code, drawn_all = 0, []
     for name in experiments.EXPERIMENTS:  # the registry's order tells the story
@@ -184,11 +187,52 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
         started = time.perf_counter()
         _, drawn = run_and_draw(name, out / name, True, {}, force=True)
         drawn_all.append((name, drawn, time.perf_counter() - started))
+    # the page first: it is what a person opens; the figure paths follow for those who want the files
+    try:
+        report = report_module()
+        page = report.write([out / name for name in experiments.EXPERIMENTS], out / report.REPORT)
+        console.print(str(page), highlight=False)
+    except UserError as e:
+        console.print(f"report: not written ({e})", highlight=False)
     console.rule("[bold]figures[/bold]")
     for name, drawn, elapsed in drawn_all:
         console.print(f"{name} ({elapsed:.0f} s):", highlight=False)
         code = report_figures(drawn, out / name, console) or code
     return code
+
+
+def report_module() -> types.ModuleType:
+    """``optiscope.report``, which needs Bokeh (the ``report`` extra)."""
+    try:
+        import bokeh  # noqa: F401
+    except ImportError as e:
+        raise UserError("the report needs Bokeh: pip install 'optiscope[report]' (make demo installs it)") from e
+    from . import report
+
+    return report
+
+
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    """Write the page of the run directories, or (--watch) serve it until Ctrl-C."""
+    report = report_module()
+    if not args.watch:
+        console.print(str(report.write(args.dirs, args.out)), highlight=False)
+        return 0
+    if len(args.dirs) != 1 or args.out is not None:
+        raise UserError("--watch takes exactly one run directory and no --out (it serves the page instead)")
+    from .report import watch
+
+    server = watch.serve(
+        args.dirs, ready=lambda url: console.print(f"watching {args.dirs[0]}: {url} (Ctrl-C stops)", highlight=False)
+    )
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        console.print("stopped", highlight=False)
+    finally:
+        server.shutdown()
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -203,7 +247,7 @@ def make_parser() -> argparse.ArgumentParser:
         description="A PyTorch laboratory for optimizers: run an experiment, get data and figures.",
     )
     parser.add_argument("--version", action="version", version=f"optiscope {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{list,run,plot,demo}")
+    sub = parser.add_subparsers(dest="command", metavar="{list,run,plot,demo,report}")
     sub.required = True
     sub.add_parser("list", help="list the experiments")
     run = sub.add_parser("run", help="run an experiment: optiscope run <name> --out DIR [--quick]")
@@ -221,6 +265,15 @@ def make_parser() -> argparse.ArgumentParser:
     plot.add_argument("dir", type=out_dir)
     demo = sub.add_parser("demo", help="every experiment in quick mode, then where the figures are")
     demo.add_argument("--out", type=out_dir, default=Path("runs/demo"))
+    page = sub.add_parser("report", help="one self-contained HTML page of run directories (or --watch one)")
+    page.add_argument("dirs", nargs="+", type=out_dir, metavar="DIR", help="run directories (several are compared)")
+    page.add_argument(
+        "--out",
+        type=out_dir,
+        default=None,
+        help="the HTML file (default: DIR/report.html; for several, in their common parent)",
+    )
+    page.add_argument("--watch", action="store_true", help="serve the page on 127.0.0.1, refreshing as the run writes")
     return parser
 
 
@@ -242,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "run": lambda: cmd_run(args, console),
         "plot": lambda: cmd_plot(args, console),
         "demo": lambda: cmd_demo(args, console),
+        "report": lambda: cmd_report(args, console),
     }[args.command]
     try:
         return command()
@@ -254,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         _error(f"interrupted: {stopped}finished work is saved" + (f" in {where}" if where else ""))
         return EXIT_INTERRUPTED
     except Exception:
-        where = getattr(args, "out", None) or getattr(args, "dir", None)
+        where = args.dirs[0] if args.command == "report" else getattr(args, "out", None) or getattr(args, "dir", None)
         if where is not None and not runs.is_rank_zero():
             where = None
         log = runs.write_error_log(where, f"optiscope {' '.join(argv or sys.argv[1:])}", traceback.format_exc())

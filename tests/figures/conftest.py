@@ -34,9 +34,15 @@ def corpus(tmp_path_factory):
     return write_tiny_corpus(tmp_path_factory.mktemp("corpus") / "tiny.txt")
 
 
+#: The tiny runs, made once per session: tests/report's conftest reuses these fixtures.
+_MADE: dict[str, dict] = {}
+
+
 @pytest.fixture(scope="session")
 def tiny_runs(tmp_path_factory, corpus):
     """experiment name -> the run directory of a tiny run of it (figures drawn)."""
+    if "dirs" in _MADE:
+        return _MADE["dirs"]
     threads = torch.get_num_threads()
     base = tmp_path_factory.mktemp("tiny-runs")
     dirs = {}
@@ -50,6 +56,7 @@ def tiny_runs(tmp_path_factory, corpus):
         dirs["entropy"] = base / "entropy"
     finally:
         torch.set_num_threads(threads)
+    _MADE["dirs"] = dirs
     return dirs
 
 

@@ -1,0 +1,46 @@
+"""``optiscope report``: run directories -> one self-contained, interactive HTML page.
+
+The report reads what runs left (``config.json``, ``results.json``, ``metrics.jsonl``, ``figures/*.png``;
+``rundir``), picks and thins the columns each chart needs (``series``), states each experiment's headline
+numbers from ``results.json`` (``headlines``), draws the charts with Bokeh (``charts``, ``sections``) and
+writes the page (``page``); ``watch`` serves it on 127.0.0.1 while a run is going. Like ``figures``, it
+computes nothing new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from .. import runs
+from .page import Page, build
+from .rundir import RunDir, read_metrics, read_run
+
+__all__ = ["Page", "RunDir", "build", "default_out", "read_metrics", "read_run", "write"]
+
+REPORT = "report.html"
+
+
+def default_out(dirs: Sequence[Path]) -> Path:
+    """DIR/report.html for one directory; for several, report.html in the directory that holds them all."""
+    if len(dirs) == 1:
+        return Path(dirs[0]) / REPORT
+    resolved = [Path(d).resolve() for d in dirs]
+    common = Path(*_common_parts([p.parts for p in resolved]))
+    return common / REPORT
+
+
+def _common_parts(parts: list[tuple[str, ...]]) -> tuple[str, ...]:
+    out = []
+    for column in zip(*parts, strict=False):
+        if len(set(column)) != 1:
+            break
+        out.append(column[0])
+    return tuple(out)
+
+
+def write(dirs: Sequence[Path], out: Path | None = None) -> Path:
+    """Read ``dirs``, build the page and write it atomically to ``out`` (default: ``default_out``)."""
+    out = Path(out) if out is not None else default_out(dirs)
+    page = build([read_run(d) for d in dirs])
+    return runs.atomic_write_text(out, page.html)

@@ -1,0 +1,264 @@
+"""The interactive charts of a report, drawn with Bokeh (DEVELOPERS.md says why Bokeh).
+
+Each function takes columns already picked out of ``results.json`` or ``metrics.jsonl`` and returns a
+Bokeh model, or None when there is nothing to draw. Zoom, pan, hover values, legends that hide a run
+on click and a log-log toggle (two tabs) are Bokeh's own; nothing is drawn by hand.
+
+Every data source is made by a ``Sources``: in a written page it is a ``ColumnDataSource`` holding the
+data; under ``optiscope report --watch`` the sources of charts drawn from ``metrics.jsonl`` are
+``AjaxDataSource``s that fetch their columns again from the local server, so the charts grow with the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from bokeh.models import (
+    AjaxDataSource,
+    ColorBar,
+    ColumnDataSource,
+    FixedTicker,
+    HoverTool,
+    LogColorMapper,
+    TabPanel,
+    Tabs,
+)
+from bokeh.palettes import Category20_20
+from bokeh.plotting import figure
+
+from ..figures.style import optimizer_color
+
+HEIGHT = 320
+TOOLS = "pan,wheel_zoom,box_zoom,reset,save"
+DASHES = ("solid", "dashed", "dotted", "dotdash", "dashdot")
+PALETTE = "Viridis256"
+
+
+class Sources:
+    """Makes every data source of one page; ``live`` ones (metrics) poll ``/data?key=…`` when watching."""
+
+    def __init__(self, watch: bool = False, interval_ms: int = 1000) -> None:
+        self.watch, self.interval_ms = watch, interval_ms
+        self.live: dict[str, dict[str, Any]] = {}
+        self._count = 0
+
+    def make(self, data: dict[str, Any], live: bool = False) -> ColumnDataSource:
+        self._count += 1
+        if not live:
+            return ColumnDataSource(data)
+        key = f"s{self._count}"
+        self.live[key] = data
+        if not self.watch:
+            return ColumnDataSource(data, name=key)
+        return AjaxDataSource(
+            data=data,
+            name=key,
+            data_url=f"/data?key={key}",
+            method="GET",
+            polling_interval=self.interval_ms,
+            mode="replace",
+        )
+
+
+def color(label: str, index: int) -> str:
+    """The recipe's colour (``figures.style``) for a run label such as 'adam@0.05' or 'lm-a: adamw seed 2'."""
+    name = label.split(": ")[-1].split(" ")[0]
+    value = optimizer_color(name, index)
+    if isinstance(value, str):
+        return value
+    return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in value[:3]))
+
+
+def _figure(name: str, title: str, x_label: str, y_label: str, *, x_log=False, y_log=False, **kw) -> Any:
+    p = figure(
+        name=name,
+        title=title,
+        height=kw.pop("height", HEIGHT),
+        sizing_mode="stretch_width",
+        tools=TOOLS,
+        x_axis_label=x_label,
+        y_axis_label=y_label,
+        x_axis_type="log" if x_log else "linear",
+        y_axis_type="log" if y_log else "linear",
+        **kw,
+    )
+    p.toolbar.logo = None
+    return p
+
+
+def _legend_outside(p: Any) -> None:
+    """The legend right of the plot; a click on an entry hides (or shows again) that run's lines."""
+    if p.legend:
+        legend = p.legend[0]
+        legend.click_policy = "hide"
+        legend.label_text_font_size = "8pt"
+        legend.spacing = 0
+        if legend in p.center:
+            p.center.remove(legend)
+        if legend not in p.right:
+            p.right.append(legend)
+
+
+def lines(
+    sources: Sources,
+    name: str,
+    title: str,
+    series: dict[str, dict[str, list]],
+    x_label: str,
+    y_label: str,
+    *,
+    x_log: bool = False,
+    y_log: bool = False,
+    live: bool = False,
+    markers: bool = False,
+    line: bool = True,
+) -> Any | None:
+    """One line per entry of ``series`` (label -> {"x": [...], "y": [...]}), legend-toggled."""
+    series = {label: pts for label, pts in series.items() if pts["x"]}
+    if not series:
+        return None
+    p = _figure(name, title, x_label, y_label, x_log=x_log, y_log=y_log)
+    seen: dict[str, int] = {}
+    for i, (label, pts) in enumerate(series.items()):
+        c = color(label, i)
+        dash = DASHES[seen.get(c, 0) % len(DASHES)]
+        seen[c] = seen.get(c, 0) + 1
+        source = sources.make(pts, live=live)
+        if line:
+            p.line("x", "y", source=source, color=c, line_dash=dash, line_width=1.8, legend_label=label, name=label)
+        if markers or not line or len(pts["x"]) == 1:
+            p.scatter("x", "y", source=source, color=c, size=5, legend_label=label, name=label)
+    p.add_tools(HoverTool(tooltips=[("", "$name"), (x_label, "@x{0.[000]}"), (y_label, "@y{0.[0000]}")]))
+    _legend_outside(p)
+    return p
+
+
+def many_lines(
+    sources: Sources,
+    name: str,
+    title: str,
+    series: dict[str, dict[str, list]],
+    x_label: str,
+    y_label: str,
+    *,
+    y_log: bool = False,
+    live: bool = True,
+) -> Any | None:
+    """Many lines (one per parameter) as one glyph, each named on hover: one renderer keeps a page with
+    hundreds of parameters light."""
+    series = {label: pts for label, pts in series.items() if pts["x"]}
+    if not series:
+        return None
+    data = {
+        "xs": [pts["x"] for pts in series.values()],
+        "ys": [pts["y"] for pts in series.values()],
+        "label": list(series),
+        "color": [_cycle(i) for i in range(len(series))],
+    }
+    p = _figure(name, title, x_label, y_label, y_log=y_log)
+    p.multi_line("xs", "ys", source=sources.make(data, live=live), line_color="color", line_width=1.4)
+    p.add_tools(HoverTool(tooltips=[("", "@label"), (x_label, "$x{0}"), (y_label, "$y")]))
+    return p
+
+
+def bands(sources: Sources, name: str, title: str, series: dict[str, dict[str, list]], live: bool = True) -> Any | None:
+    """Per parameter: the min–max band of a quantity (one polygon each) and its median line, all parameters
+    in two glyphs; hover names the parameter."""
+    if not series:
+        return None
+    data = {
+        "xs": [cols["x"] + cols["x"][::-1] for cols in series.values()],
+        "ys": [cols["max"] + cols["min"][::-1] for cols in series.values()],
+        "mx": [cols["x"] for cols in series.values()],
+        "my": [cols["median"] for cols in series.values()],
+        "label": list(series),
+        "color": [_cycle(i) for i in range(len(series))],
+    }
+    p = _figure(name, title, "step", "η/(√v̂ + ε)", y_log=True)
+    source = sources.make(data, live=live)
+    p.patches("xs", "ys", source=source, fill_color="color", fill_alpha=0.12, line_alpha=0)
+    p.multi_line("mx", "my", source=source, line_color="color", line_width=1.4)
+    p.add_tools(HoverTool(tooltips=[("", "@label"), ("step", "$x{0}"), ("η_eff", "$y")]))
+    return p
+
+
+def _cycle(i: int) -> str:
+    return Category20_20[i % 20]
+
+
+def heatmap(sources: Sources, name: str, title: str, cells: dict[str, Any] | None, live: bool = True) -> Any | None:
+    """A parameter × step grid of a positive quantity on a log colour scale, hover giving its value.
+
+    Drawn as one ``rect`` glyph over flat columns (a cell per finite value, as wide as the gap to the next
+    kept step) rather than an ``image``: flat columns are what an ``AjaxDataSource`` can refresh."""
+    if cells is None:
+        return None
+    image, steps, params = cells["image"], np.asarray(cells["steps"]), cells["params"]
+    rows, cols = np.nonzero(np.isfinite(image))
+    if rows.size == 0:
+        return None
+    widths = np.diff(steps, append=steps[-1] + (steps[-1] - steps[-2] if len(steps) > 1 else 1))
+    data = {
+        "x": (steps[cols] + widths[cols] / 2).astype(np.float32),
+        "w": widths[cols].astype(np.float32),
+        "y": (rows + 0.5).astype(np.float32),
+        "v": image[rows, cols],
+    }
+    mapper = LogColorMapper(palette=PALETTE, low=float(data["v"].min()), high=float(data["v"].max()))
+    p = _figure(name, title, "step", "", height=max(HEIGHT, 16 * len(params) + 80))
+    p.rect(
+        "x",
+        "y",
+        "w",
+        1,
+        source=sources.make(data, live=live),
+        fill_color={"field": "v", "transform": mapper},
+        line_width=0,
+    )
+    p.x_range.range_padding = p.y_range.range_padding = 0
+    p.yaxis.ticker = FixedTicker(ticks=[i + 0.5 for i in range(len(params))])
+    p.yaxis.major_label_overrides = {i + 0.5: label for i, label in enumerate(params)}
+    p.yaxis.major_label_text_font_size = "7pt"
+    p.add_layout(ColorBar(color_mapper=mapper, title="u/w"), "right")
+    p.add_tools(HoverTool(tooltips=[("step", "$x{0}"), ("u/w", "@v")]))
+    return p
+
+
+def loglog_toggle(
+    sources: Sources,
+    name: str,
+    title: str,
+    linear: dict[str, dict[str, list]],
+    loglog: dict[str, dict[str, list]],
+    x_label: str,
+    y_label: str,
+) -> Any | None:
+    """Two views of one comparison: signed values on a log η axis, and |values| on log-log axes."""
+    a = lines(sources, name + "-linear", title, linear, x_label, y_label, x_log=True, markers=True)
+    b = lines(sources, name + "-loglog", title, loglog, x_label, f"|{y_label}|", x_log=True, y_log=True, markers=True)
+    panels = [TabPanel(child=c, title=t) for c, t in ((a, "signed"), (b, "log-log")) if c is not None]
+    return Tabs(tabs=panels, name=name, sizing_mode="stretch_width") if panels else None
+
+
+def bars(sources: Sources, name: str, title: str, series: dict[str, dict[str, list]], x_label: str, y_label: str):
+    """Values at integer positions, one group of slim bars per label (dodged), legend-toggled."""
+    series = {label: pts for label, pts in series.items() if pts["x"]}
+    if not series:
+        return None
+    p = _figure(name, title, x_label, y_label)
+    width = 0.8 / len(series)
+    for i, (label, pts) in enumerate(series.items()):
+        shifted = {"x": [x - 0.4 + width * (i + 0.5) for x in pts["x"]], "y": pts["y"], "at": pts["x"]}
+        p.vbar(
+            x="x",
+            top="y",
+            width=width,
+            source=sources.make(shifted),
+            color=color(label, i),
+            legend_label=label,
+            name=label,
+        )
+    p.add_tools(HoverTool(tooltips=[("", "$name"), (x_label, "@at"), (y_label, "@y")]))
+    _legend_outside(p)
+    return p

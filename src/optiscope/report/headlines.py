@@ -1,0 +1,284 @@
+"""The headline sentences of each experiment, as the README states them, with every number read from
+``results.json``.
+
+A sentence is a list of text pieces and ``Number``s. A ``Number`` keeps the path of its value in
+``results.json``, so the page marks each one (``data-path``) and a reader or a test can trace it back.
+No number is computed here: each is a value the experiment recorded, shown to four significant digits.
+A sentence whose values a result does not have (a diverged run has no final weights) is left out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Number:
+    path: tuple[str | int, ...]
+    value: float
+
+    @property
+    def text(self) -> str:
+        return format_number(self.value)
+
+
+Sentence = list[str | Number]
+
+
+def format_number(value: float) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def lookup(results: Any, path: tuple[str | int, ...]) -> Any:
+    for key in path:
+        results = results[key]
+    return results
+
+
+def number(results: dict[str, Any], *path: str | int) -> Number:
+    value = lookup(results, path)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{path} is {value!r}, not a number")
+    return Number(path, value)
+
+
+def headlines(results: dict[str, Any]) -> list[Sentence]:
+    """The experiment's headline sentences (those its results have the numbers for)."""
+    writer = WRITERS.get(results.get("experiment"))
+    if writer is None:
+        return []
+    out = []
+    for sentence in writer(results):
+        try:
+            out.append(sentence())
+        except (KeyError, IndexError, TypeError):
+            continue  # this result lacks a value the sentence needs (e.g. a run diverged)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ rare-tokens
+def rare_tokens(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
+    sgd, adam, k, c = r["pair"]["sgd"], r["pair"]["adam"], r["rarest"], r["most_common"]
+
+    def n(*path):
+        return number(r, *path)
+
+    yield lambda: [
+        "After ",
+        n("steps"),
+        " steps at η = ",
+        n("lr"),
+        ", SGD's rarest token (seen ",
+        n("occurrences", k),
+        " times) has weight ",
+        n("optimizers", sgd, "final_weight", k),
+        " against a target of ",
+        n("true_weight"),
+        "; Adam's has ",
+        n("optimizers", adam, "final_weight", k),
+        ".",
+    ]
+    yield lambda: [
+        "Rarest-token error: Adam ",
+        n("optimizers", adam, "final_error", k),
+        ", SGD ",
+        n("optimizers", sgd, "final_error", k),
+        ".",
+    ]
+    yield lambda: [
+        "Adam's effective learning rate at the end is ",
+        n("optimizers", adam, "effective_lr", k),
+        " for the rarest token and ",
+        n("optimizers", adam, "effective_lr", c),
+        " for the most common; its log-log slope against frequency is ",
+        n("optimizers", adam, "effective_lr_fit", "slope"),
+        ".",
+    ]
+    findings = r["lr_sweep"].get("findings", {})
+    if findings.get("rescue_lr") is not None:
+        yield lambda: [
+            "A larger η lets SGD learn the rarest token from η = ",
+            n("lr_sweep", "findings", "rescue_lr"),
+            ", where the most common token's jitter (std) is ",
+            n("lr_sweep", "findings", "rescue_common_tail_std"),
+            " against ",
+            n("lr_sweep", "findings", "nominal_common_tail_std"),
+            " at η = ",
+            n("lr"),
+            ".",
+        ]
+    else:
+        yield lambda: [
+            "No swept η lets SGD learn the rarest token (largest stable η: ",
+            *_largest_stable(r, findings),
+            ").",
+        ]
+
+
+def _largest_stable(r: dict[str, Any], findings: dict[str, Any]) -> Sentence:
+    if findings.get("largest_stable_sgd_lr") is None:
+        return ["none"]
+    return [number(r, "lr_sweep", "findings", "largest_stable_sgd_lr")]
+
+
+# ------------------------------------------------------------------------------------------- landscapes
+def landscapes(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
+    def n(*path):
+        return number(r, *path)
+
+    for surface, data in r["surfaces"].items():
+
+        def sentence(surface=surface, data=data) -> Sentence:
+            parts: Sentence = [f"{surface}: steps to f − f* ≤ ", n("tolerance"), " — "]
+            for i, (name, run) in enumerate(data["runs"].items()):
+                parts.append("; " if i else "")
+                if run["reached_at"] is None:
+                    parts.append(f"{name} never within ")
+                    parts.append(n("steps"))
+                else:
+                    where = ("surfaces", surface, "runs", name)
+                    parts += [f"{name} ", n(*where, "reached_at"), " (η = ", n(*where, "best_lr"), ")"]
+            return [*parts, "."]
+
+        yield sentence
+    bc = ("bias_correction", "runs")
+    yield lambda: [
+        "Adam without bias correction: first step ",
+        n(*bc, "adam-no-bc", "first_step"),
+        " (with it ",
+        n(*bc, "adam", "first_step"),
+        "), largest ",
+        n(*bc, "adam-no-bc", "largest_step"),
+        " at step ",
+        n(*bc, "adam-no-bc", "largest_step_at"),
+        ", overshoot ",
+        n(*bc, "adam-no-bc", "overshoot"),
+        " (with it ",
+        n(*bc, "adam", "overshoot"),
+        ").",
+    ]
+    wd = ("weight_decay", "runs")
+    yield lambda: [
+        "RMS distance to the L2-regularised optimum: Adam+L2 ",
+        n(*wd, "adaml2", "rms_distance_to_l2_optimum"),
+        ", AdamW ",
+        n(*wd, "adamw", "rms_distance_to_l2_optimum"),
+        "; skewness ",
+        n(*wd, "adamw", "stats", "skewness"),
+        " (AdamW) vs ",
+        n(*wd, "adaml2", "stats", "skewness"),
+        " (standard error ",
+        n("weight_decay", "skewness_standard_error"),
+        "); excess kurtosis ",
+        n(*wd, "adamw", "stats", "excess_kurtosis"),
+        " vs ",
+        n(*wd, "adaml2", "stats", "excess_kurtosis"),
+        ".",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------- lm
+def lm(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
+    def n(*path):
+        return number(r, *path)
+
+    for name, run in r["runs"].items():
+        if run["status"] == "ok":
+            yield lambda name=name: [
+                f"{name}: final validation loss ",
+                n("runs", name, "final", "val_loss"),
+                ", perplexity ",
+                n("runs", name, "final", "perplexity"),
+                ", after ",
+                n("runs", name, "final", "steps"),
+                " steps.",
+            ]
+        else:
+            yield lambda name=name: [f"{name}: diverged at step ", n("runs", name, "divergence", "step"), "."]
+    rows = [name for name, run in r["runs"].items() if math.isfinite(run["embedding_rows"]["spearman"])]
+    if rows:
+        yield lambda: [
+            "Spearman correlation of a token's frequency with how far its embedding row moves: ",
+            *_joined([(f"{name} ", n("runs", name, "embedding_rows", "spearman")) for name in rows]),
+            ".",
+        ]
+
+
+def _joined(items: list[tuple[str, Number]]) -> Sentence:
+    out: Sentence = []
+    for i, (label, value) in enumerate(items):
+        out += [(", " if i else "") + label, value]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- entropy
+def entropy(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
+    def n(*path):
+        return number(r, *path)
+
+    for name, opt in r["optimizers"].items():
+        yield lambda name=name, opt=opt: [
+            f"{name} (η = ",
+            n("optimizers", name, "lr"),
+            "): log-log slope of |ΔH_true| against η ",
+            *_joined(
+                [
+                    (f"run {i}: ", n("optimizers", name, "fits", i, "slope"))
+                    for i in range(len(opt["fits"]))
+                    if math.isfinite(opt["fits"][i]["slope"])
+                ]
+            ),
+            "; mean entropy change of its real step ",
+            n("optimizers", name, "real_step", "entropy_mean"),
+            ", of the validation loss ",
+            n("optimizers", name, "real_step", "loss_mean"),
+            ".",
+        ]
+
+
+# ------------------------------------------------------------------------------------------------- adder
+def adder(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
+    def n(*path):
+        return number(r, *path)
+
+    yield lambda: [f"Model preset {r['preset']}: ", n("params"), " parameters, scored on ", n("cases"), " cases."]
+    for i, run in enumerate(r["runs"]):
+        yield lambda i=i, run=run: [
+            f"{run['label']} seed ",
+            n("runs", i, "seed"),
+            ": ",
+            n("runs", i, "correct"),
+            " of ",
+            n("cases"),
+            " correct (best at step ",
+            n("runs", i, "best_step"),
+            f"{', diverged' if run['status'] != 'ok' else ''}; ",
+            n("runs", i, "cpu_minutes"),
+            " CPU minutes).",
+        ]
+    for name in r["success"]:
+        yield lambda name=name: [
+            f"{name}: ",
+            n("success", name, "perfect"),
+            " of ",
+            n("success", name, "tried"),
+            " seeds reached every case.",
+        ]
+
+
+WRITERS: dict[str, Callable[[dict[str, Any]], Iterator[Callable[[], Sentence]]]] = {
+    "rare-tokens": rare_tokens,
+    "landscapes": landscapes,
+    "lm": lm,
+    "entropy": entropy,
+    "adder": adder,
+}

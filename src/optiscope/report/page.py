@@ -1,0 +1,213 @@
+"""One HTML page for a set of run directories: a section per experiment, everything inlined.
+
+The page needs no network: BokehJS is inlined from the installed ``bokeh`` package (only the parts the
+page uses), figures are ``data:`` URIs, and nothing refers to another host. Under ``--watch`` the only
+requests go back to the local server the page came from.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from bokeh.document import Document
+from bokeh.embed import components
+from bokeh.models import Tabs
+from bokeh.resources import Resources
+
+from .. import __version__, experiments
+from . import headlines, series
+from .charts import Sources
+from .rundir import RunDir
+from .sections import section_charts
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #1c1c1c; background: #fbfbf9;
+       margin: 0 auto; max-width: 1200px; padding: 1em 2em 4em; line-height: 1.45; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { border-bottom: 2px solid #ddd; padding-top: 1em; }
+h3 { margin-bottom: 0.3em; } .muted { color: #6b6b6b; font-size: 0.9em; }
+.headline li { margin: 0.2em 0; } .num { font-weight: 600; font-variant-numeric: tabular-nums; }
+.problems { background: #fdf0ee; border-left: 4px solid #b03a2e; padding: 0.5em 1em 0.5em 2em; }
+.status-ok { color: #2e8b57; font-weight: 600; } .status-bad { color: #b03a2e; font-weight: 600; }
+.chart { margin: 0.6em 0 1.6em; } .chart h4 { margin: 0 0 0.2em; font-size: 0.95em; }
+figure { margin: 0.5em 0 1.5em; } figure img { max-width: 100%; border: 1px solid #e3e3df; }
+pre { background: #f1f1ee; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
+"""
+
+WATCH_SCRIPT = """<script>
+// --watch: reload when the server's page would show other charts (a new run, results.json written);
+// the charts themselves refresh through their AjaxDataSource.
+(function () {
+  const shown = %s;
+  setInterval(function () {
+    fetch("/signature").then(r => r.text()).then(s => { if (s !== shown) location.reload(); }).catch(() => {});
+  }, %d);
+})();
+</script>"""
+
+
+@dataclass
+class Page:
+    html: str
+    live: dict[str, dict[str, Any]] = field(default_factory=dict)
+    signature: str = ""
+
+
+def signature(run_dirs: Sequence[RunDir]) -> str:
+    """What decides which charts a page has: each directory's results and runs (not their lengths)."""
+    shape = [(str(r.path), r.results is not None, sorted(series.by_run(r.metrics))) for r in run_dirs]
+    return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
+
+
+def build(run_dirs: Sequence[RunDir], watch: bool = False, interval_ms: int = 1000) -> Page:
+    sources = Sources(watch=watch, interval_ms=interval_ms)
+    body: list[str] = []
+    models: dict[str, Any] = {}
+    groups: dict[str | None, list[RunDir]] = {}
+    for run in run_dirs:
+        groups.setdefault(run.experiment, []).append(run)
+    for k, (experiment, group) in enumerate(groups.items()):
+        body.append(section_head(experiment, group))
+        for run in group:
+            body.append(run_summary(run))
+        if experiment is not None:
+            for j, (title, chart) in enumerate(section_charts(sources, experiment, group, f"e{k}")):
+                models[f"c{k}_{j}"] = chart
+                body.append(f'<div class="chart"><h4>{html.escape(title)}</h4>@@{f"c{k}_{j}"}@@</div>')
+            for run in group:
+                body.append(figures_of(run))
+        body.append("</section>")
+    script, divs = embed(models)
+    text = "\n".join(body)
+    for name, div in divs.items():
+        text = text.replace(f"@@{name}@@", div)
+    sig = signature(run_dirs)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>optiscope report: {html.escape(', '.join(r.name for r in run_dirs))}</title>",
+        f"<style>{STYLE}</style>",
+        resources(models.values()) if models else "",
+        "</head><body>",
+        "<h1>optiscope report</h1>",
+        f'<p class="muted">{len(run_dirs)} run director{"y" if len(run_dirs) == 1 else "ies"}; optiscope '
+        f"{__version__}; written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
+        f"{'; watching: charts from metrics.jsonl refresh as the run goes' if watch else ''}.</p>",
+        text,
+        script,
+        WATCH_SCRIPT % (json.dumps(sig), 2 * interval_ms) if watch else "",
+        "</body></html>",
+    ]
+    return Page("\n".join(parts), sources.live, sig)
+
+
+def embed(models: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """Bokeh's script and one div per chart. The charts become the roots of one document first, with its
+    model index frozen: adding roots one by one re-indexes every model each time (minutes for 40 charts)."""
+    if not models:
+        return "", {}
+    doc = Document()
+    with doc.models.freeze():
+        for model in models.values():
+            doc.add_root(model)
+    return components(models)
+
+
+def resources(models: Any) -> str:
+    """BokehJS inlined: the core, and the widgets bundle only when a chart has tabs."""
+    names = ["bokeh"] + (["bokeh-widgets"] if any(isinstance(m, Tabs) for m in models) else [])
+    inline = Resources(mode="inline", components=names)
+    return inline.render_css() + inline.render_js()
+
+
+def section_head(experiment: str | None, group: list[RunDir]) -> str:
+    if experiment is None:
+        return "<section><h2>Directories with nothing optiscope can show</h2>"
+    summary = experiments.load(experiment).SUMMARY
+    return f'<section><h2>{html.escape(experiment)}</h2><p class="muted">{html.escape(summary)}</p>'
+
+
+def run_summary(run: RunDir) -> str:
+    out = [f"<article><h3>{html.escape(str(run.path))}</h3>", status_line(run)]
+    out += divergence_lines(run)
+    if run.problems:
+        items = "".join(f"<li>{html.escape(p)}</li>" for p in run.problems)
+        out.append(f'<div class="problems"><strong>Not shown:</strong><ul>{items}</ul></div>')
+    sentences = headlines.headlines(run.results) if run.results else []
+    if sentences:
+        out.append('<ul class="headline">' + "".join(f"<li>{sentence_html(s)}</li>" for s in sentences) + "</ul>")
+    if run.config is not None:
+        config = html.escape(json.dumps(run.config, indent=1))
+        out.append(f"<details><summary>config.json</summary><pre>{config}</pre></details>")
+    return "\n".join(out) + "</article>"
+
+
+def sentence_html(sentence: headlines.Sentence) -> str:
+    parts = []
+    for piece in sentence:
+        if isinstance(piece, headlines.Number):
+            parts.append(
+                f'<span class="num" data-path="{html.escape(json.dumps(list(piece.path)))}" '
+                f'data-value="{html.escape(repr(piece.value))}">{html.escape(piece.text)}</span>'
+            )
+        else:
+            parts.append(html.escape(piece))
+    return "".join(parts)
+
+
+def status_line(run: RunDir) -> str:
+    runs_seen = series.by_run(run.metrics)
+    progress = ", ".join(f"{label} at step {rows[-1]['step']}" for label, rows in runs_seen.items())
+    if run.results is not None:
+        status = str(run.results.get("status", "ok"))
+        css = "status-ok" if status == "ok" else "status-bad"
+        took = run.results.get("wall_seconds")
+        extra = f" in {took:.0f} s" if isinstance(took, int | float) else ""
+        quick = " (--quick)" if run.results.get("quick") else ""
+        return f'<p>Status: <span class="{css}">{html.escape(status)}</span>{quick}{extra}.</p>'
+    if runs_seen:
+        return (
+            f'<p>Status: <span class="status-bad">no results.json yet</span>; last logged: {html.escape(progress)}.</p>'
+        )
+    return '<p>Status: <span class="status-bad">no results</span>.</p>'
+
+
+def divergence_lines(run: RunDir) -> list[str]:
+    """The monitor's divergence diagnosis of each run that diverged: where, why, which parameters first."""
+    found = [r for r in run.metrics if r.get("diverged")]
+    if not found and run.results is not None and isinstance(run.results.get("divergence"), dict):
+        found = [d for d in run.results["divergence"].values() if isinstance(d, dict)]
+    out = []
+    for d in found:
+        first = ", ".join(
+            f"{e.get('name')} (from step {e.get('first_step')})"
+            for e in d.get("exploded_first", [])
+            if isinstance(e, dict)
+        )
+        text = f"{series.run_label(d)} diverged at step {d.get('step')}: {d.get('reason', 'no reason recorded')}"
+        text += f"; u/w grew first in {first}" if first else ""
+        out.append(f'<p class="status-bad">{html.escape(text)}.</p>')
+    return out
+
+
+def figures_of(run: RunDir) -> str:
+    out = []
+    for path in run.figures:
+        try:
+            data = base64.b64encode(path.read_bytes()).decode("ascii")
+        except OSError:
+            continue  # a figure being redrawn right now; the next page has it
+        name = html.escape(f"{run.name}/figures/{path.name}")
+        out.append(
+            f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
+            f'<figcaption class="muted">{name}</figcaption></figure>'
+        )
+    if not out:
+        return ""
+    return f"<details open><summary>figures of {html.escape(run.name)}</summary>{''.join(out)}</details>"

@@ -1,0 +1,127 @@
+"""Reading one run directory for the report, whatever state it is in.
+
+A report is read from directories that may be finished, still running (``metrics.jsonl`` growing, its
+last line half-written, no ``results.json`` yet), interrupted, or not optiscope's at all. ``read_run``
+never raises for what it finds inside a directory: each file it cannot use becomes a sentence in
+``RunDir.problems``, which the page shows in place of what could not be drawn. Only a path that is not a
+directory at all is bad input (``UserError``, exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import contracts, experiments, runs
+from ..errors import UserError
+
+
+@dataclass
+class RunDir:
+    """What could be read from one run directory, and what could not (one sentence per problem)."""
+
+    path: Path
+    experiment: str | None = None
+    config: dict[str, Any] | None = None
+    results: dict[str, Any] | None = None
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name or str(self.path)
+
+
+def read_run(path: Path) -> RunDir:
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path} is not a run directory (give directories written by `optiscope run`)")
+    run = RunDir(path)
+    run.config = _read_object(path / runs.CONFIG, run.problems)
+    run.results = _read_results(path / runs.RESULTS, run.problems)
+    run.metrics = read_metrics(path / runs.METRICS, run.problems)
+    run.figures = sorted((path / runs.FIGURES).glob("*.png"))
+    named = [d.get("experiment") for d in (run.results, run.config) if isinstance(d, dict)]
+    run.experiment = next((n for n in named if n in experiments.EXPERIMENTS), None)
+    if not any((path / name).exists() for name in (runs.CONFIG, runs.RESULTS, runs.METRICS)):
+        run.problems.append(f"{path} holds no config.json, results.json or metrics.jsonl of an optiscope run")
+    return run
+
+
+def _read_object(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        problems.append(f"{path.name} could not be read ({e}): nothing from it is shown")
+        return None
+    if not isinstance(value, dict):
+        problems.append(f"{path.name} holds {type(value).__name__}, not an object: nothing from it is shown")
+        return None
+    return value
+
+
+def _read_results(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    """results.json when it is an optiscope experiment's and has that experiment's shape, else None."""
+    if not path.is_file():
+        problems.append(
+            f"{runs.RESULTS} is missing (the run is still going, was interrupted or failed): "
+            "headline numbers, result charts and figures' data are not shown"
+        )
+        return None
+    results = _read_object(path, problems)
+    if results is None:
+        return None
+    name = results.get("experiment")
+    if name not in experiments.EXPERIMENTS:
+        problems.append(
+            f"{runs.RESULTS} names experiment {name!r}, which this optiscope does not know "
+            f"(known: {', '.join(experiments.EXPERIMENTS)}): its results are not shown"
+        )
+        return None
+    found = contracts.problems(results, experiments.load(name).Results)
+    if found:
+        problems.append(
+            f"{runs.RESULTS} does not have the shape of a {name!r} result ({'; '.join(found)}): "
+            "its results are not shown"
+        )
+        return None
+    return results
+
+
+def read_metrics(path: Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """The records of ``metrics.jsonl``. A last line without its newline is a record still being written;
+    it and any other line that is not a monitor record are left out, and ``problems`` says so."""
+    problems = [] if problems is None else problems
+    if not path.is_file():
+        return []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        problems.append(f"{path.name} could not be read ({e}): no training curves are shown")
+        return []
+    lines = text.split("\n")
+    if lines and lines[-1]:
+        lines.pop()  # a record still being appended (or cut off by a crash)
+        problems.append(f"{path.name}: its last line is incomplete (still being written, or cut off) and is left out")
+    records, bad = [], 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int | float) and math.isfinite(record["step"]):
+            records.append(record)
+        else:
+            bad += 1
+    if bad:
+        problems.append(f"{path.name}: {bad} line(s) that are not monitor records were skipped")
+    return records

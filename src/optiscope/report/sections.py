@@ -1,0 +1,355 @@
+"""The charts of one experiment's section: its run directories' results and metrics, overlaid.
+
+Several directories of one experiment share each chart (a line is labelled ``dir: run``); charts drawn
+from ``metrics.jsonl`` are the ones that grow under ``--watch``. Each builder returns (title, chart)
+pairs, leaving out a chart with nothing to draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from . import charts, series
+from .charts import Sources
+from .rundir import RunDir
+
+Charts = list[tuple[str, Any]]
+
+
+def labelled(group: list[RunDir]) -> Iterator[tuple[Callable[[str], str], RunDir]]:
+    """(label function, run dir): with several directories, each run is named ``dir: run``."""
+    for run in group:
+        prefix = f"{run.name}: " if len(group) > 1 else ""
+        yield (lambda label, prefix=prefix: prefix + label), run
+
+
+def section_charts(sources: Sources, experiment: str, group: list[RunDir], key: str) -> Charts:
+    out: Charts = []
+    results_builder = RESULT_CHARTS.get(experiment)
+    if results_builder is not None:
+        out += results_builder(sources, [(f, r) for f, r in labelled(group) if r.results is not None], key)
+    out += metrics_charts(sources, group, key)
+    return [(title, chart) for title, chart in out if chart is not None]
+
+
+# --------------------------------------------------------------------------------------------- metrics
+def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
+    """Charts every monitored run has: loss, gradient norm, curvature against its threshold when recorded,
+    and per run the u/w heatmap with per-parameter lines and Adam's effective-learning-rate bands."""
+
+    def overlaid(name: str, positive: bool = False) -> dict[str, dict[str, list]]:
+        out = {}
+        for f, run in labelled(group):
+            out.update({f(label): pts for label, pts in series.scalar(run.metrics, name, positive).items()})
+        return out
+
+    out: Charts = [
+        (
+            "Loss at each logged step",
+            charts.lines(sources, f"{key}-loss", "loss (metrics.jsonl)", overlaid("loss"), "step", "loss", live=True),
+        ),
+        (
+            "Gradient norm",
+            charts.lines(
+                sources,
+                f"{key}-grad",
+                "global gradient norm",
+                overlaid("grad_norm", True),
+                "step",
+                "‖g‖",
+                y_log=True,
+                live=True,
+            ),
+        ),
+    ]
+    curvature = {f"{label} sharpness": pts for label, pts in overlaid("sharpness").items()}
+    curvature.update({f"{label} threshold": pts for label, pts in overlaid("threshold").items()})
+    out.append(
+        (
+            "Sharpness against its stability threshold",
+            charts.lines(sources, f"{key}-sharp", "sharpness and threshold", curvature, "step", "λ", live=True),
+        )
+    )
+    out.append(
+        (
+            "Sharpness / threshold",
+            charts.lines(
+                sources,
+                f"{key}-ratio",
+                "sharpness / threshold",
+                overlaid("sharpness/threshold"),
+                "step",
+                "ratio",
+                live=True,
+            ),
+        )
+    )
+    for i, (f, run) in enumerate(labelled(group)):
+        for j, (label, rows) in enumerate(series.by_run(run.metrics).items()):
+            name = f(label)
+            out.append(
+                (
+                    f"u/w per parameter, {name}",
+                    charts.heatmap(
+                        sources, f"{key}-heat-{i}-{j}", f"update/weight ratio, {name}", series.ratio_heatmap(rows)
+                    ),
+                )
+            )
+            if not has_layer_lines(run, label):  # lm's results already give them per layer
+                out.append(
+                    (
+                        f"u/w per parameter over training, {name}",
+                        charts.many_lines(
+                            sources,
+                            f"{key}-uw-{i}-{j}",
+                            f"u/w, {name}",
+                            series.ratio_lines(rows),
+                            "step",
+                            "u/w",
+                            y_log=True,
+                        ),
+                    )
+                )
+            bands = series.effective_lr_bands(rows)
+            out.append(
+                (
+                    f"Adam's effective learning rate, {name}",
+                    charts.bands(
+                        sources,
+                        f"{key}-eff-{i}-{j}",
+                        f"effective learning rate per parameter (min–max, median), {name}",
+                        bands,
+                    ),
+                )
+            )
+    return out
+
+
+def has_layer_lines(run: RunDir, label: str) -> bool:
+    """Whether the run's results.json has its u/w per layer (lm), drawn among the result charts."""
+    entry = (run.results or {}).get("runs", {})
+    return isinstance(entry, dict) and isinstance(entry.get(label, {}).get("update_ratio"), dict)
+
+
+# --------------------------------------------------------------------------------------------- results
+Labelled = list[tuple[Callable[[str], str], RunDir]]
+
+
+def lm_charts(sources: Sources, group: Labelled, key: str) -> Charts:
+    train, timed, val, rows = {}, {}, {}, {}
+    for f, run in group:
+        for name, r in run.results["runs"].items():
+            train[f(name)] = series.thin(r["train"]["step"], r["train"]["loss"])
+            timed[f(name)] = series.thin(r["train"]["seconds"], r["train"]["loss"])
+            val[f(name)] = series.thin(r["eval"]["step"], r["eval"]["val_loss"])
+            rows[f(name)] = series.thin(r["embedding_rows"]["count"], r["embedding_rows"]["update"], positive=True)
+    return [
+        (
+            "Training loss against step",
+            charts.lines(
+                sources, f"{key}-train", "training loss (mean over each logging window)", train, "step", "loss"
+            ),
+        ),
+        (
+            "Training loss against time",
+            charts.lines(sources, f"{key}-time", "training loss against training time", timed, "seconds", "loss"),
+        ),
+        ("Validation loss", charts.lines(sources, f"{key}-val", "validation loss", val, "step", "loss", markers=True)),
+        (
+            "Rare-token rows",
+            charts.lines(
+                sources,
+                f"{key}-rows",
+                "embedding row movement per measured step against token count",
+                rows,
+                "token count",
+                "mean update of its row",
+                x_log=True,
+                y_log=True,
+                markers=True,
+                line=False,
+            ),
+        ),
+        *[
+            (
+                f"u/w per layer, {f(name)}",
+                charts.many_lines(
+                    sources,
+                    f"{key}-layers-{i}-{j}",
+                    f"u/w per layer, {f(name)}",
+                    {
+                        layer: series.thin(r["update_ratio"]["step"], v, positive=True)
+                        for layer, v in r["update_ratio"].get("layers", {}).items()
+                    },
+                    "step",
+                    "u/w",
+                    y_log=True,
+                    live=False,
+                ),
+            )
+            for i, (f, run) in enumerate(group)
+            for j, (name, r) in enumerate(run.results["runs"].items())
+        ],
+    ]
+
+
+def rare_tokens_charts(sources: Sources, group: Labelled, key: str) -> Charts:
+    errors, rarest, eff = {}, {}, {}
+    for f, run in group:
+        r = run.results
+        for name, opt in r["optimizers"].items():
+            if opt["final_error"] is not None:
+                errors[f(name)] = series.thin(r["frequencies"], opt["final_error"], positive=True)
+            if opt["effective_lr"] is not None:
+                eff[f(name)] = series.thin(r["frequencies"], opt["effective_lr"], positive=True)
+            weights = opt["trajectory"].get("weights") or []
+            if len(weights) > r["rarest"]:
+                rarest[f(name)] = series.thin(opt["trajectory"]["steps"], weights[r["rarest"]])
+    return [
+        (
+            "Final error against token frequency",
+            charts.lines(
+                sources,
+                f"{key}-err",
+                "|w − w*| at the end against token frequency",
+                errors,
+                "frequency",
+                "final error",
+                x_log=True,
+                y_log=True,
+                markers=True,
+            ),
+        ),
+        (
+            "The rarest token's weight",
+            charts.lines(sources, f"{key}-rare", "the rarest token's weight during training", rarest, "step", "w"),
+        ),
+        (
+            "Effective learning rate against frequency",
+            charts.lines(
+                sources,
+                f"{key}-eff",
+                "Adam-family effective learning rate at the end",
+                eff,
+                "frequency",
+                "η/(√v̂ + ε)",
+                x_log=True,
+                y_log=True,
+                markers=True,
+            ),
+        ),
+    ]
+
+
+def landscapes_charts(sources: Sources, group: Labelled, key: str) -> Charts:
+    out: Charts = []
+    surfaces = dict.fromkeys(s for _, run in group for s in run.results["surfaces"])
+    for k, surface in enumerate(surfaces):
+        gaps = {}
+        for f, run in group:
+            for name, r in run.results["surfaces"].get(surface, {}).get("runs", {}).items():
+                if r.get("gap_curve"):
+                    gaps[f(name)] = series.thin(r["gap_curve"]["steps"], r["gap_curve"]["values"], positive=True)
+        out.append(
+            (
+                f"{surface}: f − f* at each optimizer's best η",
+                charts.lines(sources, f"{key}-gap-{k}", f"{surface}: f − f*", gaps, "step", "f − f*", y_log=True),
+            )
+        )
+    return out
+
+
+def entropy_charts(sources: Sources, group: Labelled, key: str) -> Charts:
+    out: Charts = []
+    optimizers = dict.fromkeys(o for _, run in group for o in run.results["optimizers"])
+    for k, opt in enumerate(optimizers):
+        signed, absolute = {}, {}
+        for f, run in group:
+            for i, r in enumerate(run.results["optimizers"].get(opt, {}).get("runs", [])):
+                curve = r.get("curve", {})
+                for kind in ("true", "linear", "quadratic"):
+                    if kind in curve:
+                        label = f(f"{opt} run {i} {kind}")
+                        signed[label] = series.thin(curve["eta"], curve[kind])
+                        absolute[label] = series.thin(
+                            curve["eta"],
+                            [abs(v) if isinstance(v, float | int) else v for v in curve[kind]],
+                            positive=True,
+                        )
+        out.append(
+            (
+                f"ΔH true vs predicted, {opt}",
+                charts.loglog_toggle(
+                    sources, f"{key}-dh-{k}", f"entropy change against η, {opt}", signed, absolute, "η", "ΔH"
+                ),
+            )
+        )
+    return out
+
+
+def adder_charts(sources: Sources, group: Labelled, key: str) -> Charts:
+    correct, loss, timed, wrong, carry = {}, {}, {}, {}, {}
+    for f, run in group:
+        for r in run.results["runs"]:
+            name = f(f"{r['label']} seed {r['seed']}")
+            correct[name] = series.thin([e["step"] for e in r["evals"]], [e["correct"] for e in r["evals"]])
+            loss[name] = series.thin(r["train"].get("step", []), r["train"].get("loss", []))
+            timed[name] = series.thin(r["train"].get("seconds", []), r["train"].get("loss", []))
+            by_position = r["report"].get("wrong_digits_by_position", [])
+            wrong[name] = series.thin(list(range(len(by_position))), by_position)
+            chains = r["report"].get("by_carry_chain", [])
+            carry[name] = series.thin(
+                [c["chain"] for c in chains], [c["correct"] / c["cases"] if c["cases"] else None for c in chains]
+            )
+    return [
+        (
+            "Suite accuracy during training",
+            charts.lines(
+                sources,
+                f"{key}-acc",
+                "cases correct (of the suite) at each evaluation",
+                correct,
+                "step",
+                "correct",
+                markers=True,
+            ),
+        ),
+        ("Training loss against step", charts.lines(sources, f"{key}-loss", "training loss", loss, "step", "loss")),
+        (
+            "Training loss against time",
+            charts.lines(sources, f"{key}-time", "training loss against training time", timed, "seconds", "loss"),
+        ),
+        (
+            "Wrong digits by answer position",
+            charts.bars(
+                sources,
+                f"{key}-wrong",
+                "wrong digits by answer position (best checkpoint)",
+                wrong,
+                "answer digit position",
+                "wrong answers",
+            ),
+        ),
+        (
+            "Accuracy by carry-chain length",
+            charts.lines(
+                sources,
+                f"{key}-carry",
+                "exact accuracy by longest carry chain (best checkpoint)",
+                carry,
+                "carry-chain length",
+                "accuracy",
+                markers=True,
+            ),
+        ),
+    ]
+
+
+RESULT_CHARTS: dict[str, Callable[[Sources, Labelled, str], Charts]] = {
+    "lm": lm_charts,
+    "rare-tokens": rare_tokens_charts,
+    "landscapes": landscapes_charts,
+    "entropy": entropy_charts,
+    "adder": adder_charts,
+}

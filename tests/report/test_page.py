@@ -1,0 +1,113 @@
+"""The report of tiny runs of every experiment, opened in a real browser: no errors, no request leaves
+the file, every chart drawn with data, headline numbers equal to results.json, runs toggle."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from optiscope import cli, report
+
+from .browser import load, open_page
+
+CHARTS = """() => {
+  const doc = Bokeh.documents[0];
+  const canvases = (root) => [...root.querySelectorAll('*')].reduce(
+    (n, e) => n + (e.tagName === 'CANVAS') + (e.shadowRoot ? canvases(e.shadowRoot) : 0), 0);
+  return [...document.querySelectorAll('.chart')].map(c => {
+    const el = c.querySelector('[data-root-id]');
+    const root = doc.get_model_by_id(el.dataset.rootId);
+    const plots = root.tabs ? root.tabs.map(t => t.child) : [root];
+    const points = plots.map(p => p.renderers.reduce((n, r) => n + r.data_source.get_length(), 0));
+    const view = Bokeh.index[el.dataset.rootId];
+    const box = view.el.getBoundingClientRect();
+    return {title: c.querySelector('h4').textContent, points, width: box.width, height: box.height,
+            canvases: view.el.shadowRoot ? canvases(view.el.shadowRoot) : 0};
+  });
+}"""
+
+HEADLINES = """() => [...document.querySelectorAll('article')].map(a => ({
+  dir: a.querySelector('h3').textContent,
+  numbers: [...a.querySelectorAll('.headline .num')].map(s => [s.dataset.path, s.dataset.value, s.textContent]),
+}))"""
+
+VISIBLE = """([name, label]) => Bokeh.documents[0].get_model_by_name(name).renderers
+  .filter(r => r.name === label).map(r => r.visible)"""
+
+
+@pytest.fixture(scope="module")
+def written(tiny_runs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    assert cli.main(["report", *map(str, tiny_runs.values()), "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def shown(browser, written):
+    """The written report, loaded once for this module's tests."""
+    context, page = open_page(browser)
+    load(page, written.as_uri())
+    yield page
+    context.close()
+
+
+def walk(document, path):
+    for key in path:
+        document = document[key]
+    return document
+
+
+def test_every_experiment_loads_offline_with_every_chart_drawn(shown, written, tiny_runs, tmp_path):
+    page = shown
+    assert page.errors == []
+    assert page.external == [] and page.failed == []
+    assert all(url == written.as_uri() or url.startswith("data:") for url in page.requests), page.requests
+    charts = page.evaluate(CHARTS)
+    assert len(charts) >= 20
+    for chart in charts:
+        assert chart["points"][0] > 0 and chart["width"] > 100 and chart["height"] > 100, chart
+        assert chart["canvases"] > 0, chart
+    sections = page.locator("section h2").all_text_contents()
+    assert set(sections) == set(tiny_runs), sections
+    shot = tmp_path / "report.png"
+    page.screenshot(path=str(shot))
+    print(f"screenshot of the report: {shot}")
+
+
+def test_headline_numbers_are_those_of_results_json(shown, tiny_runs):
+    page = shown
+    articles = page.evaluate(HEADLINES)
+    assert {Path(a["dir"]) for a in articles} == set(tiny_runs.values())
+    for article in articles:
+        results = json.loads((Path(article["dir"]) / "results.json").read_text())
+        assert len(article["numbers"]) >= 3, article["dir"]
+        for path, value, text in article["numbers"]:
+            expected = walk(results, json.loads(path))
+            assert float(value) == expected, (path, value, expected)
+            shown = float(text)
+            if isinstance(expected, int):
+                assert shown == expected
+            else:
+                assert math.isclose(shown, expected, rel_tol=1e-3), (path, text, expected)
+
+
+def test_a_legend_click_hides_that_run(shown):
+    page = shown
+    name = page.evaluate(
+        "() => Bokeh.documents[0].roots().map(r => r.name).find(n => n && n.endsWith('-train'))"
+    )  # the lm section's training-loss chart
+    assert page.evaluate(VISIBLE, [name, "adamw"]) == [True]
+    chart = page.locator(".chart").filter(has_text="Training loss against step").first
+    chart.get_by_text("adamw", exact=True).first.click()
+    page.wait_for_function(f"() => !({VISIBLE})(['{name}', 'adamw'])[0]")
+    assert page.evaluate(VISIBLE, [name, "sgd"]) == [True]
+    chart.get_by_text("adamw", exact=True).first.click()
+    page.wait_for_function(f"() => ({VISIBLE})(['{name}', 'adamw'])[0]")
+
+
+def test_one_directory_gets_its_own_page_and_several_their_common_parent(tiny_runs):
+    assert report.default_out([tiny_runs["lm"]]) == tiny_runs["lm"] / "report.html"
+    assert report.default_out(list(tiny_runs.values())) == tiny_runs["lm"].resolve().parent / "report.html"

@@ -1,0 +1,59 @@
+"""Thinning keeps a long series' shape within a bounded size: first and last points, even spacing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from optiscope.report import series
+
+
+@given(st.integers(0, 5000), st.integers(2, 600))
+def test_keep_indices_are_few_sorted_and_keep_both_ends(n, limit):
+    kept = series.keep_indices(n, limit)
+    assert len(kept) <= limit and kept == sorted(set(kept))
+    if n:
+        assert kept[0] == 0 and kept[-1] == n - 1
+    if n <= limit:
+        assert kept == list(range(n))
+
+
+def test_thin_drops_what_an_axis_cannot_place():
+    points = series.thin([1, 2, 3, 4, 5], [1.0, math.nan, -2.0, math.inf, 0.5], positive=True)
+    assert points == {"x": [1.0, 5.0], "y": [1.0, 0.5]}
+
+
+def test_heatmap_is_parameters_by_kept_steps():
+    rows = [{"step": s, "params": {"a": {"u_over_w": s}, "b": {"u_over_w": -1.0}}} for s in range(1, 1001)]
+    cells = series.ratio_heatmap(rows)
+    assert cells["params"] == ["a", "b"]
+    assert cells["image"].shape == (2, series.HEATMAP_STEPS)
+    assert cells["steps"][0] == 1 and cells["steps"][-1] == 1000
+    assert np.isnan(cells["image"][1]).all()  # u/w ≤ 0 has no colour on a log scale
+    np.testing.assert_array_equal(cells["image"][0], np.asarray(cells["steps"], dtype=np.float32))
+
+
+def test_curvature_keys_get_their_charts_when_recorded(tmp_path):
+    from optiscope.report.charts import Sources
+    from optiscope.report.rundir import RunDir
+    from optiscope.report.sections import metrics_charts
+
+    rows = [
+        {
+            "run": "sgd",
+            "step": s,
+            "loss": 1 / s,
+            "sharpness": 10.0 + s,
+            "threshold": 40.0,
+            "sharpness/threshold": (10 + s) / 40,
+        }
+        for s in range(1, 6)
+    ]
+    titles = {title for title, chart in metrics_charts(Sources(), [RunDir(tmp_path, metrics=rows)], "k") if chart}
+    assert {"Sharpness against its stability threshold", "Sharpness / threshold"} <= titles
+    without = [{k: v for k, v in r.items() if "sharp" not in k and k != "threshold"} for r in rows]
+    titles = {title for title, chart in metrics_charts(Sources(), [RunDir(tmp_path, metrics=without)], "k") if chart}
+    assert not any("harpness" in t for t in titles)

@@ -1,0 +1,56 @@
+"""``optiscope report --watch``: the served page's charts gain the points appended to metrics.jsonl."""
+
+from __future__ import annotations
+
+import shutil
+import urllib.request
+
+from optiscope import cli
+from optiscope.report import watch
+
+from .browser import load
+
+POINTS = "() => Bokeh.documents[0].get_model_by_name('e0-loss').renderers[0].data_source.get_length()"
+
+
+def test_the_loss_chart_grows_as_records_are_appended(page, tiny_runs, tmp_path):
+    lines = (tiny_runs["lm"] / "metrics.jsonl").read_text().splitlines(keepends=True)
+    first_run = [line for line in lines if '"run": "sgd"' in line and '"diverged"' not in line]
+    assert len(first_run) >= 4
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copy(tiny_runs["lm"] / "config.json", live)
+    (live / "metrics.jsonl").write_text("".join(first_run[:2]))
+    server = watch.serve([live], interval_ms=250)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        page.bad = []
+        page.on("response", lambda r: page.bad.append((r.url, r.status)) if r.status != 200 else None)
+        load(page, url, idle=False)
+        assert page.evaluate(POINTS) == 2
+        with (live / "metrics.jsonl").open("a") as f:
+            f.write("".join(first_run[2:]))
+        page.wait_for_function(f"() => ({POINTS})() === {len(first_run)}", timeout=20_000)
+        assert page.errors == [] and page.external == [], (page.errors, page.bad)
+    finally:
+        server.shutdown()
+
+
+def test_ctrl_c_stops_the_server_and_exits_0(tiny_runs, monkeypatch, capsys):
+    served = []
+
+    def interrupt(seconds):
+        line = capsys.readouterr().out.strip().splitlines()[0]
+        url = line.split(": ", 1)[1].split(" ")[0]
+        with urllib.request.urlopen(url, timeout=30) as response:  # served on the loopback address
+            served.append((url, response.status, b"optiscope report" in response.read()))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.time, "sleep", interrupt)
+    assert cli.main(["report", "--watch", str(tiny_runs["lm"])]) == 0
+    assert served and served[0][0].startswith("http://127.0.0.1:") and served[0][1:] == (200, True)
+
+
+def test_watch_takes_one_directory(tiny_runs, capsys):
+    assert cli.main(["report", "--watch", str(tiny_runs["lm"]), str(tiny_runs["adder"])]) == cli.EXIT_BAD_INPUT
+    assert "exactly one run directory" in capsys.readouterr().err
