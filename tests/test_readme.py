@@ -36,4 +36,4 @@ def test_command_parses_and_its_options_are_valid(line):
 
     args = cli.make_parser().parse_args(shlex.split(line))
     if args.command == "run":
-        cli.build_config(experiments.load(args.name), args.quick, cli.config_overrides(args))
+        experiments.build_config(experiments.load(args.name), args.quick, cli.config_overrides(args))
