@@ -205,8 +205,9 @@ def parse_lrs(text: str) -> tuple[float, ...] | None:
     return values
 
 
-def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
-    config = sweep.SweepConfig(
+def sweep_config(args: argparse.Namespace) -> sweep.SweepConfig:
+    """The parsed arguments of ``sweep`` as a SweepConfig (not validated yet: ``sweep.check`` does)."""
+    return sweep.SweepConfig(
         experiment=args.name,
         optimizers=tuple(s.strip() for s in args.optimizers.split(",")),
         seeds=args.seeds,
@@ -218,6 +219,10 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         backend=args.backend,
         address=args.address,
     )
+
+
+def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
+    config = sweep_config(args)
 
     def report(record: dict[str, Any]) -> None:
         error = f" ({record['error']})" if record["error"] else ""
@@ -236,8 +241,8 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             f"  {name}: tuned lr {t['tuned_lr']:g}, {t['mean']:.4g} ± {t['std']:.2g} (95% CI {low:.4g} … {high:.4g})",
             highlight=False,
         )
-    if results["comparison"]:
-        console.print(f"  {results['comparison']['verdict']}", highlight=False)
+    for neighbours in results["neighbours"]:
+        console.print(f"  {neighbours['verdict']}", highlight=False)
     code = report_figures(figures.draw_run(args.out, results), args.out, console)
     if results["status"] == "diverged":
         console.print("[bold red]every trial diverged or crashed[/bold red]: see trials in results.json")

@@ -199,6 +199,7 @@ OBJECTIVES = {
         "min",
         lambda results: only_run(results["runs"])["final"]["val_loss"],
         curve=validation_curve,
+        curve_label="validation loss",
     ),
 }
 

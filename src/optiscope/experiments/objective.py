@@ -25,6 +25,8 @@ class Objective:
     direction: str
     read: Callable[[dict[str, Any]], float | None]
     curve: Callable[[dict[str, Any]], tuple[list[int], list[float]]] | None = None
+    #: what the curve shows, e.g. 'validation loss' for the objective 'final validation loss'
+    curve_label: str = ""
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:

@@ -102,7 +102,8 @@ def steps_to_target(results: dict[str, Any]) -> Figure:
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel("steps")
     ax.set_title(
-        f"steps until {results['objective']['description']} ≤ {found['target']:.4g} (the worst tuned mean), "
+        f"steps until {results['objective'].get('curve', 'the curve')} ≤ {found['target']:.4g} "
+        f"(the worst tuned mean of {results['objective']['description']}), "
         "at each tuned η\nbars: the mean curve over seeds; points: each seed's own curve\n"
         f"{(results.get('comparison') or {}).get('verdict', '')}",
         fontsize=9,

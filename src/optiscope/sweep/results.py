@@ -53,6 +53,7 @@ class Results(TypedDict):
     optimizers: dict[str, Tuned]
     ranking: list[str]
     comparison: dict[str, Any] | None
+    neighbours: list[dict[str, Any]]
     steps_to_target: dict[str, Any] | None
     trials: list[Trial]
 
@@ -96,29 +97,33 @@ def tuned(trials: Sequence[dict[str, Any]], seeds: Sequence[int], direction: str
     }
 
 
-def compare(optimizers: dict[str, Tuned], direction: str) -> tuple[list[str], dict[str, Any] | None]:
-    """The optimizers ranked by tuned mean, and the best two's difference with its 95 % interval."""
-    ranked = sorted(
-        (name for name, t in optimizers.items() if t["tuned_lr"] is not None),
-        key=lambda name: _signed(optimizers[name]["mean"], direction),
-    )
-    if len(ranked) < 2:
-        return ranked, None
-    best, second = ranked[0], ranked[1]
-    low, high = difference_interval(optimizers[best]["values"], optimizers[second]["values"])
+def pair(optimizers: dict[str, Tuned], better: str, worse: str) -> dict[str, Any]:
+    """``better`` against ``worse`` at their tuned lrs: the difference of means, its bootstrap 95 %
+    interval, and whether that interval excludes zero (a difference beyond the seed noise)."""
+    low, high = difference_interval(optimizers[better]["values"], optimizers[worse]["values"])
     differ = not (low <= 0 <= high) if math.isfinite(low) else False
-    difference = optimizers[best]["mean"] - optimizers[second]["mean"]
-    verdict = f"{best} vs {second}: Δ = {difference:.3g}, 95% CI [{low:.3g}, {high:.3g}] — " + (
+    difference = optimizers[better]["mean"] - optimizers[worse]["mean"]
+    verdict = f"{better} vs {worse}: Δ = {difference:.3g}, 95% CI [{low:.3g}, {high:.3g}] — " + (
         "beyond seed noise" if differ else "within seed noise"
     )
-    return ranked, {
-        "best": best,
-        "second": second,
+    return {
+        "best": better,
+        "second": worse,
         "difference": difference,
         "interval": [low, high],
         "differ": differ,
         "verdict": verdict,
     }
+
+
+def compare(optimizers: dict[str, Tuned], direction: str) -> tuple[list[str], dict[str, Any] | None, list]:
+    """The optimizers ranked by tuned mean; the best two compared; and each against the next one down."""
+    ranked = sorted(
+        (name for name, t in optimizers.items() if t["tuned_lr"] is not None),
+        key=lambda name: _signed(optimizers[name]["mean"], direction),
+    )
+    neighbours = [pair(optimizers, a, b) for a, b in zip(ranked, ranked[1:], strict=False)]
+    return ranked, (neighbours[0] if neighbours else None), neighbours
 
 
 def first_reaching(curve: dict[str, list] | None, target: float, direction: str) -> float:
@@ -183,7 +188,7 @@ def summarise(
     per = {
         opt: tuned([r for r in records if r["optimizer"] == opt], seeds, direction, centres[opt]) for opt in optimizers
     }
-    ranking, comparison = compare(per, direction)
+    ranking, comparison, neighbours = compare(per, direction)
     every_failed = all(r["status"] != "ok" for r in records)
     return {
         "experiment": "sweep",
@@ -195,6 +200,7 @@ def summarise(
         "optimizers": per,
         "ranking": ranking,
         "comparison": comparison,
+        "neighbours": neighbours,
         "steps_to_target": steps_to_target(records, per, direction),
         "trials": records,
     }

@@ -175,7 +175,12 @@ def run_sweep(
                 records[(record["optimizer"], record["lr"], record["seed"])] = record
                 report(record)
         declared = experiments.objectives(config.experiment)[plan.objective]
-        objective = {"name": plan.objective, "description": declared.description, "direction": declared.direction}
+        objective = {
+            "name": plan.objective,
+            "description": declared.description,
+            "direction": declared.direction,
+            "curve": declared.curve_label or declared.description,
+        }
         factor = None if config.lrs else grid.FACTOR
         results = summarise(
             config.experiment, list(records.values()), config.optimizers, plan.centres, plan.seeds, objective, factor
