@@ -13,7 +13,9 @@ from typing import Any, TypedDict
 from .stats import bootstrap_interval, difference_interval, mean_std
 
 
-class Trial(TypedDict):
+class TrialRecord(TypedDict):
+    """One trial as results.json keeps it (``trial.run_trial``'s record)."""
+
     optimizer: str
     lr: float
     seed: int
@@ -23,6 +25,7 @@ class Trial(TypedDict):
     steps: int | None
     wall_seconds: float
     error: str | None
+    dir: str
 
 
 class Point(TypedDict):
@@ -55,7 +58,7 @@ class Results(TypedDict):
     comparison: dict[str, Any] | None
     neighbours: list[dict[str, Any]]
     steps_to_target: dict[str, Any] | None
-    trials: list[Trial]
+    trials: list[TrialRecord]
 
 
 def _signed(value: float, direction: str) -> float:
