@@ -7,8 +7,9 @@
    ``optiscope run`` also draws each run's figures and starts a Python per run; the sweep draws only its
    own three figures. Also printed: the sweep's own time beyond the sum of its trials' wall times.
 2. Throughput. ``--trials`` small trials with ``--workers 1`` against ``--workers 2`` (goal ≥ 1.7× on 2
-   cores). One worker runs the trials in the sweep's process with torch's default threads; two workers
-   run in spawned processes with cores // 2 threads each.
+   cores). One worker runs the trials in the sweep's process, two workers in spawned processes; every
+   process runs one torch thread (``OMP_NUM_THREADS=1``; the pool would give each of 2 workers
+   cores // 2 = 1 anyway), so the ratio is the pool's parallel speed-up.
 
 The machine's load average is printed with the numbers: other work on the cores disturbs both ratios.
 
@@ -30,9 +31,11 @@ TRIAL = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--eval-every", "5
 
 
 def optiscope(*args: str) -> float:
-    """Seconds one ``python -m optiscope ...`` process takes (it must succeed)."""
+    """Seconds one ``python -m optiscope ...`` process takes (it must succeed), with one torch thread per
+    process: small trials gain nothing from more, and on a busy machine extra threads only wait."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "optiscope", *args], check=True, capture_output=True, text=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "optiscope", *args], check=True, capture_output=True, text=True, env=env)
     return time.perf_counter() - started
 
 

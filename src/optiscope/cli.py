@@ -133,8 +133,9 @@ def report_figures(drawn: figures.Drawn, out: Path, console: Console) -> int:
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The experiment's options among the parsed arguments of ``run`` or ``sweep`` (not the run
     directory's, nor the sweep's own)."""
-    lifecycle = ("command", "name", "out", "quick", "resume", "force", *SWEEP_OPTIONS)
-    return {k: v for k, v in vars(args).items() if k not in lifecycle}
+    lifecycle = ("command", "name", "out", "quick", "resume", "force")
+    own = SWEEP_OPTIONS if args.command == "sweep" else ()
+    return {k: v for k, v in vars(args).items() if k not in lifecycle and k not in own}
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from optiscope import runs
+from optiscope import experiments, figures, runs
 from optiscope.sweep import SweepConfig, backends, run_sweep
 
 from .synthetic import without_wall_times
@@ -67,3 +67,21 @@ def test_a_killed_sweep_resumes_to_the_same_results(synthetic, tmp_path, monkeyp
     assert not set(first) & set(ran[len(first) :])  # finished trials were not run again
     assert len(ran) == len(whole["trials"])
     assert without_wall_times(resumed) == without_wall_times(whole)
+
+
+def test_rare_tokens_trials_read_the_experiments_own_numbers(tmp_path):
+    """The objective of each trial equals what one ``optiscope run`` of the same optimizers measures."""
+    options = {"steps": 300, "sweep_lrs": (0.1, 1.0)}
+    results = run_sweep(
+        SweepConfig("rare-tokens", ("adam",), seeds=1, lrs=(0.01, 0.1, 1.0), options=options), tmp_path / "s"
+    )
+    module = experiments.load("rare-tokens")
+    config = experiments.build_config(module, False, {**options, "optimizers": "adam@0.01,adam@0.1,adam@1"})
+    together = module.run(config, tmp_path)
+    rarest = together["rarest"]
+    for trial in results["trials"]:
+        run = together["optimizers"][f"adam@{trial['lr']:g}"]
+        expected = math.inf if run["tail_rms_error"] is None else run["tail_rms_error"][rarest]
+        assert trial["objective"] == pytest.approx(expected, rel=1e-12)
+    one = runs.read_json(tmp_path / "s" / results["trials"][0]["dir"] / "results.json")
+    assert not figures.draw(one, tmp_path / "figures").failures  # a run of one optimizer draws (no SGD vs Adam)
