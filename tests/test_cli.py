@@ -198,6 +198,7 @@ def sweepable(fake, monkeypatch):
         (["sweep", "synthetic", "--optimizers", "sgd", "--seeds", "0"], "--seeds 0 must be an integer >= 1"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "0.1,abc"], "--lrs '0.1,abc': give auto or"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "-1"], "--lrs '-1': give auto or"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "0.1,0.1"], "names a learning rate twice"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--sgd-optimum", "-1"], "sgd_optimum=-1.0 must be > 0"),
         (["sweep", "synthetic", "--optimizers", "sgd@0.1"], "a sweep chooses the learning rates"),
     ],

@@ -75,6 +75,8 @@ def check(config: SweepConfig) -> Plan:
         raise ConfigError(f"--backend {config.backend!r}; valid: {', '.join(BACKENDS)}")
     if config.lrs is not None and (not config.lrs or any(not lr > 0 or lr == float("inf") for lr in config.lrs)):
         raise ConfigError(f"--lrs {config.lrs!r}: give auto or finite numbers > 0, e.g. 1e-3,3e-3,1e-2")
+    if config.lrs is not None and len(set(config.lrs)) != len(config.lrs):
+        raise ConfigError(f"--lrs {config.lrs!r} names a learning rate twice")
     names = [n.strip() for n in config.optimizers if n.strip()]
     if not names:
         raise ConfigError("--optimizers is empty; name one or more optimizers, e.g. adamw,muon+adamw")
