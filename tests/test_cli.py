@@ -82,10 +82,10 @@ def test_bad_input_is_one_line_on_stderr(fake, tmp_path, capsys, argv, message):
     assert len(lines) == 1 and message in lines[0]
 
 
-def test_unknown_experiment_lists_valid_ones(fake, capsys):
-    with pytest.raises(SystemExit) as stop:
-        cli.main(["run", "nope", "--out", "x"])
-    assert stop.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_unknown_experiment_lists_valid_ones(fake, capsys, command):
+    assert cli.main([command, "nope", "--out", "x", "--optimizers", "sgd"]) == cli.EXIT_BAD_INPUT
+    assert errors(capsys) == [f"optiscope: {command}: unknown experiment 'nope'; valid: fake"]
 
 
 @pytest.mark.parametrize(
@@ -189,3 +189,45 @@ def test_demo_ends_with_the_report_page_path_first(fake, tmp_path, capsys):
     rule = next(i for i, line in enumerate(out) if "─" in line and "figures" in line)
     assert out[rule - 1] == str(tmp_path / "report.html")  # the last line of the runs' output, the page
     assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
+# ----------------------------------------------------------------------------------------------- sweep
+@pytest.fixture
+def sweepable(fake, monkeypatch):
+    monkeypatch.setitem(experiments.EXPERIMENTS, "synthetic", "sweep.synthetic")
+    monkeypatch.setitem(figures.DRAWERS, "sweep", "optiscope.figures.sweep")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["sweep", "synthetic", "--optimizers", "sgd,nope"], "unknown optimizer 'nope'"),
+        (["sweep", "fake", "--optimizers", "sgd"], "experiment 'fake' declares no objective to tune for"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--seeds", "0"], "--seeds 0 must be an integer >= 1"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "0.1,abc"], "--lrs '0.1,abc': give auto or"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "-1"], "--lrs '-1': give auto or"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "0.1,0.1"], "names a learning rate twice"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--sgd-optimum", "-1"], "sgd_optimum=-1.0 must be > 0"),
+        (["sweep", "synthetic", "--optimizers", "sgd@0.1"], "a sweep chooses the learning rates"),
+    ],
+)
+def test_sweep_bad_input_is_one_line(sweepable, tmp_path, capsys, argv, message):
+    assert cli.main([*argv, "--out", str(tmp_path / "s")]) == cli.EXIT_BAD_INPUT
+    lines = errors(capsys)
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not (tmp_path / "s" / "config.json").exists()
+
+
+def test_sweep_writes_results_and_figures_and_plot_redraws_them(sweepable, tmp_path, capsys):
+    out = tmp_path / "s"
+    argv = ["sweep", "synthetic", "--optimizers", "sgd,adam", "--seeds", "2", "--out", str(out)]
+    assert cli.main([*argv, "--adam-optimum", "0.1", "--diverge-above", "0.2"]) == 0
+    printed = capsys.readouterr().out
+    assert "sgd: tuned lr 0.01" in printed and "adam: tuned lr 0.1" in printed
+    results = runs.read_json(out / "results.json")
+    assert runs.read_json(out / results["trials"][0]["dir"] / "config.json")["config"]["adam_optimum"] == 0.1
+    figures_drawn = sorted(p.name for p in (out / "figures").iterdir())
+    assert figures_drawn == ["sweep_sensitivity.png", "sweep_steps_to_target.png", "sweep_tuned.png"]
+    for path in (out / "figures").iterdir():
+        path.unlink()
+    assert cli.main(["plot", str(out)]) == 0
+    assert len(list((out / "figures").iterdir())) == 3
+    assert cli.read_results(out / results["trials"][0]["dir"])["experiment"] == "synthetic"  # a trial is a run

@@ -32,8 +32,10 @@ def command_lines() -> list[str]:
 @pytest.mark.parametrize("line", command_lines())
 def test_command_parses_and_its_options_are_valid(line):
     """Each command the README shows is accepted as written: known options, valid values."""
-    from optiscope import cli, experiments
+    from optiscope import cli, experiments, sweep
 
     args = cli.make_parser().parse_args(shlex.split(line))
     if args.command == "run":
-        cli.build_config(experiments.load(args.name), args.quick, cli.config_overrides(args))
+        experiments.build_config(experiments.load(args.name), args.quick, cli.config_overrides(args))
+    if args.command == "sweep":
+        sweep.check(cli.sweep_config(args))

@@ -1,5 +1,5 @@
 """The ``optiscope`` command: ``list``, ``run <name> --out DIR [--quick]``, ``plot DIR``, ``demo``,
-``report DIR [DIR ...] [--out FILE] | --watch DIR``.
+``sweep <name> --optimizers a,b --out DIR``, ``report DIR [DIR ...] [--out FILE] | --watch DIR``.
 
 Every experiment's options come from its ``Config`` dataclass, so ``optiscope run <name> --help``
 always lists exactly what the experiment accepts, with its defaults.
@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, contracts, experiments, figures, runs
+from . import __version__, contracts, experiments, figures, runs, sweep
 from .errors import UserError
 
 EXIT_INTERNAL = 1
@@ -66,11 +66,11 @@ def _converter(tp: Any, optional: bool):
     return convert
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> None:
+def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, skip: tuple[str, ...] = ()) -> None:
     hints = typing.get_type_hints(config_cls)
     defaults = config_cls()
     for f in dataclasses.fields(config_cls):
-        if not f.init or f.metadata.get("cli") is False:
+        if not f.init or f.metadata.get("cli") is False or f.name in skip:
             continue
         tp, optional = _unwrap_optional(hints[f.name])
         flag = "--" + f.name.replace("_", "-")
@@ -93,13 +93,6 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
             )
 
 
-def build_config(module: Any, quick: bool, overrides: dict[str, Any]) -> Any:
-    """The experiment's Config: defaults, then QUICK (with --quick), then explicit options."""
-    values = dict(getattr(module, "QUICK", {})) if quick else {}
-    values.update(overrides)
-    return module.Config(**values)
-
-
 # ------------------------------------------------------------------------------------------ commands
 def cmd_list(console: Console) -> int:
     table = Table(title="optiscope experiments", show_lines=False)
@@ -116,7 +109,7 @@ def run_and_draw(
     name: str, out: Path, quick: bool, overrides: dict[str, Any], *, resume: bool = False, force: bool = False
 ) -> tuple[dict[str, Any], figures.Drawn]:
     """Configure and run one experiment in ``out`` (results.json written), then draw its figures."""
-    config = build_config(experiments.load(name), quick, overrides)
+    config = experiments.build_config(experiments.load(name), quick, overrides)
     results = experiments.execute(name, config, out, resume=resume, force=force, quick=quick)
     if not runs.is_rank_zero():
         return results, figures.Drawn([], [])
@@ -139,9 +132,11 @@ def report_figures(drawn: figures.Drawn, out: Path, console: Console) -> int:
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The experiment's options among the parsed arguments of ``run`` (not the run directory's)."""
+    """The experiment's options among the parsed arguments of ``run`` or ``sweep`` (not the run
+    directory's, nor the sweep's own)."""
     lifecycle = ("command", "name", "out", "quick", "resume", "force")
-    return {k: v for k, v in vars(args).items() if k not in lifecycle}
+    own = SWEEP_OPTIONS if args.command == "sweep" else ()
+    return {k: v for k, v in vars(args).items() if k not in lifecycle and k not in own}
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
@@ -158,16 +153,17 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def read_results(run_dir: Path) -> dict[str, Any]:
-    """A run directory's results.json, checked against its experiment's ``Results`` contract."""
+    """A run directory's results.json, checked against its experiment's (or a sweep's) ``Results`` contract."""
     path = run_dir / runs.RESULTS
     results = runs.read_json(path)
     name = results.get("experiment") if isinstance(results, dict) else None
-    if name not in experiments.EXPERIMENTS:
+    if name != "sweep" and name not in experiments.EXPERIMENTS:
         raise UserError(
             f"{path} is not the result of an optiscope experiment (experiment {name!r}); known: "
-            f"{', '.join(experiments.EXPERIMENTS)}"
+            f"{', '.join([*experiments.EXPERIMENTS, 'sweep'])}"
         )
-    found = contracts.problems(results, experiments.load(name).Results)
+    contract = sweep.Results if name == "sweep" else experiments.load(name).Results
+    found = contracts.problems(results, contract)
     if found:
         raise UserError(f"{path} does not have the shape of a {name!r} result: {'; '.join(found)}")
     return results
@@ -233,6 +229,91 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     finally:
         server.shutdown()
     return 0
+#: The sweep's own options (parsed into these names; every other option goes to each trial).
+SWEEP_OPTIONS = ("optimizers", "seeds", "lrs", "workers", "backend", "address", "objective")
+
+
+def parse_lrs(text: str) -> tuple[float, ...] | None:
+    """``--lrs``: 'auto' (None) or comma-separated finite numbers > 0."""
+    if text.strip().lower() == "auto":
+        return None
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    try:
+        values = tuple(float(s) for s in items)
+    except ValueError:
+        values = ()
+    if not values or any(not (0 < v < float("inf")) for v in values):
+        raise UserError(f"--lrs {text!r}: give auto or learning rates as finite numbers > 0, e.g. 1e-3,3e-3,1e-2")
+    return values
+
+
+def sweep_config(args: argparse.Namespace) -> sweep.SweepConfig:
+    """The parsed arguments of ``sweep`` as a SweepConfig (not validated yet: ``sweep.check`` does)."""
+    return sweep.SweepConfig(
+        experiment=args.name,
+        optimizers=tuple(s.strip() for s in args.optimizers.split(",")),
+        seeds=args.seeds,
+        lrs=parse_lrs(args.lrs),
+        objective=args.objective,
+        quick=args.quick,
+        options=config_overrides(args),
+        workers=args.workers,
+        backend=args.backend,
+        address=args.address,
+    )
+
+
+def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
+    config = sweep_config(args)
+
+    def report(record: dict[str, Any]) -> None:
+        error = f" ({record['error']})" if record["error"] else ""
+        console.print(
+            f"  {record['label']} seed {record['seed']}: {record['objective']:.5g} {record['status']}{error}, "
+            f"{record['wall_seconds']:.1f} s",
+            highlight=False,
+        )
+
+    results = sweep.run_sweep(config, args.out, resume=args.resume, force=args.force, report=report)
+    console.print(f"[bold]sweep {args.name}[/bold] results: {args.out / runs.RESULTS}", highlight=False)
+    for name in results["ranking"]:
+        t = results["optimizers"][name]
+        low, high = t["interval"]
+        console.print(
+            f"  {name}: tuned lr {t['tuned_lr']:g}, {t['mean']:.4g} ± {t['std']:.2g} (95% CI {low:.4g} … {high:.4g})",
+            highlight=False,
+        )
+    for neighbours in results["neighbours"]:
+        console.print(f"  {neighbours['verdict']}", highlight=False)
+    code = report_figures(figures.draw_run(args.out, results), args.out, console)
+    if results["status"] == "diverged":
+        console.print("[bold red]every trial diverged or crashed[/bold red]: see trials in results.json")
+        return code or EXIT_DIVERGED
+    return code
+
+
+def add_sweep_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "sweep",
+        help="tune each optimizer's learning rate, then run seeds: optiscope sweep <name> --optimizers a,b --out DIR",
+    )
+    names = parser.add_subparsers(dest="name", metavar="name")
+    names.required = True
+    for name in sorted(experiments.EXPERIMENTS):
+        module = experiments.load(name)
+        p = names.add_parser(name, help=module.SUMMARY, description=f"Sweep {name}: {module.SUMMARY}")
+        p.add_argument("--optimizers", required=True, help="optimizers to tune, comma-separated (no @lr)")
+        p.add_argument("--out", required=True, type=out_dir, help="the sweep directory")
+        p.add_argument("--quick", action="store_true", help="each trial in the experiment's quick configuration")
+        p.add_argument("--seeds", type=int, default=3, help="seeds at the best lr and its neighbours (default: 3)")
+        p.add_argument("--lrs", default="auto", help="auto (a grid that grows until the best is interior) or a,b,...")
+        p.add_argument("--objective", default=None, help="which declared objective to tune for (default: the first)")
+        p.add_argument("--workers", type=int, default=1, help="trials at a time (default: 1)")
+        p.add_argument("--backend", default="local", help="local (a process pool) or ray (default: local)")
+        p.add_argument("--address", default=None, help="a Ray cluster's address (--backend ray)")
+        p.add_argument("--resume", action="store_true", help="continue the sweep in --out, keeping finished trials")
+        p.add_argument("--force", action="store_true", help="replace the sweep in --out")
+        add_config_arguments(p, module.Config, skip=(*sweep.RESERVED, *SWEEP_OPTIONS))
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -247,7 +328,7 @@ def make_parser() -> argparse.ArgumentParser:
         description="A PyTorch laboratory for optimizers: run an experiment, get data and figures.",
     )
     parser.add_argument("--version", action="version", version=f"optiscope {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{list,run,plot,demo,report}")
+    sub = parser.add_subparsers(dest="command", metavar="{list,run,plot,demo,sweep,report}")
     sub.required = True
     sub.add_parser("list", help="list the experiments")
     run = sub.add_parser("run", help="run an experiment: optiscope run <name> --out DIR [--quick]")
@@ -274,6 +355,7 @@ def make_parser() -> argparse.ArgumentParser:
         help="the HTML file (default: DIR/report.html; for several, in their common parent)",
     )
     page.add_argument("--watch", action="store_true", help="serve the page on 127.0.0.1, refreshing as the run writes")
+    add_sweep_parser(sub)
     return parser
 
 
@@ -285,6 +367,11 @@ def _error(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     console = Console(soft_wrap=True)
     parser = make_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    named = argv[1] if len(argv) > 1 and argv[0] in ("run", "sweep") and not argv[1].startswith("-") else None
+    if named is not None and named not in experiments.EXPERIMENTS:  # one line, not argparse's usage block
+        _error(f"{argv[0]}: unknown experiment {named!r}; valid: {', '.join(sorted(experiments.EXPERIMENTS))}")
+        return EXIT_BAD_INPUT
     try:
         args = parser.parse_args(argv)
     except runs.RunDirError as e:  # raised by an argument type (an empty --out)
@@ -296,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         "plot": lambda: cmd_plot(args, console),
         "demo": lambda: cmd_demo(args, console),
         "report": lambda: cmd_report(args, console),
+        "sweep": lambda: cmd_sweep(args, console),
     }[args.command]
     try:
         return command()

@@ -12,7 +12,10 @@ An experiment module defines
   ``optiscope.train``; their checkpoints live in ``run_dir/checkpoints`` and a run directory that has
   them is being resumed (``runs.open_run`` guarantees that nothing else is there).
 
-Optional: ``OWNS`` (more files or folders the run owns besides ``runs.OWNED``).
+Optional: ``OWNS`` (more files or folders the run owns besides ``runs.OWNED``); ``OBJECTIVES`` (name ->
+``Objective``, the first the default: what ``optiscope sweep`` tunes a learning rate for, read from the
+results of a run of one optimizer); ``DEFAULT_LR`` (where a sweep's grid is centred when ``runs_of`` of a
+lone optimizer gives no learning rate).
 """
 
 from __future__ import annotations
@@ -28,8 +31,22 @@ from .. import __version__, runs
 from ..errors import ConfigError
 from ..optim import RunSpec, parse_runs
 from ..runs import checkpoint_name
+from .objective import Objective, only_run
 
-__all__ = ["ConfigError", "RunSpec", "checkpoint_name", "execute", "load", "parse_runs", "require", "require_counts"]
+__all__ = [
+    "ConfigError",
+    "Objective",
+    "RunSpec",
+    "build_config",
+    "checkpoint_name",
+    "execute",
+    "load",
+    "objectives",
+    "only_run",
+    "parse_runs",
+    "require",
+    "require_counts",
+]
 
 EXPERIMENTS: dict[str, str] = {
     "rare-tokens": "optiscope.experiments.rare_tokens",
@@ -45,6 +62,24 @@ def load(name: str) -> ModuleType:
         valid = ", ".join(sorted(EXPERIMENTS)) or "(none yet)"
         raise ConfigError(f"unknown experiment {name!r}; valid experiments: {valid}")
     return importlib.import_module(EXPERIMENTS[name])
+
+
+def objectives(name: str) -> dict[str, Objective]:
+    """The objectives experiment ``name`` declares (``ConfigError`` if it declares none)."""
+    declared = getattr(load(name), "OBJECTIVES", None)
+    if not declared:
+        with_some = [n for n in EXPERIMENTS if getattr(load(n), "OBJECTIVES", None)]
+        raise ConfigError(
+            f"experiment {name!r} declares no objective to tune for; experiments that do: {', '.join(with_some)}"
+        )
+    return declared
+
+
+def build_config(module: Any, quick: bool, overrides: dict[str, Any]) -> Any:
+    """The experiment's Config: defaults, then QUICK (with --quick), then explicit options."""
+    values = dict(getattr(module, "QUICK", {})) if quick else {}
+    values.update(overrides)
+    return module.Config(**values)
 
 
 def require(condition: bool, message: str) -> None:

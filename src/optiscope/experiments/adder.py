@@ -33,7 +33,7 @@ from ..models.adder import AdderConfig, AdderModel, count_parameters, parameter_
 from ..models.adder_challenge import SuiteScorer, build_model, evaluate, greedy_answer
 from ..monitor import DivergenceGuard, Monitor, run_directory_sinks
 from ..optim import RECIPES, as_lambda_lr, build_optimizer, warmup_cosine
-from . import ConfigError, RunSpec, checkpoint_name, parse_runs, require, require_counts
+from . import ConfigError, Objective, RunSpec, checkpoint_name, only_run, parse_runs, require, require_counts
 
 SUMMARY = "tiny transformers that add 10-digit numbers: trained, scored on the 10,010-case suite, explained"
 
@@ -171,6 +171,22 @@ class Results(TypedDict):
     success: dict[str, dict[str, float]]
     best: dict[str, Any]
     explain: dict[str, Any]
+
+
+#: What ``optiscope sweep adder`` tunes for: the first evaluation step at 10,010/10,010 (a run that never
+#: gets there has no value: the worst), or the wrong answers of the best checkpoint (greedy decoding).
+OBJECTIVES = {
+    "steps_to_perfect": Objective(
+        "steps to 10,010/10,010",
+        "min",
+        lambda results: only_run(results["runs"])["best_step"] if only_run(results["runs"])["perfect"] else None,
+    ),
+    "wrong": Objective(
+        "wrong answers of the best checkpoint",
+        "min",
+        lambda results: results["cases"] - only_run(results["runs"])["correct"],
+    ),
+}
 
 
 # --------------------------------------------------------------------------------------- schedules

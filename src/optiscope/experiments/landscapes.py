@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..optim import RECIPES
-from . import RunSpec, parse_runs, require, require_counts
+from . import Objective, RunSpec, only_run, parse_runs, require, require_counts
 from .bias_correction import bias_correction_story
 from .checks import finite, positive
 from .descent import best_run, descend, log_sampled, thin_path
@@ -99,6 +99,23 @@ class Config:
 def runs_of(config: Config) -> tuple[RunSpec, ...]:
     """The optimizers on the surfaces; one named with an lr runs at that lr only, the others over ``lrs``."""
     return parse_runs(config.optimizers, None, DESCENT_OPTIMIZERS)
+
+
+#: Where a sweep centres its grid: every optimizer here runs over ``lrs`` by default, and 0.03 is near its
+#: geometric middle on a log scale (1e-3 … 1 spans three decades).
+DEFAULT_LR = 0.03
+
+
+def steps_to_tolerance(surface: str):
+    """The objective 'steps to f − f* ≤ tolerance on ``surface``' (None: not reached in the budget)."""
+    return lambda results: only_run(results["surfaces"][surface]["runs"])["reached_at"]
+
+
+#: What ``optiscope sweep landscapes`` tunes for, one objective per surface.
+OBJECTIVES = {
+    f"steps_{name}": Objective(f"steps to f − f* ≤ tolerance on the {name}", "min", steps_to_tolerance(name))
+    for name in ("ravine", "saddle", "rosenbrock")
+}
 
 
 QUICK = dict(steps=1500, lrs=(1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0), decay_steps=1000)

@@ -33,7 +33,7 @@ from ..models import GPT, GPTConfig
 from ..monitor import DivergenceGuard, Monitor, run_directory_sinks, safe_perplexity
 from ..monitor.stats import spearman, update_ratio_by
 from ..optim import RECIPES, Schedule, as_lambda_lr, build_optimizer
-from . import ConfigError, RunSpec, checkpoint_name, parse_runs, require, require_counts
+from . import ConfigError, Objective, RunSpec, checkpoint_name, only_run, parse_runs, require, require_counts
 
 SUMMARY = "A small GPT on real text with each optimizer: loss curves, u/w per layer, rare-token rows, divergence"
 
@@ -184,6 +184,24 @@ class Results(TypedDict):
     corpus: dict[str, Any]
     model: dict[str, Any]
     runs: dict[str, RunResults]
+
+
+def validation_curve(results: dict[str, Any]) -> tuple[list[int], list[float]]:
+    evaluations = only_run(results["runs"])["eval"]
+    return evaluations["step"], evaluations["val_loss"]
+
+
+#: What ``optiscope sweep lm`` tunes for: the last evaluation's validation loss (its curve gives the
+#: steps each tuned optimizer needs to reach a common target loss).
+OBJECTIVES = {
+    "val_loss": Objective(
+        "final validation loss",
+        "min",
+        lambda results: only_run(results["runs"])["final"]["val_loss"],
+        curve=validation_curve,
+        curve_label="validation loss",
+    ),
+}
 
 
 # ------------------------------------------------------------------------------------------------ data

@@ -25,6 +25,7 @@ DRAWERS: dict[str, str] = {
     "lm": "optiscope.figures.lm",
     "entropy": "optiscope.figures.entropy",
     "adder": "optiscope.figures.adder",
+    "sweep": "optiscope.figures.sweep",
 }
 
 

@@ -95,6 +95,11 @@ def annotate_rarest(ax, results: dict[str, Any], name: str, color, last_step: in
 
 # -------------------------------------------------------------------------------------- the seed
 def sgd_vs_adam(results: dict[str, Any]) -> Figure:
+    missing = [name for name in ("sgd", "adam") if name not in results["pair"]]
+    if missing:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        style.nothing_to_show(ax, f"SGD vs Adam: no {' and no '.join(missing)} run (--optimizers)")
+        return fig
     fig = plt.figure(figsize=(16, 11))
     grid = fig.add_gridspec(2, 3, hspace=0.42, wspace=0.3)
     plot_trajectories(fig.add_subplot(grid[0, :2]), results, results["pair"]["sgd"], "SGD")

@@ -1,0 +1,118 @@
+"""Figures of a sweep (``optiscope sweep``), drawn from its results.json alone.
+
+* ``sweep_sensitivity.png`` — the objective against the learning rate, one colour per optimizer: every
+  trial a point (diverged or crashed ones as crosses at the top), the mean over seeds as a line, the
+  tuned learning rate ringed.
+* ``sweep_tuned.png`` — each optimizer at its tuned learning rate: the seeds as points, the mean with
+  its bootstrap 95 % interval; the title says whether the best two differ beyond the seed noise.
+* ``sweep_steps_to_target.png`` — for objectives read from a curve: the steps each tuned optimizer
+  needs to reach the common target (seeds as points, their mean as a bar).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from . import style
+
+
+def _title(results: dict[str, Any]) -> str:
+    objective = results["objective"]["description"]
+    verdict = (results.get("comparison") or {}).get("verdict") or "fewer than two optimizers were tuned"
+    return f"sweep of {results['swept']}: {objective} — {verdict}"
+
+
+def sensitivity(results: dict[str, Any]) -> Figure:
+    fig, ax = plt.subplots(figsize=(8, 5))
+    lrs, values = [], []
+    for index, (name, tuned) in enumerate(results["optimizers"].items()):
+        color = style.optimizer_color(name, index)
+        points = tuned["sensitivity"]
+        xs = [p["lr"] for p in points]
+        means = style.finite([p["mean"] for p in points])
+        ax.plot(xs, means, "-", color=color, label=name, lw=1.5)
+        for p in points:
+            ys = style.finite(p["values"])
+            ax.plot([p["lr"]] * len(ys), ys, "o", color=color, ms=4, alpha=0.7)
+            values.extend(ys[np.isfinite(ys)])
+        lrs.extend(xs)
+        if tuned["tuned_lr"] is not None and math.isfinite(tuned["mean"]):
+            ax.plot(tuned["tuned_lr"], tuned["mean"], "o", ms=12, mfc="none", mec=color, mew=1.5)
+    top = max(values) if values else 1.0
+    for index, (name, tuned) in enumerate(results["optimizers"].items()):
+        for p in tuned["sensitivity"]:
+            bad = sum(1 for v in p["values"] if v is None or not math.isfinite(v))
+            if bad:
+                ax.plot(p["lr"], top, "x", color=style.optimizer_color(name, index), ms=8, mew=2)
+    if lrs:
+        style.log_scale(ax, "x", lrs)
+    ax.set_xlabel("learning rate η")
+    ax.set_ylabel(results["objective"]["description"])
+    ax.legend(fontsize=8)
+    ax.set_title(_title(results) + "\n× : a trial that diverged, crashed or never got there", fontsize=9)
+    return fig
+
+
+def tuned(results: dict[str, Any]) -> Figure:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    names = [n for n, t in results["optimizers"].items() if t["tuned_lr"] is not None]
+    if not names:
+        style.nothing_to_show(ax, "no optimizer has a tuned learning rate (every trial failed)")
+        return fig
+    for i, name in enumerate(names):
+        t = results["optimizers"][name]
+        color = style.optimizer_color(name, i)
+        ys = style.finite(t["values"])
+        ax.plot([i] * len(ys), ys, "o", color=color, alpha=0.6)
+        mean = style.finite([t["mean"]])[0]
+        low, high = style.finite(t["interval"])
+        if np.isfinite(mean):
+            err = [[mean - low], [high - mean]] if np.isfinite(low) and np.isfinite(high) else None
+            ax.errorbar([i + 0.15], [mean], yerr=err, fmt="s", color=color, capsize=4)
+    ax.set_xticks(range(len(names)), [f"{n}\nη = {results['optimizers'][n]['tuned_lr']:g}" for n in names], fontsize=8)
+    ax.set_xlim(-0.5, len(names) - 0.5)
+    ax.set_ylabel(results["objective"]["description"])
+    ax.set_title(_title(results) + "\nseeds as points; mean with bootstrap 95% interval", fontsize=9)
+    return fig
+
+
+def steps_to_target(results: dict[str, Any]) -> Figure:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    found = results.get("steps_to_target")
+    if not found:
+        style.nothing_to_show(ax, "this objective has no curve to read steps to a target from")
+        return fig
+    names = list(found["optimizers"])
+    for i, name in enumerate(names):
+        entry = found["optimizers"][name]
+        color = style.optimizer_color(name, i)
+        steps = style.finite([entry["steps"]])[0]
+        if np.isfinite(steps):
+            ax.bar(i, steps, color=color, alpha=0.35)
+        else:
+            ax.text(i, 0.02, "not reached", transform=ax.get_xaxis_transform(), ha="center", color=style.BAD)
+        ys = style.finite(entry["seed_steps"])
+        ax.plot([i] * len(ys), ys, "o", color=color)
+    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_xlim(-0.5, len(names) - 0.5)
+    ax.set_ylabel("steps")
+    ax.set_title(
+        f"steps until {results['objective'].get('curve', 'the curve')} ≤ {found['target']:.4g} "
+        f"(the worst tuned mean of {results['objective']['description']}), "
+        "at each tuned η\nbars: the mean curve over seeds; points: each seed's own curve\n"
+        f"{(results.get('comparison') or {}).get('verdict', '')}",
+        fontsize=9,
+    )
+    return fig
+
+
+FIGURES = {
+    "sweep_sensitivity.png": sensitivity,
+    "sweep_tuned.png": tuned,
+    "sweep_steps_to_target.png": steps_to_target,
+}

@@ -1,0 +1,113 @@
+"""Where trials run: a local process pool, or Ray tasks on a cluster. Both run ``trial.run_trial`` on
+each trial and yield the records as the trials finish; the sweep writes every file itself.
+
+Local: ``workers`` processes started with ``spawn`` (a fresh interpreter: no state inherited from the
+parent, torch's thread pool included), each given ``cores // workers`` torch threads so that workers ×
+threads ≤ cores. One worker runs the trials in this process, one after another (no pool to start).
+
+Ray: each trial is a Ray task asking for one CPU, on the cluster at ``address`` (``ray.init(address)``)
+or, without one, on a local Ray instance started here — so a user with many machines uses Ray's
+scheduler, not ours.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from multiprocessing import get_context
+from typing import Any
+
+import torch
+
+from ..errors import UserError
+from .trial import Trial, run_trial
+
+BACKENDS = ("local", "ray")
+
+
+def threads_per_worker(workers: int, cores: int | None = None) -> int:
+    """Torch threads per worker so that workers × threads ≤ cores (at least one)."""
+    return max(1, (cores or os.cpu_count() or 1) // workers)
+
+
+def _start_worker(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+class Local:
+    """Trials in this process (one worker) or on a pool of ``workers`` spawned processes, started once
+    for the whole sweep (its workers import torch once, not once per round of trials)."""
+
+    def __init__(self, workers: int) -> None:
+        self.pool = None
+        if workers > 1:
+            self.pool = ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(threads_per_worker(workers),),
+            )
+
+    def run(self, trials: Sequence[Trial]) -> Iterator[dict[str, Any]]:
+        if self.pool is None:
+            for trial in trials:
+                yield run_trial(trial)
+            return
+        futures = [self.pool.submit(run_trial, trial) for trial in trials]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+
+class Ray:
+    """Each trial a Ray task asking for one CPU, on the cluster at ``address`` or on a local instance
+    started here (with ``workers`` CPUs) when Ray is not running in this process yet."""
+
+    def __init__(self, workers: int, address: str | None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise UserError("--backend ray needs Ray: pip install 'optiscope[ray]'") from None
+        self.ray = ray
+        self.started = not ray.is_initialized()
+        if self.started:
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        self.task = ray.remote(num_cpus=1)(run_trial)
+
+    def run(self, trials: Sequence[Trial]) -> Iterator[dict[str, Any]]:
+        pending = [self.task.remote(trial) for trial in trials]
+        try:
+            while pending:
+                done, pending = self.ray.wait(pending, num_returns=1)
+                yield self.ray.get(done[0])
+        except BaseException:
+            for ref in pending:
+                self.ray.cancel(ref, force=True)
+            raise
+
+    def close(self) -> None:
+        if self.started:
+            self.ray.shutdown()
+
+
+@contextmanager
+def open_backend(backend: str = "local", workers: int = 1, address: str | None = None) -> Iterator[Local | Ray]:
+    """A backend whose ``run(trials)`` yields each trial's record as the trial finishes."""
+    runner = Ray(workers, address) if backend == "ray" else Local(workers)
+    try:
+        yield runner
+    finally:
+        runner.close()

@@ -1,0 +1,75 @@
+r"""The learning-rate protocol as pure functions of what has been measured.
+
+Grid positions are integers k. In the automatic grid, position k is the learning rate
+η_k = η₀ · √10^k rounded to three significant digits, where η₀ is the experiment's usual learning rate
+for that optimizer: half a decade between neighbours, so the grid covers a decade in two steps and the
+tuned η is within a factor √10^{1/2} ≈ 1.78 of the best on the grid line. An explicit grid (``--lrs``)
+has position k = its k-th learning rate in increasing order and is never extended.
+
+The protocol, for one optimizer with seeds s₀ … s_{N−1}:
+
+1. run positions −1, 0, 1 at seed s₀;
+2. while the best position is at an end of the grid (and the grid may grow that way), run the next
+   position beyond it at s₀ — so the best learning rate ends up interior, with a worse value each side;
+3. run every seed at the best position and its two neighbours.
+
+Values are objective values where lower is better (``sign`` flips a maximised objective); a trial that
+diverged, crashed or never reached its target has +inf (the worst), so it is never the best.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+FACTOR = math.sqrt(10)
+#: How far the automatic grid may grow past its first three points on each side (√10^7: 3.5 decades).
+MAX_EXTENSIONS = 6
+INITIAL = (-1, 0, 1)
+
+
+def auto_lr(centre: float, k: int, factor: float = FACTOR) -> float:
+    """η_k = centre · factor^k, rounded to three significant digits (the name of the trial's directory)."""
+    return float(f"{centre * factor**k:.3g}")
+
+
+def best_position(values: Mapping[int, float]) -> int | None:
+    """The position with the lowest value (ties: the one nearest the centre, then the lower); None when
+    every value is the worst (+inf) — nothing was learned about where the optimum is."""
+    finite = {k: v for k, v in values.items() if v < math.inf}
+    if not finite:
+        return None
+    return min(finite, key=lambda k: (finite[k], abs(k), k))
+
+
+def next_trials(
+    done: Mapping[tuple[int, int], float], seeds: Sequence[int], bounds: tuple[int, int], initial: Sequence[int]
+) -> list[tuple[int, int]]:
+    """The (position, seed) trials to run next for one optimizer, given ``done`` (position, seed) ->
+    value; an empty list when its sweep is complete. ``bounds`` limits the positions the grid may reach."""
+    first = seeds[0]
+    grid = {k: v for (k, s), v in done.items() if s == first}
+    missing = [(k, first) for k in initial if k not in grid]
+    if missing:
+        return missing
+    best = best_position(grid)
+    if best is None:
+        return []
+    low, high = min(grid), max(grid)
+    if best == low and low - 1 >= bounds[0]:
+        return [(low - 1, first)]
+    if best == high and high + 1 <= bounds[1]:
+        return [(high + 1, first)]
+    return [(k, s) for k in neighbourhood(grid, best) for s in seeds if (k, s) not in done]
+
+
+def neighbourhood(grid: Mapping[int, float], best: int) -> list[int]:
+    """``best`` and the grid positions next to it on each side (one side only at an end)."""
+    positions = sorted(grid)
+    i = positions.index(best)
+    return positions[max(0, i - 1) : i + 2]
+
+
+def is_interior(grid: Mapping[int, float], best: int | None) -> bool:
+    """Has the grid a measured position on each side of ``best``?"""
+    return best is not None and min(grid) < best < max(grid)

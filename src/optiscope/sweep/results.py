@@ -1,0 +1,209 @@
+"""A sweep's ``results.json``: every trial, and per optimizer the tuned learning rate, its seed
+statistics and the sensitivity curve; which optimizer is best and whether the best two differ beyond
+the seed noise; and, for objectives read from a curve, the steps each tuned optimizer needs to reach a
+common target. Computed here from the trial records; ``figures.sweep`` only draws it."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, TypedDict
+
+from .stats import bootstrap_interval, difference_interval, mean_std
+
+
+class TrialRecord(TypedDict):
+    """One trial as results.json keeps it (``trial.run_trial``'s record)."""
+
+    optimizer: str
+    lr: float
+    seed: int
+    status: str
+    objective: float
+    objectives: dict[str, float]
+    steps: int | None
+    wall_seconds: float
+    error: str | None
+    dir: str
+
+
+class Point(TypedDict):
+    lr: float
+    values: list[float]
+    mean: float
+    seeds: list[int]
+
+
+class Tuned(TypedDict):
+    centre_lr: float
+    tuned_lr: float | None
+    interior: bool
+    values: list[float]
+    mean: float
+    std: float
+    interval: list[float]
+    sensitivity: list[Point]
+
+
+class Results(TypedDict):
+    experiment: str
+    swept: str
+    status: str
+    objective: dict[str, Any]
+    factor: float | None
+    seeds: list[int]
+    optimizers: dict[str, Tuned]
+    ranking: list[str]
+    comparison: dict[str, Any] | None
+    neighbours: list[dict[str, Any]]
+    steps_to_target: dict[str, Any] | None
+    trials: list[TrialRecord]
+
+
+def _signed(value: float, direction: str) -> float:
+    """Lower is better: a maximised objective is compared by its negative."""
+    return value if direction == "min" else -value
+
+
+def sensitivity(trials: Sequence[dict[str, Any]]) -> list[Point]:
+    """Per learning rate (increasing): every seed's value and their mean."""
+    by_lr: dict[float, list[dict[str, Any]]] = defaultdict(list)
+    for t in trials:
+        by_lr[t["lr"]].append(t)
+    points = []
+    for lr in sorted(by_lr):
+        chosen = sorted(by_lr[lr], key=lambda t: t["seed"])
+        values = [t["objective"] for t in chosen]
+        points.append({"lr": lr, "values": values, "mean": mean_std(values)[0], "seeds": [t["seed"] for t in chosen]})
+    return points
+
+
+def tuned(trials: Sequence[dict[str, Any]], seeds: Sequence[int], direction: str, centre: float) -> Tuned:
+    """The learning rate with the best mean over all seeds (among those run with every seed)."""
+    points = sensitivity(trials)
+    complete = [p for p in points if sorted(p["seeds"]) == sorted(seeds)]
+    finite = [p for p in complete if math.isfinite(p["mean"])]
+    best = min(finite, key=lambda p: _signed(p["mean"], direction)) if finite else None
+    values = best["values"] if best else []
+    mean, std = mean_std(values) if best else (math.nan, math.nan)
+    lrs = [p["lr"] for p in points]
+    return {
+        "centre_lr": centre,
+        "tuned_lr": best["lr"] if best else None,
+        "interior": best is not None and min(lrs) < best["lr"] < max(lrs),
+        "values": values,
+        "mean": mean,
+        "std": std,
+        "interval": list(bootstrap_interval(values)) if best else [math.nan, math.nan],
+        "sensitivity": points,
+    }
+
+
+def pair(optimizers: dict[str, Tuned], better: str, worse: str) -> dict[str, Any]:
+    """``better`` against ``worse`` at their tuned lrs: the difference of means, its bootstrap 95 %
+    interval, and whether that interval excludes zero (a difference beyond the seed noise)."""
+    low, high = difference_interval(optimizers[better]["values"], optimizers[worse]["values"])
+    differ = not (low <= 0 <= high) if math.isfinite(low) else False
+    difference = optimizers[better]["mean"] - optimizers[worse]["mean"]
+    verdict = f"{better} vs {worse}: Δ = {difference:.3g}, 95% CI [{low:.3g}, {high:.3g}] — " + (
+        "beyond seed noise" if differ else "within seed noise"
+    )
+    return {
+        "best": better,
+        "second": worse,
+        "difference": difference,
+        "interval": [low, high],
+        "differ": differ,
+        "verdict": verdict,
+    }
+
+
+def compare(optimizers: dict[str, Tuned], direction: str) -> tuple[list[str], dict[str, Any] | None, list]:
+    """The optimizers ranked by tuned mean; the best two compared; and each against the next one down."""
+    ranked = sorted(
+        (name for name, t in optimizers.items() if t["tuned_lr"] is not None),
+        key=lambda name: _signed(optimizers[name]["mean"], direction),
+    )
+    neighbours = [pair(optimizers, a, b) for a, b in zip(ranked, ranked[1:], strict=False)]
+    return ranked, (neighbours[0] if neighbours else None), neighbours
+
+
+def first_reaching(curve: dict[str, list] | None, target: float, direction: str) -> float:
+    """The first step at which the curve is at least as good as ``target`` (+inf: never)."""
+    if not curve:
+        return math.inf
+    for step, value in zip(curve["step"], curve["value"], strict=True):
+        if value is not None and math.isfinite(value) and _signed(value, direction) <= _signed(target, direction):
+            return float(step)
+    return math.inf
+
+
+def mean_curve(curves: Sequence[dict[str, list] | None]) -> dict[str, list] | None:
+    """The seeds' curves averaged at the steps they all have (None if a seed has no curve)."""
+    if not curves or any(not c for c in curves):
+        return None
+    common = sorted(set.intersection(*(set(c["step"]) for c in curves)))
+    at = [dict(zip(c["step"], c["value"], strict=True)) for c in curves]
+    values = [mean_std([a[step] if a[step] is not None else math.nan for a in at])[0] for step in common]
+    return {"step": common, "value": values}
+
+
+def steps_to_target(
+    trials: Sequence[dict[str, Any]], optimizers: dict[str, Tuned], direction: str
+) -> dict[str, Any] | None:
+    """Steps each tuned optimizer needs to reach the target every tuned optimizer reaches: the worst of
+    the tuned means. Read from the mean over seeds of the curves at the tuned lr (which ends at the tuned
+    mean, so every tuned optimizer gets there), and from each seed's own curve (which may not)."""
+    means = [t["mean"] for t in optimizers.values() if t["tuned_lr"] is not None and math.isfinite(t["mean"])]
+    if not means or not any(t.get("curve") for t in trials):
+        return None
+    target = max(means) if direction == "min" else min(means)
+    found: dict[str, Any] = {}
+    for name, t in optimizers.items():
+        if t["tuned_lr"] is None:
+            continue
+        at = sorted((x for x in trials if x["optimizer"] == name and x["lr"] == t["tuned_lr"]), key=lambda x: x["seed"])
+        found[name] = {
+            "steps": first_reaching(mean_curve([x.get("curve") for x in at]), target, direction),
+            "seed_steps": [first_reaching(x.get("curve"), target, direction) for x in at],
+            "seeds": [x["seed"] for x in at],
+        }
+    reached = {name: f["steps"] for name, f in found.items() if math.isfinite(f["steps"])}
+    slowest = max(reached, key=reached.get) if reached else None
+    for name, f in found.items():
+        f["fraction_of_slowest"] = f["steps"] / reached[slowest] if slowest and name in reached else None
+    return {"target": target, "slowest": slowest, "optimizers": found}
+
+
+def summarise(
+    name: str,
+    records: Sequence[dict[str, Any]],
+    optimizers: Sequence[str],
+    centres: dict[str, float],
+    seeds: Sequence[int],
+    objective: dict[str, Any],
+    factor: float | None,
+) -> Results:
+    direction = objective["direction"]
+    order = {opt: i for i, opt in enumerate(optimizers)}
+    records = sorted(records, key=lambda r: (order[r["optimizer"]], r["lr"], r["seed"]))
+    per = {
+        opt: tuned([r for r in records if r["optimizer"] == opt], seeds, direction, centres[opt]) for opt in optimizers
+    }
+    ranking, comparison, neighbours = compare(per, direction)
+    every_failed = all(r["status"] != "ok" for r in records)
+    return {
+        "experiment": "sweep",
+        "swept": name,
+        "status": "diverged" if every_failed else "ok",
+        "objective": objective,
+        "factor": factor,
+        "seeds": list(seeds),
+        "optimizers": per,
+        "ranking": ranking,
+        "comparison": comparison,
+        "neighbours": neighbours,
+        "steps_to_target": steps_to_target(records, per, direction),
+        "trials": records,
+    }

@@ -1,0 +1,191 @@
+"""``optiscope sweep``: tune each optimizer's learning rate on an experiment, then run several seeds.
+
+The sweep directory follows the run-directory rules (``runs.open_run``: a lock, ``--resume``,
+``--force``, ``config.json``) and holds::
+
+    DIR/config.json       the sweep's settings
+    DIR/trials/<optimizer>@<lr>/seed-<s>/   one ordinary run directory per trial
+    DIR/trials.jsonl      one record per finished trial, appended as each finishes
+    DIR/results.json      every trial and the per-optimizer summary (``results.summarise``)
+    DIR/figures/*.png     drawn by ``figures.sweep``
+
+The protocol (``grid``) decides the next trials from the records alone, so a killed sweep resumed with
+``--resume`` re-plans the same trials, skips those recorded, continues a half-finished one from its
+checkpoints, and ends with the results an uninterrupted sweep would have (wall times aside).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import experiments, runs
+from ..errors import ConfigError
+from . import grid
+from .backends import BACKENDS, open_backend
+from .results import Results, summarise
+from .trial import TRIALS, Trial, trial_dir
+
+RECORDS = "trials.jsonl"
+#: The sweep's own options (an experiment option of the same name is not offered to its trials).
+RESERVED = ("optimizers", "seed", "seeds", "quiet", "verbose")
+
+
+@dataclass
+class SweepConfig:
+    experiment: str
+    optimizers: tuple[str, ...]
+    seeds: int = 3
+    #: None: the automatic grid around each optimizer's usual learning rate
+    lrs: tuple[float, ...] | None = None
+    objective: str | None = None
+    quick: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    workers: int = field(default=1, metadata={"affects_results": False})
+    backend: str = field(default="local", metadata={"affects_results": False})
+    address: str | None = field(default=None, metadata={"affects_results": False})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the configuration resolves to: per optimizer its grid centre, the seeds, the objective."""
+
+    module: str
+    objective: str
+    objectives: tuple[str, ...]
+    centres: dict[str, float]
+    seeds: tuple[int, ...]
+
+
+def check(config: SweepConfig) -> Plan:
+    """Validate ``config`` (``ConfigError`` naming the bad value) and resolve it into a ``Plan``."""
+    declared = experiments.objectives(config.experiment)
+    module = experiments.load(config.experiment)
+    objective = config.objective or next(iter(declared))
+    if objective not in declared:
+        raise ConfigError(f"--objective {objective!r}; {config.experiment} declares: {', '.join(declared)}")
+    if isinstance(config.seeds, bool) or not isinstance(config.seeds, int) or config.seeds < 1:
+        raise ConfigError(f"--seeds {config.seeds!r} must be an integer >= 1")
+    if isinstance(config.workers, bool) or not isinstance(config.workers, int) or config.workers < 1:
+        raise ConfigError(f"--workers {config.workers!r} must be an integer >= 1")
+    if config.backend not in BACKENDS:
+        raise ConfigError(f"--backend {config.backend!r}; valid: {', '.join(BACKENDS)}")
+    if config.lrs is not None and (not config.lrs or any(not lr > 0 or lr == float("inf") for lr in config.lrs)):
+        raise ConfigError(f"--lrs {config.lrs!r}: give auto or finite numbers > 0, e.g. 1e-3,3e-3,1e-2")
+    if config.lrs is not None and len(set(config.lrs)) != len(config.lrs):
+        raise ConfigError(f"--lrs {config.lrs!r} names a learning rate twice")
+    names = [n.strip() for n in config.optimizers if n.strip()]
+    if not names:
+        raise ConfigError("--optimizers is empty; name one or more optimizers, e.g. adamw,muon+adamw")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--optimizers names an optimizer twice: {', '.join(names)}")
+    reserved = sorted(set(config.options) & set(RESERVED))
+    if reserved:
+        raise ConfigError(f"the sweep sets {', '.join(reserved)} itself; leave them out")
+    centres, seed0 = {}, None
+    for name in names:
+        if "@" in name:
+            raise ConfigError(f"--optimizers {name!r}: a sweep chooses the learning rates; name the optimizer alone")
+        settings = experiments.build_config(module, config.quick, {**config.options, "optimizers": name})
+        (spec,) = module.runs_of(settings)
+        centre = spec.lr if spec.lr is not None else getattr(module, "DEFAULT_LR", None)
+        if centre is None:
+            raise ConfigError(f"{config.experiment} has no usual learning rate for {name}; give --lrs")
+        centres[name] = centre
+        seed0 = getattr(settings, "seed", 0)
+    seeds = tuple(seed0 + i for i in range(config.seeds))
+    return Plan(experiments.EXPERIMENTS[config.experiment], objective, tuple(declared), centres, seeds)
+
+
+def settings(config: SweepConfig) -> dict[str, Any]:
+    """config.json's content: every option, the grid's factor included."""
+    return runs.to_jsonable({**dataclasses.asdict(config), "factor": None if config.lrs else grid.FACTOR})
+
+
+def lr_at(config: SweepConfig, plan: Plan, optimizer: str, k: int) -> float:
+    if config.lrs:
+        return sorted(config.lrs)[k]
+    return grid.auto_lr(plan.centres[optimizer], k)
+
+
+def grid_shape(config: SweepConfig) -> tuple[tuple[int, int], tuple[int, ...]]:
+    """(bounds, initial positions) of the grid."""
+    if config.lrs:
+        n = len(config.lrs)
+        return (0, n - 1), tuple(range(n))
+    reach = 1 + grid.MAX_EXTENSIONS
+    return (-reach, reach), grid.INITIAL
+
+
+def pending(config: SweepConfig, plan: Plan, out: Path, records: dict[tuple, dict[str, Any]]) -> list[Trial]:
+    """The trials the protocol asks for next, given the records so far (none left: the sweep is done)."""
+    bounds, initial = grid_shape(config)
+    sign = 1 if experiments.objectives(config.experiment)[plan.objective].direction == "min" else -1
+    trials = []
+    for optimizer in config.optimizers:
+        positions = {}
+        for k in range(bounds[0], bounds[1] + 1):
+            lr = lr_at(config, plan, optimizer, k)
+            for seed in plan.seeds:
+                if (optimizer, lr, seed) in records:
+                    positions[(k, seed)] = sign * records[(optimizer, lr, seed)]["objective"]
+        for k, seed in grid.next_trials(positions, plan.seeds, bounds, initial):
+            lr = lr_at(config, plan, optimizer, k)
+            trials.append(
+                Trial(
+                    experiment=config.experiment,
+                    module=plan.module,
+                    optimizer=optimizer,
+                    lr=lr,
+                    seed=seed,
+                    quick=config.quick,
+                    options=dict(config.options),
+                    objectives=plan.objectives,
+                    out=str(trial_dir(out, optimizer, lr, seed)),
+                    primary=plan.objective,
+                )
+            )
+    return trials
+
+
+def run_sweep(
+    config: SweepConfig,
+    out: Path,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    report: Callable[[dict[str, Any]], None] = lambda record: None,
+) -> Results:
+    """Run the sweep in ``out`` (see the module's docstring); ``report`` sees each trial's record."""
+    plan = check(config)
+    ignored = tuple(f.name for f in dataclasses.fields(SweepConfig) if f.metadata.get("affects_results") is False)
+    with (
+        runs.open_run(
+            out, "sweep", settings(config), resume=resume, force=force, ignored=ignored, owned=(TRIALS, RECORDS)
+        ) as run_dir,
+        open_backend(config.backend, config.workers, config.address) as backend,
+    ):
+        path = run_dir.path
+        records = {(r["optimizer"], r["lr"], r["seed"]): r for r in runs.read_jsonl(path / RECORDS)}
+        while batch := pending(config, plan, path, records):
+            for record in backend.run(batch):
+                record["dir"] = str(trial_dir(Path(), record["optimizer"], record["lr"], record["seed"]))
+                runs.append_jsonl(path / RECORDS, record)
+                records[(record["optimizer"], record["lr"], record["seed"])] = record
+                report(record)
+        declared = experiments.objectives(config.experiment)[plan.objective]
+        objective = {
+            "name": plan.objective,
+            "description": declared.description,
+            "direction": declared.direction,
+            "curve": declared.curve_label or declared.description,
+        }
+        factor = None if config.lrs else grid.FACTOR
+        results = summarise(
+            config.experiment, list(records.values()), config.optimizers, plan.centres, plan.seeds, objective, factor
+        )
+        runs.atomic_write_json(path / runs.RESULTS, results)
+    return results

@@ -1,0 +1,105 @@
+"""One trial: one optimizer at one learning rate and seed, run by the experiment's own ``execute`` (the
+code ``optiscope run`` uses) into its own run directory, and read back as one record.
+
+``run_trial`` is what every backend runs, in this process, a pool worker or a Ray worker: it takes and
+returns plain data, never raises for a trial that failed (a crash is recorded with its error and the
+traceback goes to the trial's ``error.log``), and continues a trial that was killed half-way from its
+checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import experiments, runs
+
+TRIALS = "trials"
+STATUSES = ("ok", "diverged", "crashed")
+
+
+@dataclass(frozen=True)
+class Trial:
+    experiment: str
+    #: the registry entry of ``experiment``: a worker process imports the module from it
+    module: str
+    optimizer: str
+    lr: float
+    seed: int
+    quick: bool
+    options: dict[str, Any]
+    objectives: tuple[str, ...]
+    out: str
+    #: which of ``objectives`` the sweep tunes for (the record's ``objective``)
+    primary: str = field(default="")
+
+    @property
+    def label(self) -> str:
+        return f"{self.optimizer}@{self.lr:g}"
+
+
+def trial_dir(root: Path, optimizer: str, lr: float, seed: int) -> Path:
+    """``root/trials/<optimizer>@<lr>/seed-<seed>``."""
+    return Path(root) / TRIALS / f"{optimizer}@{lr:g}" / f"seed-{seed}"
+
+
+def trial_config(trial: Trial) -> Any:
+    """The experiment's Config of this trial: the sweep's options, one optimizer at one lr, the seed."""
+    module = experiments.load(trial.experiment)
+    overrides = {**trial.options, "optimizers": trial.label, "seed": trial.seed}
+    if "quiet" in {f.name for f in dataclasses.fields(module.Config)}:
+        overrides["quiet"] = True
+    return experiments.build_config(module, trial.quick, overrides)
+
+
+def finished_results(out: Path, config: Any) -> dict[str, Any] | None:
+    """The results of a trial that already finished in ``out`` with this very configuration (a sweep
+    killed after the trial wrote them but before it recorded the trial), else None."""
+    try:
+        stored = runs.read_json(out / runs.CONFIG)
+        results = runs.read_json(out / runs.RESULTS)
+    except runs.RunDirError:
+        return None
+    return results if stored.get("config") == experiments.config_dict(config) else None
+
+
+def run_trial(trial: Trial) -> dict[str, Any]:
+    """Run ``trial`` (or continue it) and return its record; never raises for a failed trial."""
+    experiments.EXPERIMENTS.setdefault(trial.experiment, trial.module)
+    out = Path(trial.out)
+    started = time.perf_counter()
+    declared = experiments.objectives(trial.experiment)
+    primary = declared[trial.primary or trial.objectives[0]]
+    record: dict[str, Any] = {
+        "optimizer": trial.optimizer,
+        "lr": trial.lr,
+        "seed": trial.seed,
+        "label": trial.label,
+    }
+    try:
+        config = trial_config(trial)
+        results = finished_results(out, config)
+        if results is None:
+            results = experiments.execute(trial.experiment, config, out, resume=True, quick=trial.quick)
+        values = {name: declared[name].value(results) for name in trial.objectives}
+        curve = primary.curve(results) if primary.curve is not None else None
+        status = "diverged" if results.get("status") == "diverged" else "ok"
+        record.update(status=status, error=None)
+    except Exception as e:  # a crash of one trial is recorded; the sweep goes on
+        out.mkdir(parents=True, exist_ok=True)
+        runs.write_error_log(out, f"sweep trial {trial.label} seed {trial.seed}", traceback.format_exc())
+        values = {name: declared[name].worst for name in trial.objectives}
+        curve = None
+        record.update(status="crashed", error=f"{type(e).__name__}: {e}".splitlines()[0])
+    record.update(
+        objective=values[trial.primary or trial.objectives[0]],
+        objectives=values,
+        steps=curve[0][-1] if curve and curve[0] else None,
+        curve={"step": list(curve[0]), "value": list(curve[1])} if curve else None,
+        wall_seconds=round(time.perf_counter() - started, 3),
+    )
+    return record

@@ -1,0 +1,79 @@
+"""A synthetic experiment for sweep tests: its objective is a known function of the learning rate.
+
+    objective(η) = (log₁₀ η − log₁₀ η*)² + seed / 1000
+
+with η* the optimizer's optimum (``--sgd-optimum``, ``--adam-optimum``), so the tuned learning rate of a
+√10 grid is the grid point nearest η* in log space, known in advance. A run diverges above
+``--diverge-above`` and raises at exactly ``--crash-at``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TypedDict
+
+from optiscope.experiments import ConfigError, Objective, only_run, parse_runs
+
+SUMMARY = "a known objective of the learning rate (tests)"
+LEARNING_RATES = {"sgd": 0.01, "adam": 0.01}
+
+
+@dataclass
+class Config:
+    optimizers: str = "sgd"
+    seed: int = 0
+    sgd_optimum: float = 0.01
+    adam_optimum: float = 0.01
+    diverge_above: float = math.inf
+    crash_at: float = 0.0
+    quiet: bool = field(default=False, metadata={"affects_results": False})
+
+    def __post_init__(self) -> None:
+        runs_of(self)
+        if self.sgd_optimum <= 0:
+            raise ConfigError(f"sgd_optimum={self.sgd_optimum} must be > 0")
+
+
+def runs_of(config):
+    return parse_runs(config.optimizers, LEARNING_RATES)
+
+
+QUICK: dict = {}
+
+
+class Results(TypedDict):
+    runs: dict[str, dict]
+
+
+def objective(lr: float, optimum: float, seed: int) -> float:
+    return (math.log10(lr) - math.log10(optimum)) ** 2 + seed / 1000
+
+
+def run(config, run_dir):
+    out = {}
+    for spec in runs_of(config):
+        if spec.lr == config.crash_at:
+            raise RuntimeError(f"trial at {spec.lr} crashed on purpose")
+        optimum = config.sgd_optimum if spec.optimizer == "sgd" else config.adam_optimum
+        value = objective(spec.lr, optimum, config.seed)
+        diverged = spec.lr > config.diverge_above
+        curve = {"step": [1, 2, 3], "value": [value + 2, value + 1, value]}
+        out[spec.label] = {"value": math.nan if diverged else value, "curve": curve}
+    status = "diverged" if all(math.isnan(r["value"]) for r in out.values()) else "ok"
+    return {"status": status, "runs": out}
+
+
+OBJECTIVES = {
+    "value": Objective(
+        "the known function of η",
+        "min",
+        lambda results: only_run(results["runs"])["value"],
+        curve=lambda results: (only_run(results["runs"])["curve"]["step"], only_run(results["runs"])["curve"]["value"]),
+    )
+}
+
+
+def without_wall_times(results: dict) -> dict:
+    """A sweep's results with the trials' wall times left out (the only numbers that may differ)."""
+    return {**results, "trials": [{k: v for k, v in t.items() if k != "wall_seconds"} for t in results["trials"]]}

@@ -1,0 +1,87 @@
+"""run_sweep on the synthetic experiment: the grid grows to an interior optimum on either side, a
+diverged or crashed trial is recorded and the sweep goes on, a killed sweep resumes to the results of
+an uninterrupted one without re-running finished trials."""
+
+import math
+
+import pytest
+
+from optiscope import experiments, figures, runs
+from optiscope.sweep import SweepConfig, backends, run_sweep
+
+from .synthetic import without_wall_times
+
+
+def config(**overrides):
+    options = overrides.pop("options", {"sgd_optimum": 1e-4, "adam_optimum": 1.0})
+    overrides.setdefault("optimizers", ("sgd", "adam"))
+    return SweepConfig(experiment="synthetic", options=options, **overrides)
+
+
+def test_grid_grows_to_an_optimum_outside_it_on_either_side(synthetic, tmp_path):
+    results = run_sweep(config(seeds=2), tmp_path / "s")
+    sgd, adam = results["optimizers"]["sgd"], results["optimizers"]["adam"]
+    # η* = 1e-4 and 1 are 4 half-decades below and above the first grid's centre 0.01
+    assert sgd["tuned_lr"] == pytest.approx(1e-4) and adam["tuned_lr"] == pytest.approx(1.0)
+    assert sgd["interior"] and adam["interior"]
+    assert [p["lr"] for p in sgd["sensitivity"]] == pytest.approx([3.16e-5, 1e-4, 3.16e-4, 1e-3, 3.16e-3, 0.01, 0.0316])
+    assert sgd["values"] == pytest.approx([0.0, 0.001])  # seeds 0 and 1 at η*
+    assert results["seeds"] == [0, 1] and sorted(results["ranking"]) == ["adam", "sgd"]
+    on_disk = runs.read_json(tmp_path / "s" / "results.json")
+    trial = on_disk["trials"][0]
+    assert (tmp_path / "s" / trial["dir"] / "results.json").is_file()  # each trial is a run directory
+    assert runs.read_json(tmp_path / "s" / "config.json")["config"]["factor"] == pytest.approx(math.sqrt(10))
+
+
+def test_diverged_and_crashed_trials_are_recorded(synthetic, tmp_path):
+    options = {"sgd_optimum": 0.03, "diverge_above": 0.05, "crash_at": 0.00316}
+    results = run_sweep(config(optimizers=("sgd",), seeds=1, options=options), tmp_path / "s")
+    by_lr = {t["lr"]: t for t in results["trials"]}
+    assert by_lr[0.1]["status"] == "diverged" and by_lr[0.1]["objective"] == math.inf
+    assert by_lr[0.00316]["status"] == "crashed" and "crashed on purpose" in by_lr[0.00316]["error"]
+    assert (tmp_path / "s" / by_lr[0.00316]["dir"] / "error.log").is_file()
+    assert results["optimizers"]["sgd"]["tuned_lr"] == 0.0316
+
+
+def test_a_killed_sweep_resumes_to_the_same_results(synthetic, tmp_path, monkeypatch):
+    whole = run_sweep(config(seeds=2), tmp_path / "whole")
+    ran = []
+
+    def counted(trial):
+        ran.append((trial.optimizer, trial.lr, trial.seed))
+        return run_trial(trial)
+
+    run_trial = backends.run_trial
+    monkeypatch.setattr(backends, "run_trial", counted)
+
+    def kill_after_five(record):
+        if len(ran) == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(config(seeds=2), tmp_path / "part", report=kill_after_five)
+    first = list(ran)
+    with pytest.raises(runs.RunDirError, match="--resume"):
+        run_sweep(config(seeds=2), tmp_path / "part")
+    resumed = run_sweep(config(seeds=2), tmp_path / "part", resume=True)
+    assert not set(first) & set(ran[len(first) :])  # finished trials were not run again
+    assert len(ran) == len(whole["trials"])
+    assert without_wall_times(resumed) == without_wall_times(whole)
+
+
+def test_rare_tokens_trials_read_the_experiments_own_numbers(tmp_path):
+    """The objective of each trial equals what one ``optiscope run`` of the same optimizers measures."""
+    options = {"steps": 300, "sweep_lrs": (0.1, 1.0)}
+    results = run_sweep(
+        SweepConfig("rare-tokens", ("adam",), seeds=1, lrs=(0.01, 0.1, 1.0), options=options), tmp_path / "s"
+    )
+    module = experiments.load("rare-tokens")
+    config = experiments.build_config(module, False, {**options, "optimizers": "adam@0.01,adam@0.1,adam@1"})
+    together = module.run(config, tmp_path)
+    rarest = together["rarest"]
+    for trial in results["trials"]:
+        run = together["optimizers"][f"adam@{trial['lr']:g}"]
+        expected = math.inf if run["tail_rms_error"] is None else run["tail_rms_error"][rarest]
+        assert trial["objective"] == pytest.approx(expected, rel=1e-12)
+    one = runs.read_json(tmp_path / "s" / results["trials"][0]["dir"] / "results.json")
+    assert not figures.draw(one, tmp_path / "figures").failures  # a run of one optimizer draws (no SGD vs Adam)
