@@ -7,9 +7,8 @@ import pytest
 import torch
 from torch import nn
 
+from curvature_support import adam_scaling, exact_hessian, mlp_problem
 from optiscope.curvature import directional_curvature, gradient_noise_scale, hessian_trace
-
-from .test_sharpness import exact_hessian, mlp_problem
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -44,9 +43,7 @@ def test_preconditioned_directional_curvature_uses_the_adam_state():
         loss_fn(model, batch).backward()
         opt.step()
     H = exact_hessian(model, loss_fn, batch)
-    P = torch.cat(
-        [((opt.state[p]["exp_avg_sq"] / (1 - 0.999**3)).sqrt() + 1e-8).reshape(-1) for p in model.parameters()]
-    )
+    P = adam_scaling(model, opt) ** -2
     d = {id(p): torch.randn_like(p) for p in model.parameters()}
     flat = torch.cat([d[id(p)].reshape(-1) for p in model.parameters()])
     out = directional_curvature(model, loss_fn, batch, d, optimizer=opt)

@@ -5,32 +5,8 @@ import pytest
 import torch
 from torch import nn
 
+from curvature_support import adam_scaling, exact_hessian, mlp_problem
 from optiscope.curvature import HessianOperator, sharpness
-
-
-def mlp_problem(seed=0):
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(3, 6), nn.Tanh(), nn.Linear(6, 2)).double()
-    x, y = torch.randn(20, 3, dtype=torch.float64), torch.randn(20, 2, dtype=torch.float64)
-
-    def loss_fn(m, batch):
-        return nn.functional.mse_loss(m(batch[0]), batch[1])
-
-    return model, loss_fn, (x, y)
-
-
-def exact_hessian(model, loss_fn, batch):
-    """The full Hessian by torch.func.hessian over one flat parameter vector (independent of our HVPs)."""
-    names = [n for n, _ in model.named_parameters()]
-    shapes = [p.shape for p in model.parameters()]
-    sizes = [p.numel() for p in model.parameters()]
-    flat0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-
-    def f(flat):
-        params = {n: t.view(s) for n, t, s in zip(names, torch.split(flat, sizes), shapes, strict=True)}
-        return loss_fn(lambda x: torch.func.functional_call(model, params, (x,)), batch)
-
-    return torch.func.hessian(f)(flat0)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -66,12 +42,7 @@ def test_preconditioned_by_a_torch_adam_state_built_by_hand():
         loss_fn(model, batch).backward()
         opt.step()
     H = exact_hessian(model, loss_fn, batch)
-    p_diag = []
-    for p in model.parameters():
-        s = opt.state[p]
-        t = float(s["step"])
-        p_diag.append((s["exp_avg_sq"] / (1 - beta2**t)).sqrt().reshape(-1) + eps)
-    d = torch.cat(p_diag).rsqrt()
+    d = adam_scaling(model, opt)
     exact = torch.linalg.eigvalsh(d[:, None] * H * d[None, :]).flip(0)[:3]
     out = sharpness(model, loss_fn, batch, optimizer=opt, k=3, tol=1e-10, dtype=torch.float64)
     assert out["preconditioned"]
