@@ -19,6 +19,7 @@ close to the wanted eigenvector, so fewer steps reach the tolerance.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,7 +46,8 @@ def lanczos(
     """The k largest (algebraic) eigenvalues of the symmetric operator ``matvec`` on vectors like ``start``.
 
     Stops when the top-k relative residuals are ≤ ``tol``, after ``max_steps`` products, or when the
-    Krylov space is exhausted (then the Ritz values are exact).
+    Krylov space is exhausted (then the Ritz values are exact). A product that is not finite (a model
+    that diverged) ends it with NaN eigenvalues rather than an error.
     """
     if not (isinstance(k, int) and k >= 1):
         raise ValueError(f"lanczos: k={k!r} must be an integer >= 1")
@@ -70,6 +72,9 @@ def lanczos(
         for _ in range(2):
             w = w - Q.T @ (Q @ w)
         beta = float(w.norm())
+        if not (math.isfinite(alpha) and math.isfinite(beta)):  # a diverged model: no spectrum to report
+            nan = [math.nan] * k
+            return LanczosResult(nan, torch.full((k, n), math.nan, dtype=start.dtype), nan, j + 1, False)
         best = _ritz(alphas, betas, beta, Q, k, tol)
         if best.converged:
             break

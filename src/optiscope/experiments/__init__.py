@@ -37,6 +37,7 @@ EXPERIMENTS: dict[str, str] = {
     "lm": "optiscope.experiments.lm",
     "entropy": "optiscope.experiments.entropy",
     "adder": "optiscope.experiments.adder",
+    "edge-of-stability": "optiscope.experiments.edge_of_stability",
 }
 
 

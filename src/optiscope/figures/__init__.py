@@ -25,6 +25,7 @@ DRAWERS: dict[str, str] = {
     "lm": "optiscope.figures.lm",
     "entropy": "optiscope.figures.entropy",
     "adder": "optiscope.figures.adder",
+    "edge-of-stability": "optiscope.figures.edge_of_stability",
 }
 
 
