@@ -17,12 +17,16 @@ Optional: ``OWNS`` (more files or folders the run owns besides ``runs.OWNED``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import torch
 
 from .. import __version__, runs
 from ..errors import ConfigError
@@ -46,6 +50,17 @@ def load(name: str) -> ModuleType:
         valid = ", ".join(sorted(EXPERIMENTS)) or "(none yet)"
         raise ConfigError(f"unknown experiment {name!r}; valid experiments: {valid}")
     return importlib.import_module(EXPERIMENTS[name])
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's CPU threads set to ``n`` for the duration (tiny models run fastest on one)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def require(condition: bool, message: str) -> None:

@@ -35,7 +35,7 @@ from .. import runs, train
 from ..curvature import stability_threshold
 from ..monitor import Curvature, Monitor, run_directory_sinks
 from ..optim import RECIPES, build_optimizer
-from . import RunSpec, checkpoint_name, parse_runs, require, require_counts
+from . import RunSpec, checkpoint_name, parse_runs, require, require_counts, torch_threads
 
 SUMMARY = "Full-batch GD, momentum and Adam: (preconditioned) sharpness rises to 2/η, 3.8/η, 38/η and stays"
 
@@ -208,12 +208,8 @@ def summarize(
 
 
 def run(config: Config, run_dir: Path) -> Results:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
+    with torch_threads(config.threads):
         return train_all(config, Path(run_dir))
-    finally:
-        torch.set_num_threads(threads)
 
 
 def train_all(config: Config, run_dir: Path) -> Results:
