@@ -117,3 +117,23 @@ def test_bad_configs_are_refused():
         Curvature(batch, loss_fn, every=0)
     with pytest.raises(ValueError, match="3 equal micro-batches"):
         Curvature(batch, loss_fn, micro_batches=3)
+
+
+def test_measuring_curvature_leaves_training_untouched():
+    """Same weights, optimizer state and RNG stream with and without the instrument (dropout included)."""
+
+    def trained(curvature):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.3), nn.Tanh(), nn.Linear(8, 2))
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        _, loss_fn, batch = mlp_problem(0)
+        batch = tuple(t.float() for t in batch)
+        config = Curvature(batch, loss_fn, every=2, trace_probes=2) if curvature else None
+        monitor = Monitor(model, opt, every=2, curvature=config)
+        train(model, opt, monitor, loss_fn, batch, 6)
+        return model.state_dict(), opt.state_dict()["state"], torch.rand(3), model.training
+
+    plain, measured = trained(False), trained(True)
+    assert all(torch.equal(plain[0][k], measured[0][k]) for k in plain[0])
+    assert all(torch.equal(plain[1][0][k], measured[1][0][k]) for k in plain[1][0])
+    assert torch.equal(plain[2], measured[2]) and measured[3]  # RNG stream and train mode restored

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp, vjp
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 LossFn = Callable[[nn.Module, Any], Tensor]
 
@@ -67,11 +68,12 @@ class _Loss(nn.Module):
 
 @contextlib.contextmanager
 def evaluating(model: nn.Module) -> Iterator[None]:
-    """Eval mode and a forked RNG for the duration; every submodule's training flag is restored."""
+    """Eval mode, a forked RNG and the plain-math attention kernel for the duration (the fused
+    flash-attention kernels have no second derivative); every submodule's training flag is restored."""
     flags = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), sdpa_kernel(SDPBackend.MATH):
             yield
     finally:
         for m, flag in flags:
