@@ -6,7 +6,9 @@ is named ``optimizer[@lr]`` (``adam@0.05`` is Adam at SGD's learning rate, the s
 monitor logs g / w / u per parameter (``metrics.jsonl``, TensorBoard when installed, a console table with
 ``--verbose``); evaluations record train and validation loss, perplexity (``safe_perplexity``) and greedy
 samples from fixed prompts. A run that diverges is stopped and reported (``status: diverged``, the step
-and the reason in ``divergence``), its last good checkpoint kept; the comparison goes on.
+and the reason in ``divergence``), its last good checkpoint kept; the comparison goes on. With
+``--curvature-every N`` the monitor also measures the (preconditioned) sharpness against the optimizer's
+stability threshold on a fixed batch (``optiscope.curvature``), into ``metrics.jsonl`` and ``runs.*.curvature``.
 
 Training goes through ``optiscope.train`` (checkpoints every ``checkpoint_every`` steps; ``--resume``
 continues bit-exactly). Under ``torchrun`` the model is wrapped in DistributedDataParallel: every rank
