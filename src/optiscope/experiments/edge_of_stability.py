@@ -1,7 +1,7 @@
 """Experiment ``edge-of-stability``: sharpness against each optimizer's own stability threshold.
 
-Reproduces the central observations of Cohen et al., ICLR 2021 ("Gradient Descent on Neural Networks
-Typically Occurs at the Edge of Stability") and Cohen et al., 2022 ("Adaptive Gradient Methods at the
+Measures, on a task of its own, the central observations of Cohen et al., ICLR 2021 ("Gradient Descent
+on Neural Networks Typically Occurs at the Edge of Stability") and Cohen et al., 2022 ("Adaptive Gradient Methods at the
 Edge of Stability"): under full-batch training the sharpness λ₁(H) first rises (progressive sharpening)
 until it reaches the optimizer's threshold — 2/η for gradient descent, (2 + 2β)/η for heavy-ball
 momentum — and then hovers there while the loss keeps falling, non-monotonically; for Adam the
@@ -37,7 +37,7 @@ from ..monitor import Curvature, Monitor, run_directory_sinks
 from ..optim import RECIPES, build_optimizer
 from . import RunSpec, checkpoint_name, parse_runs, require, require_counts, torch_threads
 
-SUMMARY = "Full-batch GD, momentum and Adam: (preconditioned) sharpness rises to 2/η, 3.8/η, 38/η and stays"
+SUMMARY = "Full-batch GD, momentum and Adam: (preconditioned) sharpness against 2/η, 3.8/η, 38/η (edge of stability)"
 
 #: Learning rates for names given without @lr (each reaches its threshold in the default number of steps).
 LEARNING_RATES = {"sgd": 0.2, "momentum": 0.35, "nesterov": 0.35, "adam": 0.01, "adamw": 0.01, "adaml2": 0.01}
