@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -205,7 +205,7 @@ class RunResults(TypedDict):
     update_ratio: dict[str, Any]
     embedding_rows: EmbeddingRows
     final: Final
-    curvature: NotRequired[CurvatureSeries]  # with --curvature-every
+    curvature: CurvatureSeries  # empty without --curvature-every
 
 
 class Results(TypedDict):
@@ -406,12 +406,9 @@ def new_run(
         context={"run": spec.label},
         curvature=curvature_config(config, data, procs.device),
     )
-    extra = {}
-    if config.curvature_every:
-        keys = ("step", "sharpness", "threshold", "ratio", "update", "gradient", "hvps")
-        extra["curvature"] = {**{k: [] for k in keys}, "label": "", "preconditioned": False}
+    keys = ("step", "sharpness", "threshold", "ratio", "update", "gradient", "hvps")
     history = train.new_history(
-        **extra,
+        curvature={**{k: [] for k in keys}, "label": "", "preconditioned": False},
         optimizer=spec.optimizer,
         lr=spec.lr,
         setting=RECIPES[spec.optimizer].describe(),
