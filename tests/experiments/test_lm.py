@@ -172,3 +172,19 @@ def test_the_checkpoint_holds_the_whole_run(tmp_path, text):
         runs.read_json(out / "results.json")["runs"]["adamw"]["final"]
     )
     assert torch.is_tensor(saved["training"]["data"])
+
+
+def test_curvature_every_records_preconditioned_sharpness(tmp_path, text):
+    options = ["--steps", "20", "--optimizers", "adam", "--log-every", "5", "--eval-every", "20"]
+    assert run_cli(tmp_path, text, *options, "--curvature-every", "10", "--curvature-batch", "4") == 0
+    c = runs.read_json(tmp_path / runs.RESULTS)["runs"]["adam"]["curvature"]
+    assert c["step"] == [10, 20] and all(s > 0 for s in c["sharpness"])
+    assert c["label"] == "38/η" and c["preconditioned"]
+    assert c["threshold"] == [pytest.approx(38 / lm.LEARNING_RATES["adam"])] * 2
+    written = [r for r in runs.read_jsonl(tmp_path / runs.METRICS) if "sharpness/threshold" in r]
+    assert [r["step"] for r in written] == [10, 20]
+
+
+def test_curvature_every_must_be_a_multiple_of_log_every():
+    with pytest.raises(lm.ConfigError, match="multiple of --log-every"):
+        lm.Config(log_every=10, curvature_every=15)

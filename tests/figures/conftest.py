@@ -26,6 +26,10 @@ COMMANDS = {
         *("--params-budget", "300", "--steps", "12", "--eval-every", "6", "--log-every", "3"),
         *("--warmup-steps", "2", "--seeds", "1,2", "--quiet"),
     ],
+    "edge-of-stability": [
+        *("--optimizers", "sgd@0.5,momentum@0.35,adam@0.01", "--steps", "30", "--measure-every", "5"),
+        *("--examples", "32", "--width", "16", "--quiet"),
+    ],
 }
 
 

@@ -86,6 +86,14 @@ MEASURED = {
         "explain.weights.*.*",
         "explain.weights.*.*.*",
     ],
+    "edge-of-stability": [
+        "runs.*.sharpness.*",
+        "runs.*.ratio.*",
+        "runs.*.loss.*",
+        "runs.*.threshold",
+        "runs.*.equilibrium",
+        "runs.*.max_ratio",
+    ],
 }
 
 
@@ -130,6 +138,8 @@ def single_run(name, r):
         best = r["best"]
         r["runs"] = [x for x in r["runs"] if (x["label"], x["seed"]) == (best["label"], best["seed"])]
         r["success"] = {best["label"]: {"perfect": 0, "tried": 1, "rate": 0.0}}
+    elif name == "edge-of-stability":
+        r["runs"] = r["runs"][:1]
 
 
 def single_step(name, r):
@@ -157,6 +167,10 @@ def single_step(name, r):
         for run in r["runs"]:
             run["train"] = {k: v[:1] for k, v in run["train"].items()}
             run["evals"] = run["evals"][:1]
+    elif name == "edge-of-stability":
+        for run in r["runs"]:
+            for key in ("step", "sharpness", "ratio", "loss", "hvps"):
+                run[key] = run[key][:1]
 
 
 def diverge(name, r, step, which):
@@ -194,6 +208,12 @@ def diverge(name, r, step, which):
         keep = [i for i, s in enumerate(run["train"]["step"]) if s <= step]
         run["train"] = {k: [v[i] for i in keep] for k, v in run["train"].items()}
         run["evals"] = [e for e in run["evals"] if e["step"] <= step]
+    elif name == "edge-of-stability":
+        run = r["runs"][which % len(r["runs"])]
+        run.update(status="diverged", divergence=divergence)
+        keep = [i for i, s in enumerate(run["step"]) if s <= step]
+        for key in ("step", "sharpness", "ratio", "loss", "hvps"):
+            run[key] = [run[key][i] for i in keep]
 
 
 @pytest.fixture(autouse=True)

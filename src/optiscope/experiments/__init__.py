@@ -20,12 +20,16 @@ lone optimizer gives no learning rate).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import torch
 
 from .. import __version__, runs
 from ..errors import ConfigError
@@ -54,6 +58,7 @@ EXPERIMENTS: dict[str, str] = {
     "lm": "optiscope.experiments.lm",
     "entropy": "optiscope.experiments.entropy",
     "adder": "optiscope.experiments.adder",
+    "edge-of-stability": "optiscope.experiments.edge_of_stability",
 }
 
 
@@ -80,6 +85,15 @@ def build_config(module: Any, quick: bool, overrides: dict[str, Any]) -> Any:
     values = dict(getattr(module, "QUICK", {})) if quick else {}
     values.update(overrides)
     return module.Config(**values)
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's CPU threads set to ``n`` for the duration (tiny models run fastest on one)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def require(condition: bool, message: str) -> None:

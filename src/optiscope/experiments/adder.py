@@ -33,7 +33,17 @@ from ..models.adder import AdderConfig, AdderModel, count_parameters, parameter_
 from ..models.adder_challenge import SuiteScorer, build_model, evaluate, greedy_answer
 from ..monitor import DivergenceGuard, Monitor, run_directory_sinks
 from ..optim import RECIPES, as_lambda_lr, build_optimizer, warmup_cosine
-from . import ConfigError, Objective, RunSpec, checkpoint_name, only_run, parse_runs, require, require_counts
+from . import (
+    ConfigError,
+    Objective,
+    RunSpec,
+    checkpoint_name,
+    only_run,
+    parse_runs,
+    require,
+    require_counts,
+    torch_threads,
+)
 
 SUMMARY = "tiny transformers that add 10-digit numbers: trained, scored on the 10,010-case suite, explained"
 
@@ -345,12 +355,8 @@ def explain(model: AdderModel, a: int, b: int) -> dict:
 
 # ---------------------------------------------------------------------------------------------- run
 def run(config: Config, run_dir: Path) -> Results:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
+    with torch_threads(config.threads):
         return train_and_report(config, Path(run_dir))
-    finally:
-        torch.set_num_threads(threads)
 
 
 def train_and_report(config: Config, run_dir: Path) -> Results:

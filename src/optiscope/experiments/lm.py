@@ -6,7 +6,9 @@ is named ``optimizer[@lr]`` (``adam@0.05`` is Adam at SGD's learning rate, the s
 monitor logs g / w / u per parameter (``metrics.jsonl``, TensorBoard when installed, a console table with
 ``--verbose``); evaluations record train and validation loss, perplexity (``safe_perplexity``) and greedy
 samples from fixed prompts. A run that diverges is stopped and reported (``status: diverged``, the step
-and the reason in ``divergence``), its last good checkpoint kept; the comparison goes on.
+and the reason in ``divergence``), its last good checkpoint kept; the comparison goes on. With
+``--curvature-every N`` the monitor also measures the (preconditioned) sharpness against the optimizer's
+stability threshold on a fixed batch (``optiscope.curvature``), into ``metrics.jsonl`` and ``runs.*.curvature``.
 
 Training goes through ``optiscope.train`` (checkpoints every ``checkpoint_every`` steps; ``--resume``
 continues bit-exactly). Under ``torchrun`` the model is wrapped in DistributedDataParallel: every rank
@@ -30,7 +32,7 @@ from .. import runs, train
 from ..data import CorpusError, eval_batches, load_corpus, sample_batch, train_val_split
 from ..data.tokenizers import TOKENIZERS, Tokenizer
 from ..models import GPT, GPTConfig
-from ..monitor import DivergenceGuard, Monitor, run_directory_sinks, safe_perplexity
+from ..monitor import Curvature, DivergenceGuard, Monitor, run_directory_sinks, safe_perplexity
 from ..monitor.stats import spearman, update_ratio_by
 from ..optim import RECIPES, Schedule, as_lambda_lr, build_optimizer
 from . import ConfigError, Objective, RunSpec, checkpoint_name, only_run, parse_runs, require, require_counts
@@ -87,6 +89,16 @@ class Config:
     eval_every: int = 250
     eval_batches: int = 20
     log_every: int = field(default=10, metadata={"help": "monitor every N steps (metrics.jsonl)"})
+    # Training is unchanged by it (the Hessian-vector products run on copies, in eval mode, with the RNG
+    # forked), but results.json and metrics.jsonl gain the curvature series, so it counts as affecting results.
+    curvature_every: int = field(
+        default=0,
+        metadata={
+            "help": "(preconditioned) sharpness vs the optimizer's threshold every N steps, a multiple of "
+            "--log-every, on a fixed batch of --curvature-batch training sequences (0: off)"
+        },
+    )
+    curvature_batch: int = field(default=12, metadata={"help": "sequences in the fixed curvature batch"})
     sample_tokens: int = 100
     prompts: tuple[str, ...] = field(
         default=("ROMEO:", "First Citizen:", "To be, or not"), metadata={"help": "greedy-sample prompts"}
@@ -104,7 +116,12 @@ class Config:
         require(self.schedule in SCHEDULES, f"--schedule={self.schedule!r}; valid: {', '.join(SCHEDULES)}")
         require(self.device in DEVICES, f"--device={self.device!r}; valid: {', '.join(DEVICES)}")
         counts = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "steps", "eval_every", "eval_batches")
-        require_counts(self, *counts, "log_every", "checkpoint_every", "vocab_cap")
+        require_counts(self, *counts, "log_every", "checkpoint_every", "vocab_cap", "curvature_batch")
+        require_counts(self, "curvature_every", minimum=0)
+        require(
+            self.curvature_every % self.log_every == 0,
+            f"--curvature-every={self.curvature_every} must be 0 or a multiple of --log-every={self.log_every}",
+        )
         require(self.n_embd % self.n_head == 0, f"--n-embd={self.n_embd} must be divisible by --n-head={self.n_head}")
         require(
             0 <= self.warmup_steps < self.steps,
@@ -162,6 +179,18 @@ class Final(TypedDict):
     processes: int
 
 
+class CurvatureSeries(TypedDict):
+    step: list[int]
+    sharpness: list[float]
+    threshold: list[float | None]
+    ratio: list[float | None]
+    update: list[float]
+    gradient: list[float]
+    hvps: list[int]
+    label: str
+    preconditioned: bool
+
+
 class RunResults(TypedDict):
     optimizer: str
     lr: float
@@ -176,6 +205,7 @@ class RunResults(TypedDict):
     update_ratio: dict[str, Any]
     embedding_rows: EmbeddingRows
     final: Final
+    curvature: CurvatureSeries  # empty without --curvature-every
 
 
 class Results(TypedDict):
@@ -301,7 +331,7 @@ class LanguageModelling(train.Task):
         return x[self.rows].to(self.procs.device), y[self.rows].to(self.procs.device)
 
     def loss(self, net: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
-        return net(*batch)[1]
+        return next_token_loss(net, batch)
 
     def evaluate(self, run: train.Run) -> bool:
         config, device, history = self.config, self.procs.device, run.history
@@ -321,6 +351,19 @@ class LanguageModelling(train.Task):
         ratios["step"].append(record["step"])
         for layer, value in update_ratio_by(record["params"], layer_of).items():
             ratios["layers"].setdefault(layer, []).append(value)
+        if "sharpness" in record:
+            c = run.history["curvature"]
+            for key, value in (
+                ("step", record["step"]),
+                ("sharpness", record["sharpness"]),
+                ("threshold", record["threshold"]),
+                ("ratio", record["sharpness/threshold"]),
+                ("update", record.get("curvature/update")),
+                ("gradient", record.get("curvature/gradient")),
+                ("hvps", record["curvature"]["hvps"]),
+            ):
+                c[key].append(value)
+            c.update(label=record["curvature"]["label"], preconditioned=record["curvature"]["preconditioned"])
 
     def finish(self, run: train.Run) -> None:
         history, config = run.history, self.config
@@ -379,8 +422,11 @@ def new_run(
         embedding=model.token_embedding.weight,
         token_counts=data.counts,
         context={"run": spec.label},
+        curvature=curvature_config(config, data, procs.device),
     )
+    keys = ("step", "sharpness", "threshold", "ratio", "update", "gradient", "hvps")
     history = train.new_history(
+        curvature={**{k: [] for k in keys}, "label": "", "preconditioned": False},
         optimizer=spec.optimizer,
         lr=spec.lr,
         setting=RECIPES[spec.optimizer].describe(),
@@ -391,6 +437,25 @@ def new_run(
     )
     data_order = torch.Generator().manual_seed(config.seed)  # the same batches for every run
     return train.Run(spec.label, model, optimizer, data_order, as_lambda_lr(optimizer, schedule), monitor, history, net)
+
+
+def curvature_batch(config: Config, data: Corpus, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The fixed batch curvature is measured on: ``curvature_batch`` training windows from their own generator."""
+    g = torch.Generator().manual_seed(config.seed + 1)
+    x, y = sample_batch(data.train, config.block_size, config.curvature_batch, g)
+    return x.to(device), y.to(device)
+
+
+def curvature_config(config: Config, data: Corpus, device: torch.device) -> Curvature | None:
+    if not config.curvature_every:
+        return None
+    batch = curvature_batch(config, data, device)
+    return Curvature(batch, next_token_loss, every=config.curvature_every)
+
+
+def next_token_loss(net: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """The training loss: mean next-token cross-entropy (the GPT returns (logits, loss))."""
+    return net(*batch)[1]
 
 
 def run(config: Config, run_dir: Path) -> Results:

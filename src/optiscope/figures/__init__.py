@@ -26,6 +26,7 @@ DRAWERS: dict[str, str] = {
     "entropy": "optiscope.figures.entropy",
     "adder": "optiscope.figures.adder",
     "sweep": "optiscope.figures.sweep",
+    "edge-of-stability": "optiscope.figures.edge_of_stability",
 }
 
 

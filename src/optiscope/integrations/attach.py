@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..monitor import Diverged, Monitor, run_directory_sinks
+from ..monitor import Curvature, Diverged, Monitor, run_directory_sinks
 
 log = logging.getLogger("optiscope")
 
@@ -29,7 +29,7 @@ def build_monitor(
     out_dir: Path | str | None,
     every: int,
     sinks: Iterable[Any] | None,
-    curvature: Any,
+    curvature: Curvature | None,
     start_step: int,
     rank_zero: bool,
     label: str,
@@ -44,9 +44,6 @@ def build_monitor(
         if out_dir is None:
             raise ValueError("OptiscopeCallback: give out_dir or sinks (the library's output directory was not set)")
         sinks = run_directory_sinks(Path(out_dir), label)
-    options: dict[str, Any] = {}
-    if curvature is not None:  # the one place the curvature schedule reaches the monitor
-        options["curvature"] = curvature
     monitor = Monitor(
         model,
         optimizer,
@@ -54,7 +51,7 @@ def build_monitor(
         sinks=sinks,
         on_divergence="record",
         start_step=start_step,
-        **options,
+        curvature=curvature,
     )
     monitor.rewind_sinks(start_step)
     return monitor
@@ -67,7 +64,8 @@ class MonitorCallback:
         out_dir: where ``metrics.jsonl`` and ``tensorboard/<label>`` go (default: the library's output directory).
         every: measure the first optimizer step and every ``every``-th.
         sinks: the monitor's sinks instead of the default files (e.g. ``[ConsoleSink()]``).
-        curvature: a curvature schedule for ``Monitor(..., curvature=...)``; None leaves it off.
+        curvature: ``optiscope.monitor.Curvature(batch, loss_fn, every=...)``: sharpness against the
+            optimizer's threshold on a fixed batch every ``every`` steps; None leaves it off.
 
     ``callback.monitor`` holds the monitor (its ``last_record``) and ``callback.diverged`` the divergence
     record, if any.
@@ -80,7 +78,7 @@ class MonitorCallback:
         out_dir: Path | str | None = None,
         every: int = 10,
         sinks: Iterable[Any] | None = None,
-        curvature: Any = None,
+        curvature: Curvature | None = None,
     ) -> None:
         self.out_dir, self.every, self.sinks, self.curvature = out_dir, every, sinks, curvature
         self.attachment: Attachment | None = None

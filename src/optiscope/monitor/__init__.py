@@ -3,15 +3,18 @@
 ``Monitor(model, optimizer, every=N, sinks=[...])`` plus ``monitor.step(loss)`` after
 ``optimizer.step()`` measures per parameter the gradient norm g, weight norm w, the actual update norm
 u, u/w, cos(u, −g), Adam's effective learning rate, non-finite counts and zero-gradient fractions, and
-turns a diverging loss into a ``Diverged`` record instead of a crash.
+turns a diverging loss into a ``Diverged`` record instead of a crash; ``curvature=Curvature(...)`` adds
+sharpness against the optimizer's stability threshold (``optiscope.curvature``) on a schedule.
 """
 
+from .curvature import Curvature
 from .divergence import Diverged, DivergenceGuard, safe_perplexity
 from .monitor import Monitor, clean_name
 from .sinks import ConsoleSink, JSONLSink, TensorBoardSink, run_directory_sinks
 
 __all__ = [
     "ConsoleSink",
+    "Curvature",
     "Diverged",
     "DivergenceGuard",
     "JSONLSink",

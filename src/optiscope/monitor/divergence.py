@@ -24,15 +24,16 @@ def safe_perplexity(loss: float) -> float:
 
 
 class Diverged(RuntimeError):
-    """Training diverged. ``record`` holds the step, the loss, the reason and the parameters whose
-    update-to-weight ratio exploded first."""
+    """Training diverged. ``record`` holds the step, the loss, the reason, the parameters whose
+    update-to-weight ratio exploded first and, with curvature measured, ``curvature_diagnosis``."""
 
     def __init__(self, record: dict[str, Any]) -> None:
         self.record = record
         culprits = ", ".join(p["name"] for p in record.get("exploded_first", [])[:3]) or "none measured"
+        curvature = f"; {record['curvature_diagnosis']}" if record.get("curvature_diagnosis") else ""
         super().__init__(
             f"diverged at step {record['step']}: {record['reason']} (loss {record['loss']}); "
-            f"u/w exploded first in: {culprits}"
+            f"u/w exploded first in: {culprits}{curvature}"
         )
 
 
@@ -64,3 +65,31 @@ class DivergenceGuard:
             above = "above the first loss" if self.first_factor == 1 else f"> {self.first_factor:g} x the first loss"
             return f"loss {loss:.4g} > {self.factor:g} x its lowest value {lowest:.4g} and {above} {first:.4g}"
         return None
+
+
+def curvature_diagnosis(step: int, history: list[tuple[int, float | None, str, bool]]) -> str | None:
+    """What the curvature measurements say about a divergence at ``step``, in one sentence.
+
+    ``history`` holds (step, sharpness/threshold, threshold label, preconditioned) per measurement. The
+    sentence gives the last measured ratio and the first step of the streak of measurements above 1 that
+    ran up to it ("preconditioned sharpness 3.1× its 38/η threshold since step 180"), or says that the
+    sharpness stayed below its threshold (the cause is then elsewhere: a spike of the gradient, a bad
+    batch). None when nothing with a threshold was measured.
+    """
+    known = [(s, r, label, pre) for s, r, label, pre in history if r is not None and math.isfinite(r)]
+    if not known:
+        return None
+    last_step, last, label, pre = known[-1]
+    what = "preconditioned sharpness" if pre else "sharpness"
+    if last > 1:
+        since = last_step
+        for s, r, _, _ in reversed(known):
+            if r <= 1:
+                break
+            since = s
+        return f"diverged at step {step}; {what} {last:.3g}× its {label} threshold since step {since}"
+    worst_step, worst = max(((s, r) for s, r, _, _ in known), key=lambda sr: sr[1])
+    return (
+        f"diverged at step {step}; {what} stayed below its {label} threshold "
+        f"({last:.3g}× at step {last_step}, at most {worst:.3g}× at step {worst_step})"
+    )

@@ -19,6 +19,10 @@ needs), and sends measured steps' records to the sinks.
 
 Under ``torchrun``/DDP every rank computes the same values (parameters and all-reduced gradients are
 identical; the loss is averaged across ranks) and only rank 0's sinks write.
+
+With ``curvature=Curvature(batch, loss_fn, every=N)`` every N-th step is also measured for sharpness
+against the optimizer's stability threshold, curvature along the update and the gradient, the Hessian's
+trace and the gradient noise scale (``monitor/curvature.py``), and a divergence is diagnosed with them.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from . import stats
-from .divergence import Diverged, DivergenceGuard
+from .curvature import Curvature, measure
+from .divergence import Diverged, DivergenceGuard, curvature_diagnosis
 
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 DEFAULT_GUARD = DivergenceGuard()
@@ -94,6 +99,7 @@ class Monitor:
         alarm_growth: u/w above this multiple of its early level counts as having exploded.
         start_step: steps already taken (when resuming), so step numbers continue.
         context: fields added to every record (e.g. ``{"run": "adam@1e-3"}`` when several runs share a file).
+        curvature: a ``Curvature`` config: sharpness / threshold and the rest every ``curvature.every`` steps.
     """
 
     def __init__(
@@ -112,6 +118,7 @@ class Monitor:
         alarm_growth: float = 10.0,
         start_step: int = 0,
         context: dict[str, Any] | None = None,
+        curvature: Curvature | None = None,
     ) -> None:
         if not (isinstance(every, int) and every >= 1):
             raise ValueError(f"Monitor: every={every!r} must be an integer >= 1")
@@ -124,6 +131,10 @@ class Monitor:
         self.batch_tokens, self.guard, self.on_divergence = batch_tokens, guard, on_divergence
         self.histograms, self.alarm_growth = histograms, alarm_growth
         self.context = dict(context or {})
+        self.curvature = curvature
+        self._curvature_vector: Tensor | None = None  # the warm start: last top eigenvector
+        self._curvature_history: list[tuple[int, float | None, str, bool]] = []
+        self._update: dict[int, Tensor] | None = None
         self.names: dict[int, str] = parameter_names(model, optimizer)
         self.embedding = self._resolve_embedding(embedding, model, optimizer, self.names)
         self.token_counts = None if token_counts is None else torch.as_tensor(token_counts, dtype=torch.float64)
@@ -155,7 +166,10 @@ class Monitor:
 
     # ------------------------------------------------------------------------------------ hooks
     def is_measured(self, step: int) -> bool:
-        return step == 1 or step % self.every == 0
+        return step == 1 or step % self.every == 0 or self._curvature_due(step)
+
+    def _curvature_due(self, step: int) -> bool:
+        return self.curvature is not None and self.curvature.due(step)
 
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.is_measured(self.step_count + 1):
@@ -176,6 +190,8 @@ class Monitor:
         params, before = [p for p, _ in kept], [b for _, b in kept]
         torch._foreach_sub_(before, [p.detach() for p in params])  # before − after = −u, in place
         self._measured = self._parameter_stats(optimizer, params, neg_updates=before)
+        if self._curvature_due(self.step_count):  # −u: the sign does not change a curvature
+            self._update = {id(p): u for p, u in zip(params, before, strict=True)}
 
     def _parameter_stats(
         self, optimizer: torch.optim.Optimizer, params: list[Tensor], neg_updates: list[Tensor]
@@ -255,6 +271,8 @@ class Monitor:
                 **scalars,
                 **measured,
             }
+            if self._curvature_due(step):
+                record.update(self._measure_curvature(step))
             if self.row_update_sum is not None:
                 record["embedding"] = self.embedding_summary()
             self.last_record = record
@@ -262,6 +280,18 @@ class Monitor:
         if reason is not None:
             self.diverge(step, loss_value, reason)
         return record
+
+    def _measure_curvature(self, step: int) -> dict[str, Any]:
+        assert self.curvature is not None
+        update, self._update = self._update, None
+        values, self._curvature_vector = measure(
+            self.curvature, self.model, self.optimizer, update, self._curvature_vector
+        )
+        details = values["curvature"]
+        self._curvature_history.append(
+            (step, values["sharpness/threshold"], details["label"], details["preconditioned"])
+        )
+        return values
 
     def _scalars(self, step: int) -> dict[str, Any]:
         now = time.perf_counter()
@@ -320,6 +350,9 @@ class Monitor:
             "exploded_first": self.exploded_first(),
             "last_measured_step": self.last_record["step"] if self.last_record else None,
         }
+        diagnosis = curvature_diagnosis(step, self._curvature_history)
+        if diagnosis is not None:
+            record["curvature_diagnosis"] = diagnosis
         self.diverged = record
         self._write(record)
         if self.on_divergence == "raise":
@@ -327,7 +360,8 @@ class Monitor:
 
     # ---------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to judge divergence and continue the embedding analysis exactly."""
+        """What a resumed run needs to judge divergence, continue the embedding analysis and the curvature
+        measurements (warm start and history) exactly."""
         return {
             "step_count": self.step_count,
             "first_loss": self.first_loss,
@@ -335,6 +369,8 @@ class Monitor:
             "ratio_history": self._ratio_history,
             "row_update_sum": self.row_update_sum,
             "row_update_steps": self.row_update_steps,
+            "curvature_vector": self._curvature_vector,
+            "curvature_history": self._curvature_history,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -342,6 +378,8 @@ class Monitor:
         self.first_loss, self.lowest_loss = state["first_loss"], state["lowest_loss"]
         self._ratio_history = {k: list(v) for k, v in state["ratio_history"].items()}
         self.row_update_sum, self.row_update_steps = state["row_update_sum"], state["row_update_steps"]
+        self._curvature_vector = state.get("curvature_vector")  # absent in checkpoints from before curvature
+        self._curvature_history = [tuple(h) for h in state.get("curvature_history", [])]
         self._clock = (time.perf_counter(), self.step_count)
 
     # ------------------------------------------------------------------------------- embedding

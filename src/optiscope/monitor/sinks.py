@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..runs import METRICS, TENSORBOARD, append_jsonl, checkpoint_name, is_rank_zero, truncate_jsonl
+from .curvature import KEYS as CURVATURE_KEYS
 
 
 def _e(x: float | None) -> str:
@@ -93,6 +94,10 @@ class ConsoleSink:
         parts.append(f"u/w {_e(record['total']['u_over_w'])}")
         if "tokens_per_s" in record:
             parts.append(f"{record['tokens_per_s']:,.0f} tok/s")
+        if record.get("sharpness/threshold") is not None:
+            parts.append(
+                f"λ₁ {_e(record['sharpness'])} = {record['sharpness/threshold']:.2f}× {record['curvature']['label']}"
+            )
         return "[bold]" + " │ ".join(parts) + "[/bold]"
 
     def _write_divergence(self, record: dict[str, Any]) -> None:
@@ -101,6 +106,8 @@ class ConsoleSink:
             highlight=False,
             soft_wrap=True,
         )
+        if record.get("curvature_diagnosis"):
+            self.console.print(f"  {escape(record['curvature_diagnosis'])}", highlight=False, soft_wrap=True)
         for row in record.get("exploded_first", []):
             when = f"from step {row['first_step']}" if row["first_step"] is not None else "no alarm"
             self.console.print(
@@ -140,7 +147,8 @@ class JSONLSink:
 class TensorBoardSink:
     """Real TensorBoard event files through ``torch.utils.tensorboard.SummaryWriter``.
 
-    Tags: ``loss``, ``grad_norm``, ``tokens_per_s``, ``lr/group{i}``, ``total/{g,w,u,u_over_w}`` and per
+    Tags: ``loss``, ``grad_norm``, ``tokens_per_s``, the curvature keys when measured (``sharpness``,
+    ``sharpness/threshold``, …), ``lr/group{i}``, ``total/{g,w,u,u_over_w}`` and per
     parameter ``{g,w,u,u_over_w,cos}/{name}`` and ``eff_lr_median/{name}``; a divergence is a text entry.
     Needs the ``tensorboard`` package: ``pip install 'optiscope[tensorboard]'``.
     """
@@ -174,7 +182,7 @@ class TensorBoardSink:
             self.writer.add_text("diverged", f"step {step}: {record['reason']}", step)
             self.writer.flush()
             return
-        for key in ("loss", "grad_norm", "tokens_per_s"):
+        for key in ("loss", "grad_norm", "tokens_per_s", *CURVATURE_KEYS):
             if record.get(key) is not None:
                 self.writer.add_scalar(key, record[key], step)
         for i, lr in enumerate(record.get("lr", [])):

@@ -20,18 +20,10 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp
 
 from .calls import call_kwargs
+from ..curvature.hvp import unwrap  # noqa: F401 (re-exported: probe.unwrap)
 from .functionals import check_logits, per_sequence, sequence_log_prob
 
 PerSequence = Callable[[Tensor], tuple[Tensor, ...]]
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The plain module inside DDP (``.module``) or ``torch.compile`` (``._orig_mod``) wrappers."""
-    while True:
-        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
-        if not isinstance(inner, nn.Module):
-            return model
-        model = inner
 
 
 def base_parameters(model: nn.Module, direction: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -1,0 +1,78 @@
+r"""Curvature along one direction: the optimizer's update, or the gradient.
+
+For a direction d, the curvature of the loss along it is the Rayleigh quotient
+
+    c(d) = dᵀ H d / dᵀ d,
+
+and, for a preconditioned optimizer with P = diag(√v̂ + ε), the generalised quotient
+
+    c_P(d) = dᵀ H d / dᵀ P d = wᵀ (P^{-1/2} H P^{-1/2}) w / wᵀ w,   w = P^{1/2} d,
+
+which lies between the extreme eigenvalues of P⁻¹H and so is directly comparable with the same
+stability threshold as the preconditioned sharpness. The loss-spike analyses of Adam watch exactly this
+along the gradient and the update. The direction comes from the caller (``Monitor`` passes the update it
+measured, ``probe.update_direction`` gives the next one), so curvature needs nothing from the layers above.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .hvp import HessianOperator, LossFn
+from .sharpness import operator_for
+
+
+def directional_curvature(
+    model: nn.Module,
+    loss_fn: LossFn,
+    batch: Any,
+    direction: dict[str, Tensor] | dict[int, Tensor] | str = "gradient",
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    dtype: torch.dtype | None = None,
+) -> dict[str, Any]:
+    """c(d) (or c_P(d) for Adam-family optimizers) along ``direction`` on ``loss_fn(model, batch)``.
+
+    ``direction``: "gradient" (∇L on ``batch``), or tensors keyed by parameter name or by ``id(param)``
+    (parameters without an entry count as 0). One Hessian-vector product.
+
+    Returns ``curvature``, ``preconditioned``, ``threshold``, ``label``, ``ratio`` (curvature/threshold or
+    None) and ``reason``.
+    """
+    op = HessianOperator(model, loss_fn, batch, dtype=dtype)
+    if isinstance(direction, str):
+        if direction != "gradient":
+            raise ValueError(f"directional_curvature: direction={direction!r}; give 'gradient' or tensors")
+        d = op.gradient()
+    else:
+        d = op.flatten_by_param(_by_id(op, direction))
+    _, scale, stability = operator_for(op, optimizer)
+    hd = op(d)
+    dd = torch.dot(d, d) if scale is None else torch.dot(d, d / scale**2)  # dᵀPd, P = D⁻²
+    value = float(torch.dot(d, hd) / dd) if dd > 0 else float("nan")
+    return {
+        "curvature": value,
+        "preconditioned": scale is not None,
+        "threshold": stability.threshold,
+        "label": stability.label,
+        "ratio": value / stability.threshold if stability.threshold else None,
+        "reason": stability.reason,
+    }
+
+
+def _by_id(op: HessianOperator, direction: dict[Any, Tensor]) -> dict[int, Tensor]:
+    by_name = dict(zip(op.names, op.params, strict=True))
+    out = {}
+    for key, t in direction.items():
+        if isinstance(key, str):
+            if key not in by_name:
+                raise ValueError(
+                    f"directional_curvature: {key!r} is not a trainable parameter; names: {op.names[:5]} …"
+                )
+            out[id(by_name[key])] = t
+        else:
+            out[key] = t
+    return out

@@ -1,0 +1,74 @@
+r"""The gradient noise scale (McCandlish et al., 2018, "An Empirical Model of Large-Batch Training").
+
+Per-example gradients have mean G and covariance Σ; a batch of B examples has E|G_B|² = |G|² + tr(Σ)/B.
+Given n gradients G_small of batches of b examples each (the micro-batches of one step, or the ranks of a
+DDP job) and their mean G_big over B = n·b examples, the unbiased estimators of their Appendix A are
+
+    |G|²   ≈ (B |G_big|² − b ⟨|G_small|²⟩) / (B − b)
+    tr(Σ)  ≈ (⟨|G_small|²⟩ − |G_big|²) / (1/b − 1/B)
+
+and the simple noise scale is B_simple = tr(Σ)/|G|²: the batch size at which noise and signal in a
+gradient are equal. Both estimates are noisy (|G|² can come out negative); McCandlish et al. average
+them over steps before dividing, which a caller can do with the returned parts.
+
+Per parameter tensor p the same estimators give a gradient signal-to-noise ratio
+
+    snr_p = |G_p|² / (tr(Σ_p)/b),
+
+the squared signal over the noise of one small batch's gradient of p (cf. the GSNR of Liu et al., 2020).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+
+def gradient_noise_scale(small: Sequence[Sequence[Tensor]], batch_size: int) -> dict[str, Any]:
+    """B_simple from ``small``: n ≥ 2 gradients (each a list of per-parameter tensors, in the same
+    order) of batches of ``batch_size`` examples each.
+
+    Returns ``noise_scale`` (NaN when |G|² ≤ 0), ``grad_sq`` (|G|²), ``trace_sigma`` (tr Σ),
+    ``b_small``, ``b_big`` and ``snr`` (one value per parameter tensor, in the given order).
+    """
+    n = len(small)
+    if n < 2:
+        raise ValueError(f"gradient_noise_scale: needs at least 2 small-batch gradients, got {n}")
+    if not (isinstance(batch_size, int) and batch_size >= 1):
+        raise ValueError(f"gradient_noise_scale: batch_size={batch_size!r} must be an integer >= 1")
+    b, big = batch_size, n * batch_size
+    per_param = zip(*small, strict=True)
+    grad_sq, trace_sigma, snr = 0.0, 0.0, []
+    for grads in per_param:
+        stacked = torch.stack([g.detach().double().reshape(-1) for g in grads])
+        small_sq = float((stacked**2).sum(1).mean())
+        big_sq = float((stacked.mean(0) ** 2).sum())
+        g2 = (big * big_sq - b * small_sq) / (big - b)
+        s = (small_sq - big_sq) / (1 / b - 1 / big)
+        grad_sq, trace_sigma = grad_sq + g2, trace_sigma + s
+        snr.append(g2 / (s / b) if s > 0 else math.inf)
+    return {
+        "noise_scale": trace_sigma / grad_sq if grad_sq > 0 else math.nan,
+        "grad_sq": grad_sq,
+        "trace_sigma": trace_sigma,
+        "b_small": b,
+        "b_big": big,
+        "snr": snr,
+    }
+
+
+def rank_gradients(grads: Sequence[Tensor]) -> list[list[Tensor]]:
+    """Every rank's local gradients (before DDP averages them), gathered onto every rank: the small
+    batches of ``gradient_noise_scale`` at no extra backward pass. Without a process group, ``[grads]``."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [list(grads)]
+    flat = torch.cat([g.detach().reshape(-1) for g in grads])
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, flat)
+    sizes = [g.numel() for g in grads]
+    return [[part.view_as(g) for part, g in zip(torch.split(flat_r, sizes), grads, strict=True)] for flat_r in gathered]

@@ -1,0 +1,95 @@
+r"""Each optimizer's stability threshold, read from its current hyperparameters and state.
+
+On a quadratic with Hessian H, an optimizer with a fixed (pre)conditioner is a linear map, stable iff
+every eigenvalue of its iteration matrix lies inside the unit circle. Along an eigenvector with
+eigenvalue λ of the relevant matrix this gives (Cohen et al., ICLR 2021; Cohen et al., 2022,
+"Adaptive Gradient Methods at the Edge of Stability"):
+
+    gradient descent, step η                    λ(H) < 2/η
+    heavy-ball momentum β (torch's SGD)         λ(H) < (2 + 2β)/η          (dampening τ: η → η(1 − τ))
+    Nesterov momentum β (torch's SGD)           λ(H) < (2 + 2β)/((1 + 2β)η)
+    Adam / AdamW / Adam+L2, β₁                  λ(P⁻¹H) < (2 + 2β₁)/((1 − β₁)η),  P = diag(√v̂ + ε)
+
+where v̂ = v/(1 − β₂ᵗ) is the bias-corrected second moment in the optimizer's state (``max_exp_avg_sq``
+with AMSGrad). For β₁ = 0.9 Adam's threshold is 38/η. The analysis freezes P, and leaves out m̂'s bias
+correction 1/(1 − β₁ᵗ) (within 1 % of 1 after 44 steps at β₁ = 0.9) and weight decay (it adds λ_wd
+to every curvature, negligible beside these thresholds in practice).
+
+For optimizers without such a linear analysis (Lion and Muon are sign / orthogonalising maps, RMSprop
+and others are not covered here) the threshold is None with the reason — never a made-up number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..optim import SGD, Adam
+from ..optim.adam import adam_effective_lr
+
+_SGD_TYPES = (SGD, torch.optim.SGD)
+_ADAM_TYPES = (Adam, torch.optim.Adam)  # ours covers AdamW and AdamL2, torch's covers its AdamW
+
+
+@dataclass(frozen=True)
+class Stability:
+    """An optimizer's stability threshold now.
+
+    ``threshold``: the value the (preconditioned) sharpness must stay below, or None; ``label``: its
+    formula in η, e.g. "2/η" or "38/η"; ``preconditioned``: whether it bounds λ(P⁻¹H) rather than λ(H);
+    ``reason``: why there is no threshold (None when there is one).
+    """
+
+    threshold: float | None
+    label: str
+    preconditioned: bool
+    reason: str | None = None
+
+
+def _one(values: set, what: str, name: str) -> tuple[object | None, str | None]:
+    if len(values) == 1:
+        return next(iter(values)), None
+    return None, f"{name}'s param groups have different {what} ({sorted(values)}); no single threshold"
+
+
+def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
+    """The threshold of ``optimizer`` from its current learning rate (schedules included) and betas."""
+    if optimizer is None:
+        return Stability(None, "", False, "no optimizer given")
+    name = type(optimizer).__name__
+    groups = [g for g in optimizer.param_groups if g["params"]]
+    if isinstance(optimizer, _SGD_TYPES):
+        setting, why = _one(
+            {(g["lr"], g["momentum"], g["dampening"], g["nesterov"]) for g in groups}, "lr/momentum", name
+        )
+        if setting is None:
+            return Stability(None, "", False, why)
+        lr, mu, tau, nesterov = setting
+        if lr <= 0:
+            return Stability(None, "", False, f"{name} has lr={lr}")
+        if mu == 0:
+            coef = 2.0
+        elif nesterov:
+            coef = (2 + 2 * mu) / (1 + 2 * mu)
+        else:
+            coef = (2 + 2 * mu) / (1 - tau) if tau < 1 else float("inf")
+        return Stability(coef / lr, f"{coef:.3g}/η", False)
+    if isinstance(optimizer, _ADAM_TYPES):
+        setting, why = _one({(g["lr"], g["betas"][0]) for g in groups}, "lr/beta1", name)
+        if setting is None:
+            return Stability(None, "", True, why)
+        lr, beta1 = setting
+        if lr <= 0 or beta1 >= 1:
+            return Stability(None, "", True, f"{name} has lr={lr}, beta1={beta1}")
+        coef = (2 + 2 * beta1) / (1 - beta1)
+        return Stability(coef / lr, f"{coef:.3g}/η", True)
+    return Stability(None, "", False, f"no known stability threshold for {name}")
+
+
+def inverse_preconditioner(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor:
+    """P⁻¹ = 1/(√v̂ + ε) for ``param`` of an Adam-family optimizer, from its state (KeyError before its
+    first step)."""
+    group = next(g for g in optimizer.param_groups if any(p is param for p in g["params"]))
+    return adam_effective_lr(optimizer.state, optimizer.param_groups, param) / group["lr"]

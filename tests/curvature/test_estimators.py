@@ -1,0 +1,84 @@
+"""Hutchinson's trace against the exact trace; the noise scale on linear regression with a known
+gradient covariance; directional curvature against vᵀHv/vᵀv from the exact Hessian."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from curvature_support import adam_scaling, exact_hessian, mlp_problem
+from optiscope.curvature import directional_curvature, gradient_noise_scale, hessian_trace
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_hutchinson_is_within_three_standard_errors_of_the_exact_trace(seed):
+    model, loss_fn, batch = mlp_problem(0)
+    exact = float(torch.trace(exact_hessian(model, loss_fn, batch)))
+    out = hessian_trace(model, loss_fn, batch, probes=30, seed=seed)
+    assert out["probes"] == 30 and out["std_error"] > 0
+    assert abs(out["trace"] - exact) <= 3 * out["std_error"]
+
+
+def test_directional_curvature_along_a_vector_and_the_gradient():
+    model, loss_fn, batch = mlp_problem(2)
+    H = exact_hessian(model, loss_fn, batch)
+    named = dict(model.named_parameters())
+    d = {n: torch.randn_like(p) for n, p in named.items()}
+    flat = torch.cat([d[n].reshape(-1) for n in named])
+    out = directional_curvature(model, loss_fn, batch, d)
+    assert out["curvature"] == pytest.approx(float(flat @ H @ flat / (flat @ flat)), rel=1e-9)
+    model.zero_grad()
+    loss_fn(model, batch).backward()
+    g = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    along_g = directional_curvature(model, loss_fn, batch, "gradient")
+    assert along_g["curvature"] == pytest.approx(float(g @ H @ g / (g @ g)), rel=1e-9)
+
+
+def test_preconditioned_directional_curvature_uses_the_adam_state():
+    model, loss_fn, batch = mlp_problem(1)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(3):
+        opt.zero_grad()
+        loss_fn(model, batch).backward()
+        opt.step()
+    H = exact_hessian(model, loss_fn, batch)
+    P = adam_scaling(model, opt) ** -2
+    d = {id(p): torch.randn_like(p) for p in model.parameters()}
+    flat = torch.cat([d[id(p)].reshape(-1) for p in model.parameters()])
+    out = directional_curvature(model, loss_fn, batch, d, optimizer=opt)
+    assert out["preconditioned"]
+    assert out["curvature"] == pytest.approx(float(flat @ H @ flat / (flat @ (P * flat))), rel=1e-9)
+    assert out["ratio"] == pytest.approx(out["curvature"] / (38 / 0.01))
+
+
+def test_noise_scale_on_linear_regression_with_a_known_covariance():
+    """y = w*·x + σξ with x ~ N(0, I_d): at w, with δ = w − w*, the per-example gradient of ½(w·x − y)² has
+    mean G = δ and covariance Σ = (|δ|² + σ²) I + δδᵀ (Gaussian fourth moments), so
+    B_simple = (d(|δ|² + σ²) + |δ|²)/|δ|², and per coordinate block p, tr Σ_p = d_p(|δ|² + σ²) + |δ_p|²."""
+    d, sigma, b, n = 4, 1.0, 16, 512
+    g = torch.Generator().manual_seed(0)
+    w_star = torch.randn(d, generator=g, dtype=torch.float64)
+    delta = torch.tensor([1.0, 0.0, 0.5, -0.5], dtype=torch.float64)
+    w = nn.Parameter(w_star + delta)
+    small = []
+    for _ in range(n):
+        x = torch.randn(b, d, generator=g, dtype=torch.float64)
+        y = x @ w_star + sigma * torch.randn(b, generator=g, dtype=torch.float64)
+        (grad,) = torch.autograd.grad(0.5 * ((x @ w - y) ** 2).mean(), w)
+        small.append([grad[:2], grad[2:]])  # two "parameters"
+    out = gradient_noise_scale(small, b)
+    dd = float(delta @ delta)
+    assert out["b_small"] == b and out["b_big"] == b * n
+    assert out["grad_sq"] == pytest.approx(dd, rel=0.1)
+    assert out["trace_sigma"] == pytest.approx(d * (dd + sigma**2) + dd, rel=0.1)
+    assert out["noise_scale"] == pytest.approx((d * (dd + sigma**2) + dd) / dd, rel=0.15)
+    for p, part in enumerate([delta[:2], delta[2:]]):
+        signal = float(part @ part)
+        assert out["snr"][p] == pytest.approx(signal / ((2 * (dd + sigma**2) + signal) / b), rel=0.25)
+
+
+def test_noise_scale_needs_two_batches():
+    with pytest.raises(ValueError, match="at least 2"):
+        gradient_noise_scale([[torch.ones(2)]], 4)
+    assert math.isnan(gradient_noise_scale([[torch.ones(2)], [torch.ones(2)]], 4)["noise_scale"]) is False

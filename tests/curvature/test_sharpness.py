@@ -1,0 +1,93 @@
+"""Sharpness against exact Hessians: torch.func.hessian + eigvalsh on small float64 models, the
+preconditioned spectrum built by hand from a torch.optim.Adam state, and quadratics with a known spectrum."""
+
+import pytest
+import torch
+from torch import nn
+
+from curvature_support import adam_scaling, exact_hessian, mlp_problem
+from optiscope.curvature import HessianOperator, sharpness
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_top3_match_the_exact_hessian(seed):
+    model, loss_fn, batch = mlp_problem(seed)
+    exact = torch.linalg.eigvalsh(exact_hessian(model, loss_fn, batch)).flip(0)[:3]
+    out = sharpness(model, loss_fn, batch, k=3, tol=1e-10, dtype=torch.float64)
+    assert out["converged"] and out["threshold"] is None and not out["preconditioned"]
+    torch.testing.assert_close(torch.tensor(out["eigenvalues"], dtype=torch.float64), exact, rtol=1e-6, atol=0)
+    assert out["hvps"] <= sum(p.numel() for p in model.parameters())
+
+
+def test_float32_model_in_float64_and_frozen_parameters_are_left_out():
+    model, loss_fn, batch = mlp_problem(3)
+    model[0].weight.requires_grad_(False)  # H over the rest only
+    x32 = tuple(t.float() for t in batch)
+    model32 = model.float()
+    full = exact_hessian(model32.double(), loss_fn, batch)
+    n0 = model[0].weight.numel()
+    exact = torch.linalg.eigvalsh(full[n0:, n0:]).flip(0)[:2]
+    model32.float()
+    out = sharpness(model32, loss_fn, x32, k=2, tol=1e-10, dtype=torch.float64)
+    torch.testing.assert_close(torch.tensor(out["eigenvalues"], dtype=torch.float64), exact, rtol=1e-6, atol=0)
+    assert model32[0].weight.dtype == torch.float32  # the model itself is untouched
+
+
+def test_preconditioned_by_a_torch_adam_state_built_by_hand():
+    model, loss_fn, batch = mlp_problem(1)
+    beta1, beta2, eps, lr = 0.8, 0.95, 1e-3, 0.01
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(beta1, beta2), eps=eps)
+    for _ in range(5):
+        opt.zero_grad()
+        loss_fn(model, batch).backward()
+        opt.step()
+    H = exact_hessian(model, loss_fn, batch)
+    d = adam_scaling(model, opt)
+    exact = torch.linalg.eigvalsh(d[:, None] * H * d[None, :]).flip(0)[:3]
+    out = sharpness(model, loss_fn, batch, optimizer=opt, k=3, tol=1e-10, dtype=torch.float64)
+    assert out["preconditioned"]
+    torch.testing.assert_close(torch.tensor(out["eigenvalues"], dtype=torch.float64), exact, rtol=1e-6, atol=0)
+    assert out["threshold"] == pytest.approx((2 + 2 * beta1) / ((1 - beta1) * lr))
+    assert out["ratio"] == pytest.approx(out["eigenvalues"][0] / out["threshold"])
+
+
+def test_adam_before_its_first_step_has_no_preconditioner_and_says_so():
+    model, loss_fn, batch = mlp_problem(0)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    out = sharpness(model, loss_fn, batch, optimizer=opt, dtype=torch.float64)
+    assert out["threshold"] is None and not out["preconditioned"] and "before its first step" in out["reason"]
+
+
+class Quadratic(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.theta = nn.Parameter(torch.randn(n, dtype=torch.float64))
+
+
+def quadratic(spectrum, seed=0):
+    """L(θ) = ½ θᵀ Q diag(spectrum) Qᵀ θ with a random orthogonal Q: H's eigenvalues are ``spectrum``."""
+    g = torch.Generator().manual_seed(seed)
+    n = len(spectrum)
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    A = q @ torch.diag(torch.tensor(spectrum, dtype=torch.float64)) @ q.T
+    torch.manual_seed(seed)
+    return Quadratic(n), (lambda m, batch: 0.5 * m.theta @ batch @ m.theta), A
+
+
+def test_quadratic_with_a_known_spectrum_and_a_warm_start_that_pays():
+    spectrum = [10.0, 7.0, 5.0] + torch.linspace(-3, 2, 197).tolist()
+    model, loss_fn, A = quadratic(spectrum)
+    cold = sharpness(model, loss_fn, A, k=3, tol=1e-8)
+    assert cold["eigenvalues"] == pytest.approx([10.0, 7.0, 5.0], rel=1e-6)
+    assert cold["residuals"][0] <= 1e-8
+    warm = sharpness(model, loss_fn, A, k=1, tol=1e-8, init=cold["vector"])
+    assert warm["eigenvalues"][0] == pytest.approx(10.0, rel=1e-9)
+    assert warm["hvps"] <= 2 < cold["hvps"]
+
+
+def test_hvp_matches_the_exact_hessian_times_a_vector():
+    model, loss_fn, batch = mlp_problem(2)
+    op = HessianOperator(model, loss_fn, batch)
+    v = torch.randn(op.size, dtype=torch.float64)
+    torch.testing.assert_close(op(v), exact_hessian(model, loss_fn, batch) @ v, rtol=1e-9, atol=1e-12)
+    assert op.hvps == 1

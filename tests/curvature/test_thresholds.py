@@ -1,0 +1,108 @@
+"""Stability thresholds against their formulas, and against the dynamics themselves: on a quadratic,
+the optimizer slightly above its threshold diverges and slightly below converges, and the instrument
+flags ratio > 1 before the loss has moved."""
+
+import pytest
+import torch
+from torch import nn
+
+from optiscope import optim
+from optiscope.curvature import sharpness, stability_threshold
+
+LR = 0.05
+
+
+def params():
+    return [nn.Parameter(torch.zeros(3))]
+
+
+@pytest.mark.parametrize(
+    ("make", "expected", "preconditioned"),
+    [
+        (lambda: torch.optim.SGD(params(), lr=LR), 2 / LR, False),
+        (lambda: optim.SGD(params(), lr=LR), 2 / LR, False),
+        (lambda: torch.optim.SGD(params(), lr=LR, momentum=0.9), 3.8 / LR, False),
+        (lambda: optim.SGD(params(), lr=LR, momentum=0.5, dampening=0.5), 3 / (0.5 * LR), False),
+        (lambda: torch.optim.SGD(params(), lr=LR, momentum=0.9, nesterov=True), 3.8 / (2.8 * LR), False),
+        (lambda: torch.optim.Adam(params(), lr=LR), 38 / LR, True),
+        (lambda: torch.optim.AdamW(params(), lr=LR, betas=(0.8, 0.99)), 3.6 / (0.2 * LR), True),
+        (lambda: optim.Adam(params(), lr=LR), 38 / LR, True),
+        (lambda: optim.AdamW(params(), lr=LR, betas=(0.95, 0.999)), 3.9 / (0.05 * LR), True),
+        (lambda: optim.AdamL2(params(), lr=LR, weight_decay=0.1), 38 / LR, True),
+    ],
+)
+def test_thresholds_follow_the_formulas(make, expected, preconditioned):
+    s = stability_threshold(make())
+    assert s.threshold == pytest.approx(expected, rel=1e-12)
+    assert s.preconditioned is preconditioned and s.reason is None
+
+
+def test_the_threshold_follows_the_current_learning_rate():
+    opt = torch.optim.Adam(params(), lr=LR)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    opt.step()
+    sched.step()
+    assert stability_threshold(opt).threshold == pytest.approx(38 / (LR / 2))
+    assert stability_threshold(opt).label == "38/η"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: optim.Lion(params(), lr=LR),
+        lambda: optim.Muon([nn.Parameter(torch.zeros(3, 3))], lr=LR),
+        lambda: optim.RMSprop(params(), lr=LR),
+        lambda: torch.optim.RMSprop(params(), lr=LR),
+    ],
+)
+def test_unknown_thresholds_are_none_with_a_reason(make):
+    s = stability_threshold(make())
+    assert s.threshold is None and "no known stability threshold" in s.reason
+
+
+def test_groups_with_different_learning_rates_have_no_single_threshold():
+    opt = torch.optim.SGD([{"params": params()}, {"params": params(), "lr": 2 * LR}], lr=LR)
+    assert stability_threshold(opt).threshold is None
+
+
+class Bowl(nn.Module):
+    """L(θ) = ½ Σ λ_i θ_i² with λ = (4, 1, 0.25): sharpness 4."""
+
+    def __init__(self):
+        super().__init__()
+        self.theta = nn.Parameter(torch.ones(3, dtype=torch.float64))
+        self.register_buffer("curv", torch.tensor([4.0, 1.0, 0.25], dtype=torch.float64))
+
+    def loss(self):
+        return 0.5 * (self.curv * self.theta**2).sum()
+
+
+def bowl_loss(model, batch):
+    return model.loss()
+
+
+def run_torch_sgd(factor, momentum=0.0, nesterov=False, steps=400):
+    """torch.optim.SGD at ``factor`` × our threshold for λ = 4: (sharpness ratio, losses)."""
+    model = Bowl()
+    probe = torch.optim.SGD(model.parameters(), lr=1.0, momentum=momentum, nesterov=nesterov)
+    lr = factor * stability_threshold(probe).threshold / 4.0  # threshold ∝ 1/η: scale η so it lands at 4/factor
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, nesterov=nesterov)
+    ratio = sharpness(model, bowl_loss, None, optimizer=opt, tol=1e-10)["ratio"]
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = model.loss()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return ratio, losses
+
+
+@pytest.mark.parametrize(("momentum", "nesterov"), [(0.0, False), (0.9, False), (0.9, True)])
+def test_slightly_above_the_threshold_diverges_and_slightly_below_converges(momentum, nesterov):
+    ratio_hi, hi = run_torch_sgd(1.03, momentum, nesterov)
+    ratio_lo, lo = run_torch_sgd(0.97, momentum, nesterov)
+    assert ratio_hi == pytest.approx(1.03, rel=1e-9) and ratio_lo == pytest.approx(0.97, rel=1e-9)
+    assert hi[-1] > 100 * hi[0] and lo[-1] < 1e-3 * lo[0]
+    if momentum == 0:  # GD: flagged before the first step, while the loss has barely moved
+        assert max(hi[:5]) < 2 * hi[0]

@@ -1,0 +1,71 @@
+"""The edge-of-stability experiment: full-batch GD's sharpness reaches 2/η (a measured invariant, checked
+against our own exact-Hessian oracle's threshold formula), results follow the contract, figures redraw."""
+
+import pytest
+import torch
+
+from figure_checks import assert_figures_drawn_and_replotted
+from optiscope import cli, contracts, runs
+from optiscope.experiments import ConfigError
+from optiscope.experiments import edge_of_stability as eos
+
+FIGURES = ["sharpness.png", "preconditioned.png"]
+
+
+def check_run(out):
+    results = runs.read_json(out / runs.RESULTS)
+    assert not contracts.problems(results, eos.Results)
+    return results
+
+
+def test_gd_reaches_its_edge_and_hovers_there(tmp_path):
+    out = tmp_path / "eos"
+    options = ["--optimizers", "sgd@0.3,adam@0.01", "--steps", "300", "--measure-every", "25", "--quiet"]
+    assert cli.main(["run", "edge-of-stability", "--out", str(out), *options]) == 0
+    results = check_run(out)
+    gd, adam = results["runs"]
+    assert gd["threshold"] == pytest.approx(2 / 0.3) and gd["threshold_label"] == "2/η" and not gd["preconditioned"]
+    assert adam["threshold"] == pytest.approx(38 / 0.01) and adam["preconditioned"]
+    assert gd["step"] == list(range(25, 301, 25))
+    assert max(gd["sharpness"]) >= 0.9 * 2 / 0.3  # progressive sharpening up to the edge
+    assert gd["sharpness"][0] < 0.9 * 2 / 0.3  # ... from below it
+    assert gd["edge_step"] is not None and 0.9 <= gd["equilibrium"] <= 1.3
+    written = [r for r in runs.read_jsonl(out / runs.METRICS) if r.get("run") == "sgd@0.3" and "sharpness" in r]
+    assert [r["sharpness"] for r in written] == gd["sharpness"]  # the monitor's records are the source
+    assert_figures_drawn_and_replotted(out, FIGURES)
+
+
+@pytest.mark.slow
+def test_quick_run_reaches_the_edge(tmp_path):
+    out = tmp_path / "quick"
+    assert cli.main(["run", "edge-of-stability", "--out", str(out), "--quick", "--quiet"]) == 0
+    results = check_run(out)
+    assert any(r["optimizer"] == "sgd" and max(r["sharpness"]) >= 0.9 * r["threshold"] for r in results["runs"])
+    assert_figures_drawn_and_replotted(out, FIGURES)
+
+
+def test_teacher_data_is_deterministic_and_normalised():
+    config = eos.Config(examples=64)
+    (x1, y1), (x2, y2) = eos.teacher_data(config), eos.teacher_data(config)
+    assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert float(y1.std()) == pytest.approx(1.0)
+
+
+def test_summarize_finds_the_edge_and_the_median_after_it():
+    assert eos.summarize([10, 20, 30, 40], [0.5, 0.95, 1.1, 1.0], 0.9) == (20, 1.0, 1.1)
+    assert eos.summarize([10, 20], [0.5, None], 0.9) == (None, None, 0.5)
+    assert eos.summarize([], [], 0.9) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"optimizers": "lion"}, "lion"),  # no known threshold: not offered
+        ({"measure_every": 0}, "measure-every"),
+        ({"tol": 2.0}, "tol"),
+        ({"edge": 0.0}, "edge"),
+    ],
+)
+def test_bad_options_are_refused(kwargs, named):
+    with pytest.raises(ConfigError, match=named):
+        eos.Config(**kwargs)

@@ -1,0 +1,139 @@
+"""The monitor with curvature: the agreed keys in records and sinks, values against an exact Hessian,
+the divergence diagnosis, and exact resume of the warm start and history."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from curvature_support import adam_scaling, exact_hessian, mlp_problem
+from optiscope.monitor import ConsoleSink, Curvature, Diverged, DivergenceGuard, JSONLSink, Monitor, TensorBoardSink
+from optiscope.monitor.curvature import KEYS
+from optiscope.monitor.divergence import curvature_diagnosis
+
+
+def train(model, opt, monitor, loss_fn, batch, steps):
+    records = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = loss_fn(model, batch)
+        loss.backward()
+        opt.step()
+        record = monitor.step(loss)
+        if record is not None:
+            records.append(record)
+    return records
+
+
+def test_records_carry_the_agreed_keys_and_the_exact_preconditioned_sharpness(tmp_path):
+    model, loss_fn, batch = mlp_problem(0)
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    config = Curvature(batch, loss_fn, every=3, tol=1e-9, trace_probes=4, micro_batches=4)
+    sinks = [JSONLSink(tmp_path / "m.jsonl"), TensorBoardSink(tmp_path / "tb"), ConsoleSink()]
+    monitor = Monitor(model, opt, every=100, sinks=sinks, curvature=config)
+    records = train(model, opt, monitor, loss_fn, batch, 6)
+    monitor.close()
+    assert [r["step"] for r in records] == [1, 3, 6]  # the first (monitor) and the curvature steps
+    assert "sharpness" not in records[0] and set(KEYS) <= set(records[-1])
+    last = records[-1]
+    H = exact_hessian(model, loss_fn, batch)
+    d = adam_scaling(model, opt)
+    exact = float(torch.linalg.eigvalsh(d[:, None] * H * d[None, :])[-1])
+    assert last["sharpness"] == pytest.approx(exact, rel=1e-6)
+    assert last["threshold"] == pytest.approx(38 / 0.02)
+    assert last["sharpness/threshold"] == pytest.approx(exact / (38 / 0.02), rel=1e-6)
+    assert last["curvature/update"] <= last["sharpness"] * (1 + 1e-9)  # a Rayleigh quotient of P⁻¹H
+    assert abs(last["hessian_trace"] - float(torch.trace(H))) < 5 * last["curvature"]["trace_std_error"]
+    assert last["curvature"]["label"] == "38/η" and len(last["curvature"]["snr"]) == 4
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert {"sharpness", "sharpness/threshold", "noise_scale"} <= set(events.Tags()["scalars"])
+    assert [e.step for e in events.Scalars("sharpness")] == [3, 6]
+
+
+class Bowl(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.theta = nn.Parameter(torch.ones(2, dtype=torch.float64))
+
+    def forward(self, curv):
+        return 0.5 * (curv * self.theta**2).sum()
+
+
+def bowl_loss(model, curv):
+    return model(curv)
+
+
+def test_divergence_is_diagnosed_with_the_sharpness_ratio():
+    model, curv = Bowl(), torch.tensor([4.0, 1.0], dtype=torch.float64)
+    opt = torch.optim.SGD(model.parameters(), lr=1.5 * 2 / 4)  # 1.5 × beyond 2/η for λ₁ = 4
+    monitor = Monitor(
+        model, opt, every=1, guard=DivergenceGuard(warmup=0), curvature=Curvature(curv, bowl_loss, every=1)
+    )
+    with pytest.raises(Diverged) as info:
+        train(model, opt, monitor, bowl_loss, curv, 50)
+    assert "sharpness 1.5× its 2/η threshold since step 1" in str(info.value)
+    assert info.value.record["curvature_diagnosis"].startswith(f"diverged at step {info.value.record['step']}; ")
+
+
+def test_the_diagnosis_sentence():
+    history = [(150, 0.9, "38/η", True), (180, 2.0, "38/η", True), (200, 3.1, "38/η", True)]
+    assert curvature_diagnosis(212, history) == (
+        "diverged at step 212; preconditioned sharpness 3.1× its 38/η threshold since step 180"
+    )
+    calm = curvature_diagnosis(30, [(10, 0.5, "2/η", False), (20, 0.7, "2/η", False)])
+    assert calm.startswith("diverged at step 30; sharpness stayed below its 2/η threshold")
+    assert curvature_diagnosis(5, [(1, None, "", False)]) is None
+
+
+def test_resume_continues_the_warm_start_and_history_exactly():
+    model, loss_fn, batch = mlp_problem(2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.02)
+    config = Curvature(batch, loss_fn, every=2)
+    monitor = Monitor(model, opt, every=100, curvature=config)
+    train(model, opt, monitor, loss_fn, batch, 4)
+    saved = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), copy.deepcopy(monitor.state_dict()))
+    straight = train(model, opt, monitor, loss_fn, batch, 2)[-1]
+    model2, _, _ = mlp_problem(2)
+    model2.load_state_dict(saved[0])
+    opt2 = torch.optim.AdamW(model2.parameters(), lr=0.02)
+    opt2.load_state_dict(saved[1])
+    resumed_monitor = Monitor(model2, opt2, every=100, curvature=config)
+    resumed_monitor.load_state_dict(saved[2])
+    resumed = train(model2, opt2, resumed_monitor, loss_fn, batch, 2)[-1]
+    assert resumed["step"] == straight["step"] == 6
+    for key in ("sharpness", "curvature/update", "curvature/gradient"):
+        assert resumed[key] == straight[key]
+    assert resumed["curvature"]["hvps"] == straight["curvature"]["hvps"]
+    assert resumed_monitor.state_dict()["curvature_history"] == monitor.state_dict()["curvature_history"]
+
+
+def test_bad_configs_are_refused():
+    _, loss_fn, batch = mlp_problem(0)
+    with pytest.raises(ValueError, match="every=0"):
+        Curvature(batch, loss_fn, every=0)
+    with pytest.raises(ValueError, match="3 equal micro-batches"):
+        Curvature(batch, loss_fn, micro_batches=3)
+
+
+def test_measuring_curvature_leaves_training_untouched():
+    """Same weights, optimizer state and RNG stream with and without the instrument (dropout included)."""
+
+    def trained(curvature):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.3), nn.Tanh(), nn.Linear(8, 2))
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        _, loss_fn, batch = mlp_problem(0)
+        batch = tuple(t.float() for t in batch)
+        config = Curvature(batch, loss_fn, every=2, trace_probes=2) if curvature else None
+        monitor = Monitor(model, opt, every=2, curvature=config)
+        train(model, opt, monitor, loss_fn, batch, 6)
+        return model.state_dict(), opt.state_dict()["state"], torch.rand(3), model.training
+
+    plain, measured = trained(False), trained(True)
+    assert all(torch.equal(plain[0][k], measured[0][k]) for k in plain[0])
+    assert all(torch.equal(plain[1][0][k], measured[1][0][k]) for k in plain[1][0])
+    assert torch.equal(plain[2], measured[2]) and measured[3]  # RNG stream and train mode restored
