@@ -189,6 +189,8 @@ def test_demo_ends_with_the_report_page_path_first(fake, tmp_path, capsys):
     rule = next(i for i, line in enumerate(out) if "─" in line and "figures" in line)
     assert out[rule - 1] == str(tmp_path / "report.html")  # the last line of the runs' output, the page
     assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+
 # ----------------------------------------------------------------------------------------------- sweep
 @pytest.fixture
 def sweepable(fake, monkeypatch):

@@ -229,6 +229,8 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     finally:
         server.shutdown()
     return 0
+
+
 #: The sweep's own options (parsed into these names; every other option goes to each trial).
 SWEEP_OPTIONS = ("optimizers", "seeds", "lrs", "workers", "backend", "address", "objective")
 

@@ -85,6 +85,8 @@ def build_config(module: Any, quick: bool, overrides: dict[str, Any]) -> Any:
     values = dict(getattr(module, "QUICK", {})) if quick else {}
     values.update(overrides)
     return module.Config(**values)
+
+
 @contextlib.contextmanager
 def torch_threads(n: int) -> Iterator[None]:
     """torch's CPU threads set to ``n`` for the duration (tiny models run fastest on one)."""

@@ -19,8 +19,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp
 
-from .calls import call_kwargs
 from ..curvature.hvp import unwrap  # noqa: F401 (re-exported: probe.unwrap)
+from .calls import call_kwargs
 from .functionals import check_logits, per_sequence, sequence_log_prob
 
 PerSequence = Callable[[Tensor], tuple[Tensor, ...]]
