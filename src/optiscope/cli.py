@@ -157,12 +157,13 @@ def read_results(run_dir: Path) -> dict[str, Any]:
     path = run_dir / runs.RESULTS
     results = runs.read_json(path)
     name = results.get("experiment") if isinstance(results, dict) else None
-    if name != "sweep" and name not in experiments.EXPERIMENTS:
+    known = sweep.results_contract(name)
+    if known is None:
         raise UserError(
             f"{path} is not the result of an optiscope experiment (experiment {name!r}); known: "
-            f"{', '.join([*experiments.EXPERIMENTS, 'sweep'])}"
+            f"{', '.join(sweep.result_kinds())}"
         )
-    contract = sweep.Results if name == "sweep" else experiments.load(name).Results
+    contract = known[0]
     found = contracts.problems(results, contract)
     if found:
         raise UserError(f"{path} does not have the shape of a {name!r} result: {'; '.join(found)}")

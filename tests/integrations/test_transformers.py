@@ -108,3 +108,34 @@ def test_nan_loss_stops_training_with_the_diagnosis(tmp_path, caplog):
     assert any("diverged" in r.getMessage() and "training stops" in r.getMessage() for r in caplog.records)
     last = read_records(tmp_path)[-1]
     assert last["diverged"] and last["reason"] == callback.diverged["reason"]
+
+
+def test_curvature_reaches_the_monitor_with_the_trainers_optimizer_state(tmp_path):
+    """Curvature(...) through the callback: the preconditioned sharpness of the model and AdamW state the
+    Trainer ends with, against the threshold formula (2 + 2β₁)/((1 − β₁)η) and a direct measurement."""
+    from optiscope.curvature import sharpness
+    from optiscope.monitor import Curvature
+
+    def loss_fn(model, batch):
+        return model(**batch).loss
+
+    model = tiny_hf.model("gpt2")
+    fixed = {key: torch.stack([row[key] for row in dataset(n=4, seed=1)]) for key in ("input_ids", "labels")}
+    callback = OptiscopeCallback(every=1, curvature=Curvature(fixed, loss_fn, every=2, directions=False, tol=1e-6))
+    optimizer = optiscope.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.8, 0.999))
+    trainer = Trainer(
+        model=model,
+        args=arguments(tmp_path, lr_scheduler_type="constant", max_grad_norm=0.0),
+        train_dataset=dataset(),
+        callbacks=[callback],
+        optimizers=(optimizer, None),
+    )
+    trainer.train()
+    first, second = read_records(tmp_path)
+    assert "sharpness" not in first  # every=2: measured on update step 2 only
+    assert second["threshold"] == pytest.approx((2 + 2 * 0.8) / ((1 - 0.8) * 1e-2), rel=1e-12)
+    model.eval()
+    direct = sharpness(model, loss_fn, fixed, optimizer, tol=1e-6, max_hvps=200)
+    assert direct["preconditioned"]
+    assert second["sharpness"] == pytest.approx(direct["eigenvalues"][0], rel=1e-4)
+    assert second["sharpness/threshold"] == pytest.approx(second["sharpness"] / second["threshold"], rel=1e-12)

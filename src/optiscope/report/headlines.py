@@ -275,10 +275,102 @@ def adder(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
         ]
 
 
+# ------------------------------------------------------------------------------------- edge-of-stability
+def edge_of_stability(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
+    def n(*path):
+        return number(r, *path)
+
+    for i, run in enumerate(r["runs"]):
+        what = "preconditioned sharpness λ₁(P⁻¹H)" if run["preconditioned"] else "sharpness λ₁(H)"
+        head = f"{run['label']}: {what} against its {run['threshold_label']} threshold of "
+        if run["status"] != "ok":
+            yield lambda i=i, head=head: [
+                head,
+                n("runs", i, "threshold"),
+                ": diverged at step ",
+                n("runs", i, "divergence", "step"),
+                ", at most ",
+                n("runs", i, "max_ratio"),
+                "× the threshold.",
+            ]
+        elif run["edge_step"] is None:
+            yield lambda i=i, head=head: [
+                head,
+                n("runs", i, "threshold"),
+                ": at most ",
+                n("runs", i, "max_ratio"),
+                f"× the threshold, short of the edge ({r['edge']:g}×) in ",
+                n("steps"),
+                " steps.",
+            ]
+        else:
+            yield lambda i=i, head=head: [
+                head,
+                n("runs", i, "threshold"),
+                ": reached ",
+                n("edge"),
+                "× at step ",
+                n("runs", i, "edge_step"),
+                ", then a median of ",
+                n("runs", i, "equilibrium"),
+                "× (largest ",
+                n("runs", i, "max_ratio"),
+                "×).",
+            ]
+
+
+# ------------------------------------------------------------------------------------------------- sweep
+def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
+    def n(*path):
+        return number(r, *path)
+
+    seeds = len(r["seeds"])
+    yield lambda: [
+        f"{r['swept']}: each optimizer's η tuned for {r['objective']['description']} "
+        f"({r['objective']['direction']}imised), {seeds} seed{'s' if seeds != 1 else ''} at the best η and its "
+        "neighbours.",
+    ]
+    for name in r["ranking"]:
+        if len(r["optimizers"][name]["values"]) < 2:
+            yield lambda name=name: [
+                f"{name}: tuned η ",
+                n("optimizers", name, "tuned_lr"),
+                ", ",
+                n("optimizers", name, "mean"),
+                " (one seed).",
+            ]
+            continue
+        yield lambda name=name: [
+            f"{name}: tuned η ",
+            n("optimizers", name, "tuned_lr"),
+            ", ",
+            n("optimizers", name, "mean"),
+            " ± ",
+            n("optimizers", name, "std"),
+            " over its seeds (95 % bootstrap interval of the mean ",
+            n("optimizers", name, "interval", 0),
+            " … ",
+            n("optimizers", name, "interval", 1),
+            ").",
+        ]
+    for i, entry in enumerate(r["neighbours"]):
+        yield lambda i=i, entry=entry: [
+            f"{entry['best']} vs {entry['second']}: Δ = ",
+            n("neighbours", i, "difference"),
+            ", 95 % interval ",
+            n("neighbours", i, "interval", 0),
+            " … ",
+            n("neighbours", i, "interval", 1),
+            ": " + entry["verdict"].split(" — ")[-1] + ".",  # the sweep's own words: beyond, within, not measured
+        ]
+
+
 WRITERS: dict[str, Callable[[dict[str, Any]], Iterator[Callable[[], Sentence]]]] = {
     "rare-tokens": rare_tokens,
     "landscapes": landscapes,
     "lm": lm,
     "entropy": entropy,
     "adder": adder,
+    "edge-of-stability": edge_of_stability,
+    "sweep": sweep,
 }

@@ -21,7 +21,7 @@ from bokeh.embed import components
 from bokeh.models import Tabs
 from bokeh.resources import Resources
 
-from .. import __version__, experiments
+from .. import __version__, sweep
 from . import headlines, series
 from .charts import Sources
 from .rundir import RunDir
@@ -129,7 +129,7 @@ def resources(models: Any) -> str:
 def section_head(experiment: str | None, group: list[RunDir]) -> str:
     if experiment is None:
         return "<section><h2>Directories with nothing optiscope can show</h2>"
-    summary = experiments.load(experiment).SUMMARY
+    summary = sweep.results_contract(experiment)[1]
     return f'<section><h2>{html.escape(experiment)}</h2><p class="muted">{html.escape(summary)}</p>'
 
 

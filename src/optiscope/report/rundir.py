@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import contracts, experiments, runs
+from .. import contracts, runs, sweep
 from ..errors import UserError
 
 
@@ -46,7 +46,7 @@ def read_run(path: Path) -> RunDir:
     run.metrics = read_metrics(path / runs.METRICS, run.problems)
     run.figures = sorted((path / runs.FIGURES).glob("*.png"))
     named = [d.get("experiment") for d in (run.results, run.config) if isinstance(d, dict)]
-    run.experiment = next((n for n in named if n in experiments.EXPERIMENTS), None)
+    run.experiment = next((n for n in named if sweep.results_contract(n) is not None), None)
     if not any((path / name).exists() for name in (runs.CONFIG, runs.RESULTS, runs.METRICS)):
         run.problems.append(f"{path} holds no config.json, results.json or metrics.jsonl of an optiscope run")
     return run
@@ -78,13 +78,14 @@ def _read_results(path: Path, problems: list[str]) -> dict[str, Any] | None:
     if results is None:
         return None
     name = results.get("experiment")
-    if name not in experiments.EXPERIMENTS:
+    known = sweep.results_contract(name)
+    if known is None:
         problems.append(
             f"{runs.RESULTS} names experiment {name!r}, which this optiscope does not know "
-            f"(known: {', '.join(experiments.EXPERIMENTS)}): its results are not shown"
+            f"(known: {', '.join(sweep.result_kinds())}): its results are not shown"
         )
         return None
-    found = contracts.problems(results, experiments.load(name).Results)
+    found = contracts.problems(results, known[0])
     if found:
         problems.append(
             f"{runs.RESULTS} does not have the shape of a {name!r} result ({'; '.join(found)}): "

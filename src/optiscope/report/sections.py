@@ -346,8 +346,42 @@ def adder_charts(sources: Sources, group: Labelled, key: str) -> Charts:
     ]
 
 
+def sweep_charts(sources: Sources, group: Labelled, key: str) -> Charts:
+    means, seeds = {}, {}
+    for f, run in group:
+        for name, tuned in run.results["optimizers"].items():
+            points = tuned["sensitivity"]
+            means[f(f"{name} mean")] = series.thin([p["lr"] for p in points], [p["mean"] for p in points])
+            pairs = [(p["lr"], v) for p in points for v in p["values"]]
+            seeds[f(f"{name} seeds")] = series.thin([x for x, _ in pairs], [v for _, v in pairs])
+        objective = run.results["objective"]["description"]
+    return [
+        (
+            "Objective against learning rate (tuning)",
+            charts.lines(
+                sources, f"{key}-lr", f"{objective} against η", means, "learning rate η", objective, x_log=True
+            ),
+        ),
+        (
+            "Every trial",
+            charts.lines(
+                sources,
+                f"{key}-seeds",
+                f"{objective}, every seed",
+                seeds,
+                "learning rate η",
+                objective,
+                x_log=True,
+                markers=True,
+                line=False,
+            ),
+        ),
+    ]
+
+
 RESULT_CHARTS: dict[str, Callable[[Sources, Labelled, str], Charts]] = {
     "lm": lm_charts,
+    "sweep": sweep_charts,
     "rare-tokens": rare_tokens_charts,
     "landscapes": landscapes_charts,
     "entropy": entropy_charts,

@@ -11,7 +11,28 @@ that grows until the best is interior, then several seeds — run on a local pro
 The objectives come from the experiments (``OBJECTIVES`` in each module that trains).
 """
 
+from typing import Any
+
+from .. import experiments
 from .results import Results
 from .sweep import RESERVED, SweepConfig, check, run_sweep
 
-__all__ = ["RESERVED", "Results", "SweepConfig", "check", "run_sweep"]
+SUMMARY = "each optimizer's learning rate tuned on a grid, then several seeds at the best: a fair comparison"
+
+
+def result_kinds() -> list[str]:
+    """What a results.json may name as its ``experiment``: every experiment, and ``sweep``."""
+    return [*experiments.EXPERIMENTS, "sweep"]
+
+
+def results_contract(name: Any) -> tuple[type, str] | None:
+    """(the ``Results`` TypedDict, the summary) of results naming ``name``; None when none is known."""
+    if name == "sweep":
+        return Results, SUMMARY
+    if name in experiments.EXPERIMENTS:
+        module = experiments.load(name)
+        return module.Results, module.SUMMARY
+    return None
+
+
+__all__ = ["RESERVED", "SUMMARY", "Results", "SweepConfig", "check", "result_kinds", "results_contract", "run_sweep"]

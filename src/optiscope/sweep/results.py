@@ -103,12 +103,17 @@ def tuned(trials: Sequence[dict[str, Any]], seeds: Sequence[int], direction: str
 def pair(optimizers: dict[str, Tuned], better: str, worse: str) -> dict[str, Any]:
     """``better`` against ``worse`` at their tuned lrs: the difference of means, its bootstrap 95 %
     interval, and whether that interval excludes zero (a difference beyond the seed noise)."""
-    low, high = difference_interval(optimizers[better]["values"], optimizers[worse]["values"])
-    differ = not (low <= 0 <= high) if math.isfinite(low) else False
+    values = optimizers[better]["values"], optimizers[worse]["values"]
+    low, high = difference_interval(*values)
     difference = optimizers[better]["mean"] - optimizers[worse]["mean"]
-    verdict = f"{better} vs {worse}: Δ = {difference:.3g}, 95% CI [{low:.3g}, {high:.3g}] — " + (
-        "beyond seed noise" if differ else "within seed noise"
-    )
+    if min(len(v) for v in values) < 2:  # one seed measures no seed noise: claim nothing
+        differ = False
+        verdict = f"{better} vs {worse}: Δ = {difference:.3g} from one seed — the seed noise is not measured"
+    else:
+        differ = not (low <= 0 <= high) if math.isfinite(low) else False
+        verdict = f"{better} vs {worse}: Δ = {difference:.3g}, 95% CI [{low:.3g}, {high:.3g}] — " + (
+            "beyond seed noise" if differ else "within seed noise"
+        )
     return {
         "best": better,
         "second": worse,

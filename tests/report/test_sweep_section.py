@@ -1,0 +1,30 @@
+"""A sweep's directory on the page: its headline numbers are results.json's, its tuning charts are drawn."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from optiscope import cli, experiments
+from optiscope.sweep import SweepConfig, run_sweep
+
+from .browser import load
+from .test_page import CHARTS, HEADLINES, walk
+
+
+def test_a_sweep_gets_its_section(page, tmp_path, monkeypatch):
+    monkeypatch.setitem(experiments.EXPERIMENTS, "synthetic", "sweep.synthetic")
+    options = {"sgd_optimum": 1e-3, "adam_optimum": 0.1}
+    run_sweep(SweepConfig(experiment="synthetic", optimizers=("sgd", "adam"), seeds=2, options=options), tmp_path / "s")
+    assert cli.main(["report", str(tmp_path / "s")]) == 0
+    load(page, (tmp_path / "s" / "report.html").as_uri())
+    results = json.loads((tmp_path / "s" / "results.json").read_text())
+    (article,) = page.evaluate(HEADLINES)
+    paths = [json.loads(path) for path, _, _ in article["numbers"]]
+    assert ["optimizers", "adam", "tuned_lr"] in paths and ["neighbours", 0, "difference"] in paths
+    for path, value, text in article["numbers"]:
+        expected = walk(results, json.loads(path))
+        assert float(value) == expected and math.isclose(float(text), expected, rel_tol=1e-3, abs_tol=1e-12)
+    titles = {c["title"]: c for c in page.evaluate(CHARTS)}
+    tuning = titles["Objective against learning rate (tuning)"]
+    assert sum(tuning["points"]) == sum(len(t["sensitivity"]) for t in results["optimizers"].values())
