@@ -63,12 +63,15 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
             ),
         ),
     ]
-    curvature = {f"{label} sharpness": pts for label, pts in overlaid("sharpness").items()}
-    curvature.update({f"{label} threshold": pts for label, pts in overlaid("threshold").items()})
+    # log y: GD's 2/η and Adam's 38/η differ by orders of magnitude on one chart
+    curvature = {f"{label} sharpness": pts for label, pts in overlaid("sharpness", True).items()}
+    curvature.update({f"{label} threshold": pts for label, pts in overlaid("threshold", True).items()})
     out.append(
         (
             "Sharpness against its stability threshold",
-            charts.lines(sources, f"{key}-sharp", "sharpness and threshold", curvature, "step", "λ", live=True),
+            charts.lines(
+                sources, f"{key}-sharp", "sharpness and threshold", curvature, "step", "λ", y_log=True, live=True
+            ),
         )
     )
     out.append(
