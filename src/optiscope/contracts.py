@@ -30,12 +30,19 @@ def _check(value: Any, expected: Any, where: str, found: list[str], limit: int) 
         if not isinstance(value, dict):
             found.append(f"{where} is {_kind(value)}, not an object")
             return
-        hints = typing.get_type_hints(expected)
-        for key in sorted(expected.__required_keys__):
-            if key not in value:
+        # include_extras keeps NotRequired[...]: under ``from __future__ import annotations`` (all our
+        # modules) the class's own __required_keys__ cannot see it and lists every key as required.
+        for key, hint in sorted(typing.get_type_hints(expected, include_extras=True).items()):
+            marker = typing.get_origin(hint)
+            required = marker is typing.Required or (
+                marker is not typing.NotRequired and key in expected.__required_keys__
+            )
+            if marker in (typing.Required, typing.NotRequired, typing.Annotated):
+                hint = typing.get_args(hint)[0]
+            if key in value:
+                _check(value[key], hint, f"{where}.{key}", found, limit)
+            elif required:
                 found.append(f"{where}.{key} is missing")
-            else:
-                _check(value[key], hints[key], f"{where}.{key}", found, limit)
     elif origin in (typing.Union, types.UnionType):
         trials = [problems(value, option, where, 1) for option in args]
         if all(trials):

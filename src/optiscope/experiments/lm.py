@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -205,7 +205,7 @@ class RunResults(TypedDict):
     update_ratio: dict[str, Any]
     embedding_rows: EmbeddingRows
     final: Final
-    curvature: CurvatureSeries  # empty without --curvature-every
+    curvature: NotRequired[CurvatureSeries]  # empty without --curvature-every; absent in runs before it existed
 
 
 class Results(TypedDict):
