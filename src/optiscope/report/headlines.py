@@ -282,41 +282,21 @@ def edge_of_stability(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
 
     for i, run in enumerate(r["runs"]):
         what = "preconditioned sharpness λ₁(P⁻¹H)" if run["preconditioned"] else "sharpness λ₁(H)"
-        head = f"{run['label']}: {what} against its {run['threshold_label']} threshold of "
+        at = ("runs", i)  # the pieces after the threshold: text, or the path of a number in results.json
         if run["status"] != "ok":
-            yield lambda i=i, head=head: [
-                head,
-                n("runs", i, "threshold"),
-                ": diverged at step ",
-                n("runs", i, "divergence", "step"),
-                ", at most ",
-                n("runs", i, "max_ratio"),
-                "× the threshold.",
-            ]
+            tail = [": diverged at step ", (*at, "divergence", "step"), ", at most ", (*at, "max_ratio"), "× it."]
         elif run["edge_step"] is None:
-            yield lambda i=i, head=head: [
-                head,
-                n("runs", i, "threshold"),
-                ": at most ",
-                n("runs", i, "max_ratio"),
-                f"× the threshold, short of the edge ({r['edge']:g}×) in ",
-                n("steps"),
-                " steps.",
-            ]
+            tail = [": at most ", (*at, "max_ratio"), f"× it, short of the edge ({r['edge']:g}×) in ", ("steps",)]
+            tail.append(" steps.")
         else:
-            yield lambda i=i, head=head: [
-                head,
-                n("runs", i, "threshold"),
-                ": reached ",
-                n("edge"),
-                "× at step ",
-                n("runs", i, "edge_step"),
-                ", then a median of ",
-                n("runs", i, "equilibrium"),
-                "× (largest ",
-                n("runs", i, "max_ratio"),
-                "×).",
-            ]
+            tail = [": reached ", ("edge",), "× at step ", (*at, "edge_step"), ", then a median of "]
+            tail += [(*at, "equilibrium"), "× (largest ", (*at, "max_ratio"), "×)."]
+        head = f"{run['label']}: {what} against its {run['threshold_label']} threshold of "
+        yield lambda at=at, head=head, tail=tail: [
+            head,
+            n(*at, "threshold"),
+            *(n(*piece) if isinstance(piece, tuple) else piece for piece in tail),
+        ]
 
 
 # ------------------------------------------------------------------------------------------------- sweep

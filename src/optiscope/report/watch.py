@@ -97,7 +97,7 @@ def handler_for(report: Report) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass  # one request per chart per second would bury the console
+            """Silent: one request per chart per second would bury the console."""
 
     return Handler
 
