@@ -4,10 +4,12 @@ nanoGPT's CPU configuration (4 layers, 4 heads, 128 dims, context 64, batch 12; 
 AdamW. Contenders train side by side from the same weights on the same batches, in alternating rounds of
 ``--steps`` steps so that drift in the machine's speed hits them alike: the monitor alone (every 10, no
 curvature: the peer), and the monitor with curvature every 100 steps on a fixed 12 × 64 batch — as
-configured by default (sharpness to residual 1e-3, warm-started, plus the curvature along the update and
-the gradient) and a cheaper setting (residual 1e-2, no directions). Goal (issue 12): ≤ 10 % overhead.
+configured by default (sharpness to residual 1e-2, warm-started, plus the curvature along the update),
+with the gradient direction too, and the sharpness alone. Every step is timed, so the overhead is given
+two ways: from whole rounds' throughput, and from the measuring steps' extra time (robust to a machine
+whose speed drifts between rounds). Goal (issue 12): ≤ 10 % overhead.
 
-    python benchmarks/curvature_overhead.py [--rounds 3] [--steps 100]
+    python benchmarks/curvature_overhead.py [--rounds 5] [--steps 100] [--threads 1]
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import copy
 import statistics
 import time
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,10 +35,12 @@ def loss_fn(net, batch):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=100, help="steps per round (a multiple of 100)")
     parser.add_argument("--text", default=None)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     ids = corpus_ids(args.text)
     torch.manual_seed(0)
     base = GPT(GPTConfig(vocab_size=int(ids.max()) + 1, n_layer=4, n_head=4, n_embd=128, block_size=64))
@@ -43,44 +48,72 @@ def main() -> None:
     settings = {
         "monitor only": None,
         "curvature/100": Curvature(batch, loss_fn, every=100),
-        "curvature/100 cheap": Curvature(batch, loss_fn, every=100, tol=1e-2, directions=False),
+        "+ gradient direction": Curvature(batch, loss_fn, every=100, directions=("update", "gradient")),
+        "sharpness only": Curvature(batch, loss_fn, every=100, directions=()),
     }
     contenders = {}
     for name, curvature in settings.items():
         model = copy.deepcopy(base)
         opt = AdamW(model.parameters(), lr=1e-3)
         monitor = Monitor(model, opt, every=10, guard=None, curvature=curvature)
-        contenders[name] = (model, opt, monitor, torch.Generator().manual_seed(1), [])
+        contenders[name] = Contender(model, opt, monitor, torch.Generator().manual_seed(1))
 
-    def train(name: str, steps: int) -> float:
-        model, opt, monitor, gen, hvps = contenders[name]
+    def train(c: Contender, steps: int) -> float:
+        """Trains ``steps`` steps, each timed; returns steps/s."""
         start = time.perf_counter()
         for _ in range(steps):
-            _, loss = model(*sample_batch(ids, 64, 12, gen))
-            opt.zero_grad(set_to_none=True)
+            begin = time.perf_counter()
+            _, loss = c.model(*sample_batch(ids, 64, 12, c.generator))
+            c.opt.zero_grad(set_to_none=True)
             loss.backward()
-            opt.step()
-            record = monitor.step(loss)
+            c.opt.step()
+            record = c.monitor.step(loss)
+            seconds = time.perf_counter() - begin
             if record and "sharpness" in record:
-                hvps.append(record["curvature"]["hvps"])
+                c.measured.append((seconds, record["curvature"]["hvps"]))
+            else:
+                c.plain.append(seconds)
         return steps / (time.perf_counter() - start)
 
-    for name in contenders:  # warm-up: state, caches
-        train(name, 5)
+    for c in contenders.values():  # warm-up: state, caches
+        train(c, 5)
+        c.plain.clear()
     rates: dict[str, list[float]] = {k: [] for k in contenders}
-    for _ in range(args.rounds):
-        for name in contenders:
-            rates[name].append(train(name, args.steps))
+    for r in range(args.rounds):
+        order = list(contenders) if r % 2 == 0 else list(reversed(contenders))  # drift hits all alike
+        for name in order:
+            rates[name].append(train(contenders[name], args.steps))
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, GPT {base.num_parameters() / 1e6:.2f}M params"
     )
-    peer = statistics.median(rates["monitor only"])
-    print(f"{'setting':<22}{'steps/s':>9}{'overhead':>10}  HVPs per measurement")
-    for name, values in rates.items():
-        rate = statistics.median(values)
-        hvps = contenders[name][4]
-        print(f"{name:<22}{rate:>9.2f}{(peer / rate - 1) * 100:>9.1f}%  {hvps if hvps else '-'}")
+    peer_rate = statistics.median(rates["monitor only"])
+    peer_step = statistics.median(contenders["monitor only"].plain)
+    print(
+        "overhead two ways: from the throughput of whole rounds (medians), and per measurement: a measuring "
+        "step's time above the same contender's median plain step, over 100 of the peer's median steps "
+        "(the median over the warm measurements, the first being cold)"
+    )
+    print(f"{'setting':<22}{'steps/s':>9}{'throughput':>11}{'per measurement':>16}  HVPs per measurement")
+    for name, c in contenders.items():
+        rate = statistics.median(rates[name])
+        direct = "-"
+        if c.measured:
+            plain = statistics.median(c.plain)
+            extra = [seconds - plain for seconds, _ in c.measured[1:]] or [c.measured[0][0] - plain]
+            direct = f"{statistics.median(extra) / (100 * peer_step) * 100:.1f}%"
+        hvps = [h for _, h in c.measured] or "-"
+        print(f"{name:<22}{rate:>9.2f}{(peer_rate / rate - 1) * 100:>10.1f}%{direct:>16}  {hvps}")
     print("Goal: <= 10% with curvature every 100 steps.")
+
+
+@dataclass
+class Contender:
+    model: GPT
+    opt: AdamW
+    monitor: Monitor
+    generator: torch.Generator
+    plain: list[float] = field(default_factory=list)  # seconds of each step without a curvature measurement
+    measured: list[tuple[float, int]] = field(default_factory=list)  # (seconds, HVPs) of each measuring step
 
 
 if __name__ == "__main__":

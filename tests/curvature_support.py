@@ -16,6 +16,17 @@ def mlp_problem(seed=0):
     return model, loss_fn, (x, y)
 
 
+def adam_problem(seed=1, lr=0.01, steps=3):
+    """``mlp_problem(seed)`` after ``steps`` full-batch steps of torch.optim.Adam: (model, loss_fn, batch, opt)."""
+    model, loss_fn, batch = mlp_problem(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_fn(model, batch).backward()
+        opt.step()
+    return model, loss_fn, batch, opt
+
+
 def exact_hessian(model, loss_fn, batch):
     """The full Hessian by torch.func.hessian over one flat parameter vector (independent of our HVPs)."""
     names = [n for n, _ in model.named_parameters()]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from curvature_support import adam_scaling, exact_hessian, mlp_problem
+from curvature_support import adam_problem, adam_scaling, exact_hessian, mlp_problem
 from optiscope.curvature import directional_curvature, gradient_noise_scale, hessian_trace
 
 
@@ -36,12 +36,7 @@ def test_directional_curvature_along_a_vector_and_the_gradient():
 
 
 def test_preconditioned_directional_curvature_uses_the_adam_state():
-    model, loss_fn, batch = mlp_problem(1)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    for _ in range(3):
-        opt.zero_grad()
-        loss_fn(model, batch).backward()
-        opt.step()
+    model, loss_fn, batch, opt = adam_problem()
     H = exact_hessian(model, loss_fn, batch)
     P = adam_scaling(model, opt) ** -2
     d = {id(p): torch.randn_like(p) for p in model.parameters()}

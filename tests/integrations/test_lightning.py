@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -60,15 +61,10 @@ class ParameterChange(lightning.Callback):
             self.u.append(float((pl_module.net[0].weight.detach() - self.before).norm()))
 
 
-@pytest.mark.parametrize("automatic", [True, False], ids=["automatic", "manual"])
-def test_u_is_the_real_update_after_accumulation_and_clipping(automatic, tmp_path):
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(16, 4, generator=generator)
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
-    module, oracle = Regression(automatic), ParameterChange()
-    options = {"accumulate_grad_batches": ACCUMULATE, "gradient_clip_val": CLIP} if automatic else {}
-    trainer = lightning.Trainer(
-        max_steps=2,
+def quiet_trainer(tmp_path, max_steps, callbacks, **options):
+    """A CPU Trainer without logger, checkpoints, progress bar or summary."""
+    return lightning.Trainer(
+        max_steps=max_steps,
         accelerator="cpu",
         devices=1,
         logger=False,
@@ -76,9 +72,19 @@ def test_u_is_the_real_update_after_accumulation_and_clipping(automatic, tmp_pat
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=tmp_path,
-        callbacks=[OptiscopeCallback(every=1), oracle],
+        callbacks=callbacks,
         **options,
     )
+
+
+@pytest.mark.parametrize("automatic", [True, False], ids=["automatic", "manual"])
+def test_u_is_the_real_update_after_accumulation_and_clipping(automatic, tmp_path):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 4, generator=generator)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    module, oracle = Regression(automatic), ParameterChange()
+    options = {"accumulate_grad_batches": ACCUMULATE, "gradient_clip_val": CLIP} if automatic else {}
+    trainer = quiet_trainer(tmp_path, 2, [OptiscopeCallback(every=1), oracle], **options)
     trainer.fit(module, data)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
@@ -110,3 +116,107 @@ def test_a_diverging_run_stops_cleanly(tmp_path):
     assert callback.diverged is not None
     assert trainer.global_step == callback.diverged["step"] < 10
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["diverged"]
+
+
+BETA, LR, CURVATURE_EVERY = 0.9, 0.05, 2
+CURVATURE_KEYS = ("sharpness", "threshold", "sharpness/threshold", "curvature/update", "curvature/gradient")
+
+
+class HeavyBall(Regression):
+    """The regression under torch's SGD with heavy-ball momentum β, whose threshold is (2 + 2β)/η."""
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=LR, momentum=BETA)
+
+
+def regression_loss(module, batch):
+    x, y = batch
+    return nn.functional.mse_loss(module.net(x), y)
+
+
+def flat(module):
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()]).double()
+
+
+def exact_hessian_and_gradient(module, batch):
+    """H and ∇L of ``regression_loss`` on ``batch`` in float64, H formed entry by entry (49 × 49)."""
+    names = [n for n, _ in module.net.named_parameters()]
+    shapes = [p.shape for p in module.net.parameters()]
+    sizes = [s.numel() for s in shapes]
+    x, y = (t.double() for t in batch)
+    net = copy.deepcopy(module.net).double()
+
+    def loss(theta):
+        params = {n: t.view(s) for n, t, s in zip(names, theta.split(sizes), shapes, strict=True)}
+        return nn.functional.mse_loss(torch.func.functional_call(net, params, (x,)), y)
+
+    theta = flat(module.net)
+    return torch.func.hessian(loss)(theta), torch.func.grad(loss)(theta)
+
+
+def rayleigh(hessian, d):
+    return float(d @ hessian @ d / (d @ d))
+
+
+class ExactCurvature(lightning.Callback):
+    """The oracle: after every ``every``-th optimizer step, from the exact Hessian of the loss on ``batch``
+    at the parameters the step left, λ₁(H) and dᵀHd/dᵀd along that step's parameter change and along
+    ∇L(batch); ``scale`` is max |λ(H)|."""
+
+    def __init__(self, batch, every):
+        self.batch, self.every, self.seen = batch, every, {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.before, self.step = flat(pl_module), trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if step > self.step and step % self.every == 0:
+            hessian, gradient = exact_hessian_and_gradient(pl_module, self.batch)
+            eigenvalues = torch.linalg.eigvalsh(hessian)
+            self.seen[step] = {
+                "sharpness": float(eigenvalues[-1]),
+                "scale": float(eigenvalues.abs().max()),
+                "curvature/update": rayleigh(hessian, flat(pl_module) - self.before),
+                "curvature/gradient": rayleigh(hessian, gradient),
+            }
+
+
+@pytest.mark.parametrize("automatic", [True, False], ids=["automatic", "manual"])
+def test_curvature_reaches_the_monitor_with_the_trainers_optimizer_state(automatic, tmp_path):
+    """Curvature(...) through the callback, every 2 of 4 steps (manual: with the module's own accumulation
+    and clipping): the threshold against (2 + 2β)/η; the sharpness and the curvatures along the update
+    and the gradient against the exact float64 Hessian right after each measured step; the last
+    sharpness against a direct measurement on the model and optimizer the trainer ends with."""
+    from optiscope.curvature import sharpness
+    from optiscope.monitor import Curvature
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 4, generator=generator)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    fixed_x = torch.randn(8, 4, generator=generator)
+    fixed = (fixed_x, fixed_x.sum(1, keepdim=True))
+    curvature = Curvature(
+        fixed, regression_loss, every=CURVATURE_EVERY, tol=1e-6, max_hvps=100, directions=("update", "gradient")
+    )
+    module, oracle = HeavyBall(automatic), ExactCurvature(fixed, CURVATURE_EVERY)
+    trainer = quiet_trainer(tmp_path, 4, [OptiscopeCallback(every=1, curvature=curvature), oracle])
+    trainer.fit(module, data)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    measured = {r["step"]: r for r in records if any(key in r for key in CURVATURE_KEYS)}
+    assert sorted(measured) == sorted(oracle.seen) == [2, 4]
+    for step, r in measured.items():
+        exact = oracle.seen[step]
+        assert all(r[key] is not None for key in CURVATURE_KEYS), step
+        assert r["threshold"] == pytest.approx((2 + 2 * BETA) / LR, rel=1e-12)
+        assert r["sharpness/threshold"] == pytest.approx(r["sharpness"] / r["threshold"], rel=1e-12)
+        assert r["sharpness"] == pytest.approx(exact["sharpness"], rel=1e-4), step
+        # a Rayleigh quotient can be small beside the spectrum: float32 products are good to ~1e-6 of its scale
+        for key in ("curvature/update", "curvature/gradient"):
+            assert r[key] == pytest.approx(exact[key], rel=1e-4, abs=1e-5 * exact["scale"]), (step, key)
+
+    direct = sharpness(module, regression_loss, fixed, trainer.optimizers[0], tol=1e-6, max_hvps=200)
+    assert not direct["preconditioned"]
+    assert direct["threshold"] == pytest.approx((2 + 2 * BETA) / LR, rel=1e-12)
+    assert measured[4]["sharpness"] == pytest.approx(direct["eigenvalues"][0], rel=1e-4)

@@ -121,7 +121,7 @@ def test_curvature_reaches_the_monitor_with_the_trainers_optimizer_state(tmp_pat
 
     model = tiny_hf.model("gpt2")
     fixed = {key: torch.stack([row[key] for row in dataset(n=4, seed=1)]) for key in ("input_ids", "labels")}
-    callback = OptiscopeCallback(every=1, curvature=Curvature(fixed, loss_fn, every=2, directions=False, tol=1e-6))
+    callback = OptiscopeCallback(every=1, curvature=Curvature(fixed, loss_fn, every=2, directions=(), tol=1e-6))
     optimizer = optiscope.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.8, 0.999))
     trainer = Trainer(
         model=model,

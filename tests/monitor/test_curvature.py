@@ -9,7 +9,7 @@ from torch import nn
 
 from curvature_support import adam_scaling, exact_hessian, mlp_problem
 from optiscope.monitor import ConsoleSink, Curvature, Diverged, DivergenceGuard, JSONLSink, Monitor, TensorBoardSink
-from optiscope.monitor.curvature import KEYS
+from optiscope.monitor.curvature import DIRECTIONS, KEYS
 from optiscope.monitor.divergence import curvature_diagnosis
 
 
@@ -29,7 +29,7 @@ def train(model, opt, monitor, loss_fn, batch, steps):
 def test_records_carry_the_agreed_keys_and_the_exact_preconditioned_sharpness(tmp_path):
     model, loss_fn, batch = mlp_problem(0)
     opt = torch.optim.Adam(model.parameters(), lr=0.02)
-    config = Curvature(batch, loss_fn, every=3, tol=1e-9, trace_probes=4, micro_batches=4)
+    config = Curvature(batch, loss_fn, every=3, tol=1e-9, directions=DIRECTIONS, trace_probes=4, micro_batches=4)
     sinks = [JSONLSink(tmp_path / "m.jsonl"), TensorBoardSink(tmp_path / "tb"), ConsoleSink()]
     monitor = Monitor(model, opt, every=100, sinks=sinks, curvature=config)
     records = train(model, opt, monitor, loss_fn, batch, 6)
@@ -92,7 +92,7 @@ def test_the_diagnosis_sentence():
 def test_resume_continues_the_warm_start_and_history_exactly():
     model, loss_fn, batch = mlp_problem(2)
     opt = torch.optim.AdamW(model.parameters(), lr=0.02)
-    config = Curvature(batch, loss_fn, every=2)
+    config = Curvature(batch, loss_fn, every=2, directions=DIRECTIONS)
     monitor = Monitor(model, opt, every=100, curvature=config)
     train(model, opt, monitor, loss_fn, batch, 4)
     saved = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), copy.deepcopy(monitor.state_dict()))
@@ -117,6 +117,18 @@ def test_bad_configs_are_refused():
         Curvature(batch, loss_fn, every=0)
     with pytest.raises(ValueError, match="3 equal micro-batches"):
         Curvature(batch, loss_fn, micro_batches=3)
+    for bad in (0, -4, 2.0, True, "16"):
+        with pytest.raises(ValueError, match=rf"rank_batch_size={bad!r} must be a positive integer"):
+            Curvature(batch, loss_fn, rank_batch_size=bad)
+    with pytest.raises(ValueError, match="micro_batches=2 and rank_batch_size=16 both"):
+        Curvature(batch, loss_fn, micro_batches=2, rank_batch_size=16)
+
+
+def test_noise_over_ranks_needs_a_ddp_model():
+    model, loss_fn, batch = mlp_problem(0)
+    config = Curvature(batch, loss_fn, rank_batch_size=16)
+    with pytest.raises(ValueError, match=r"rank_batch_size=16\).*the model is a Sequential.*micro_batches >= 2"):
+        Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), curvature=config)
 
 
 def test_measuring_curvature_leaves_training_untouched():

@@ -1,7 +1,9 @@
 """Two CPU processes under DistributedDataParallel (gloo): every rank measures the same values (curvature
-included) and only rank 0 writes."""
+included) and only rank 0 writes; the noise scale over the ranks against the ranks' own gradients."""
 
+import copy
 import json
+import math
 import os
 
 import pytest
@@ -9,6 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from optiscope import runs
 from optiscope.curvature import gradient_noise_scale, rank_gradients
@@ -22,6 +25,7 @@ def _worker(rank: int, world: int, tmp: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world)
     _monitor_only(rank, tmp)
     _with_curvature(rank, tmp)
+    _noise_by_ranks(rank, tmp)
     dist.destroy_process_group()
 
 
@@ -104,3 +108,105 @@ def test_curvature_records_agree_across_ranks(spawned):
     for key in ("sharpness", "threshold", "sharpness/threshold", "curvature/update", "hessian_trace", "noise_scale"):
         assert isinstance(rank0["records"][-1][key], float)
     assert rank0["noise"]["b_big"] == 32 and len(rank0["noise"]["snr"]) == 4
+
+
+def _mse(net, batch):
+    return nn.functional.mse_loss(net(batch[0]), batch[1])
+
+
+def _train_with_rank_noise(rank: int, rank_batch_size: int | None):
+    """Four Adam steps under DDP on each rank's own data (the monitor's hook with ``rank_batch_size``, none
+    without), and the oracle: at each step, this rank's local gradient from a plain copy of the model at
+    the same weights (no DDP), gathered from both ranks and given to ``gradient_noise_scale``."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
+    plain = copy.deepcopy(model)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.Adam(ddp.parameters(), lr=1e-2)
+    fixed = torch.Generator().manual_seed(7)
+    batch = (torch.randn(32, 6, generator=fixed), torch.randn(32, 1, generator=fixed))
+    monitor = None
+    if rank_batch_size is not None:
+        curvature = Curvature(batch, _mse, every=2, rank_batch_size=rank_batch_size)
+        monitor = Monitor(ddp, opt, every=100, curvature=curvature)
+    g = torch.Generator().manual_seed(200 + rank)  # different data per rank; signal (the offset) and noise
+    xs = torch.randn(4, 16, 6, generator=g)
+    ys = 1.0 + xs[..., :1] + torch.randn(4, 16, 1, generator=g)
+    measured, oracle = [], []
+    for x, y in zip(xs, ys, strict=True):
+        plain.load_state_dict(model.state_dict())
+        local = torch.autograd.grad(_mse(plain, (x, y)), list(plain.parameters()))
+        flat = torch.cat([t.reshape(-1) for t in local])
+        gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, flat)
+        sizes = [t.numel() for t in local]
+        small = [[part.view_as(t) for part, t in zip(f.split(sizes), local, strict=True)] for f in gathered]
+        opt.zero_grad()
+        loss = _mse(ddp, (x, y))
+        loss.backward()
+        opt.step()
+        record = monitor.step(loss) if monitor is not None else None
+        if record is not None and "noise_scale" in record:
+            details = record["curvature"]
+            keys = ("grad_sq", "trace_sigma", "snr", "noise_source")
+            measured.append(
+                {"step": record["step"], "noise_scale": record["noise_scale"]} | {k: details[k] for k in keys}
+            )
+            oracle.append(gradient_noise_scale(small, 16))
+    names = [n for n, _ in model.named_parameters()]
+    return [p.detach().clone() for p in model.parameters()], measured, oracle, names
+
+
+def _noise_by_ranks(rank: int, tmp: str) -> None:
+    hooked, measured, oracle, names = _train_with_rank_noise(rank, 16)
+    unhooked, _, _, _ = _train_with_rank_noise(rank, None)
+    identical = all(torch.equal(a, b) for a, b in zip(hooked, unhooked, strict=True))
+    # a model that already has a communication hook: DDP takes one, so the monitor cannot add its own
+    ddp = nn.parallel.DistributedDataParallel(nn.Linear(6, 1))
+    ddp.register_comm_hook(None, allreduce_hook)
+    try:
+        Monitor(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), curvature=Curvature(None, _mse, rank_batch_size=16))
+        refused = None
+    except ValueError as error:
+        refused = str(error)
+    result = {"measured": measured, "oracle": oracle, "names": names, "identical": identical, "refused": refused}
+    with open(f"{tmp}/ranks{rank}.json", "w") as f:
+        json.dump(runs.to_jsonable(result), f)
+
+
+def test_noise_scale_over_the_ranks_matches_their_gathered_local_gradients(spawned):
+    rank0 = json.loads((spawned / "ranks0.json").read_text())
+    rank1 = json.loads((spawned / "ranks1.json").read_text())
+    assert rank0["measured"] == rank1["measured"]  # every rank records the same values
+    assert [m["step"] for m in rank0["measured"]] == [2, 4]
+    for got, want in zip(rank0["measured"], rank0["oracle"], strict=True):
+        assert got["noise_source"] == "ranks" and want["b_big"] == 32
+        assert math.isfinite(got["noise_scale"]) and got["noise_scale"] > 0  # a case the oracle pins down
+        for key in ("noise_scale", "grad_sq", "trace_sigma"):
+            assert got[key] == pytest.approx(want[key], rel=1e-5), key
+        assert list(got["snr"]) == rank0["names"]
+        # snr_p near 0 is a difference of near-equal terms: float32 gradients give it an absolute error ~1e-7
+        assert list(got["snr"].values()) == pytest.approx(want["snr"], rel=1e-5, abs=1e-5)
+
+
+def test_the_rank_hook_averages_exactly_as_ddp_does(spawned):
+    """Bit-identical parameters with and without the monitor's hook (same processes, same data)."""
+    for rank in (0, 1):
+        assert json.loads((spawned / f"ranks{rank}.json").read_text())["identical"]
+
+
+def test_a_model_with_its_own_comm_hook_is_refused_clearly(spawned):
+    refused = json.loads((spawned / "ranks0.json").read_text())["refused"]
+    assert refused is not None and "rank_batch_size=16" in refused and "already has one" in refused
+    assert "micro_batches" in refused
+
+
+def test_rank_noise_needs_two_ranks(tmp_path):
+    """World size 1 (a process group in this process, gloo): nothing to take as small batches."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
+    try:
+        ddp = nn.parallel.DistributedDataParallel(nn.Linear(3, 1))
+        with pytest.raises(ValueError, match=r"rank_batch_size=8\).*world size 1; run >= 2 ranks"):
+            Monitor(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), curvature=Curvature(None, _mse, rank_batch_size=8))
+    finally:
+        dist.destroy_process_group()

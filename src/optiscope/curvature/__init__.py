@@ -1,7 +1,7 @@
 """optiscope.curvature: why a step is stable or not — curvature against the optimizer's own threshold.
 
 Pure functions of a model, a loss function ``loss_fn(model, batch)``, a fixed batch and (optionally) an
-optimizer, built on Hessian-vector products (``torch.func``, forward-over-reverse):
+optimizer, built on Hessian-vector products (reverse-over-reverse on a gradient graph built once per call):
 
 - ``sharpness``: top eigenvalues of H, or of P⁻¹H for Adam-family optimizers (Lanczos, warm-startable),
   with ``stability_threshold(optimizer)``: 2/η, (2 + 2β)/η, (2 + 2β₁)/((1 − β₁)η), or None with a reason;
@@ -13,7 +13,7 @@ optimizer, built on Hessian-vector products (``torch.func``, forward-over-revers
 from .directional import directional_curvature
 from .hvp import HessianOperator
 from .lanczos import LanczosResult, lanczos
-from .noise import gradient_noise_scale, rank_gradients
+from .noise import gradient_noise_scale, noise_scale_from_norms, rank_gradients
 from .sharpness import sharpness
 from .thresholds import Stability, inverse_preconditioner, stability_threshold
 from .trace import hessian_trace
@@ -27,6 +27,7 @@ __all__ = [
     "hessian_trace",
     "inverse_preconditioner",
     "lanczos",
+    "noise_scale_from_norms",
     "rank_gradients",
     "sharpness",
     "stability_threshold",

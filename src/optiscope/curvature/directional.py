@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .hvp import HessianOperator, LossFn
-from .sharpness import operator_for
+from .sharpness import direction_vector, operator_for
 
 
 def directional_curvature(
@@ -43,12 +43,7 @@ def directional_curvature(
     None) and ``reason``.
     """
     op = HessianOperator(model, loss_fn, batch, dtype=dtype)
-    if isinstance(direction, str):
-        if direction != "gradient":
-            raise ValueError(f"directional_curvature: direction={direction!r}; give 'gradient' or tensors")
-        d = op.gradient()
-    else:
-        d = op.flatten_by_param(_by_id(op, direction))
+    d = direction_vector(op, direction)
     _, scale, stability = operator_for(op, optimizer)
     hd = op(d)
     dd = torch.dot(d, d) if scale is None else torch.dot(d, d / scale**2)  # dᵀPd, P = D⁻²
@@ -61,18 +56,3 @@ def directional_curvature(
         "ratio": value / stability.threshold if stability.threshold else None,
         "reason": stability.reason,
     }
-
-
-def _by_id(op: HessianOperator, direction: dict[Any, Tensor]) -> dict[int, Tensor]:
-    by_name = dict(zip(op.names, op.params, strict=True))
-    out = {}
-    for key, t in direction.items():
-        if isinstance(key, str):
-            if key not in by_name:
-                raise ValueError(
-                    f"directional_curvature: {key!r} is not a trainable parameter; names: {op.names[:5]} …"
-                )
-            out[id(by_name[key])] = t
-        else:
-            out[key] = t
-    return out

@@ -1,19 +1,21 @@
-r"""Hessian-vector products of a loss, by forward-over-reverse automatic differentiation.
+r"""Hessian-vector products of a loss, by reverse-over-reverse differentiation on a retained gradient graph.
 
 For the loss L(θ) = ``loss_fn(model, batch)`` and a vector v over the parameters that require grad,
 
-    H v = ∂/∂ε ∇L(θ + εv) |_{ε=0}
+    H v = ∇_θ ⟨∇L(θ), v⟩,
 
-is one ``torch.func.jvp`` of ``torch.func.grad``: a forward-mode pass through the backward pass, at
-about the cost of two to three forward+backward passes and without ever forming H. The model is
-evaluated with ``torch.func.functional_call`` at detached copies of its parameters (in float64 on
-request) and is never mutated; it is put in eval mode meanwhile, so that dropout cannot make H v a
-random function of v, and the global random-number state is left as it was.
+Pearlmutter's product by reverse-over-reverse differentiation, without ever forming H. The operator
+*linearises once*: its first use runs one forward and one backward pass with ``create_graph=True``,
+which gives the gradient g = ∇L(θ) together with the graph that computes it; every product is then one
+backward pass through that retained graph (``torch.autograd.grad(g, θ, v)``), which does twice the
+matrix products of a backward pass and no forward pass at all. Measured on the ``lm`` GPT
+(``benchmarks/curvature_cost.py``), a product costs about two forward+backward passes against four for
+a ``torch.func`` forward-over-reverse product that redoes the forward and backward every time. The
+graph lives as long as the operator: one operator serves every product of one measurement at one θ.
 
-Some of torch's derivative formulas do not support forward mode through their backward (in torch 2.13
-``mse_loss`` fails with "ZeroTensors are immutable"); for such a loss the operator falls back, once and
-for good, to reverse-over-reverse (``vjp`` of ``grad``: H v = vᵀH as H is symmetric), and says so in
-``mode``.
+The model is evaluated with ``torch.func.functional_call`` at detached copies of its parameters (in
+float64 on request) and is never mutated; it is put in eval mode meanwhile, so that dropout cannot make
+H v a random function of v, and the global random-number state is left as it was.
 
 Vectors are flat (one tensor over all trainable parameters, in ``model.named_parameters()`` order), so
 that Lanczos and Hutchinson see a plain linear operator.
@@ -27,7 +29,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, grad, jvp, vjp
+from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 LossFn = Callable[[nn.Module, Any], Tensor]
@@ -111,7 +113,7 @@ class HessianOperator:
         first = next(iter(self.theta.values()))
         self.dtype, self.device = first.dtype, first.device
         self.hvps = 0
-        self.mode = "forward-over-reverse"
+        self._graph: tuple[list[Tensor], list[Tensor]] | None = None
 
     # -------------------------------------------------------------------------------- vectors
     def split(self, flat: Tensor) -> dict[str, Tensor]:
@@ -152,26 +154,38 @@ class HessianOperator:
         with evaluating(self.model), torch.no_grad():
             return float(self._loss(self.theta, self.batch if batch is None else self.prepare(batch)))
 
-    def gradient(self, batch: Any = None) -> Tensor:
-        """∇L(θ) as a flat vector (on ``batch``, by default the operator's own)."""
-        batch = self.batch if batch is None else self.prepare(batch)
+    def _gradient(self, batch: Any, create_graph: bool) -> tuple[list[Tensor], list[Tensor]]:
+        leaves = [t.detach().requires_grad_(True) for t in self.theta.values()]
         with evaluating(self.model):
-            g = grad(lambda th: self._loss(th, batch))(self.theta)
-        return self.flatten(g)
+            loss = self._loss(dict(zip(self.theta, leaves, strict=True)), batch)
+            g = torch.autograd.grad(loss, leaves, create_graph=create_graph, allow_unused=True)
+        # a parameter the loss does not use has gradient 0 (and a row and column of zeros in H)
+        return leaves, [torch.zeros_like(p) if t is None else t for t, p in zip(g, leaves, strict=True)]
+
+    def _linearised(self) -> tuple[list[Tensor], list[Tensor]]:
+        """(θ leaves, g = ∇L(θ) with its graph), built on first use."""
+        if self._graph is None:
+            self._graph = self._gradient(self.batch, create_graph=True)
+        return self._graph
+
+    def gradient(self, batch: Any = None) -> Tensor:
+        """∇L(θ) as a flat vector: on the operator's own batch from its linearisation (free once a product
+        was taken, and the products need it anyway), or on another ``batch`` by one forward+backward."""
+        if batch is None:
+            _, g = self._linearised()
+        else:
+            _, g = self._gradient(self.prepare(batch), create_graph=False)
+        return self.flatten([t.detach() for t in g])
 
     def __call__(self, v: Tensor) -> Tensor:
         """H v for a flat vector v."""
-        gradient = grad(lambda th: self._loss(th, self.batch))
-        tangent = self.split(v.to(self.dtype))
-        with evaluating(self.model):
-            if self.mode == "forward-over-reverse":
-                try:
-                    _, hv = jvp(gradient, (self.theta,), (tangent,))
-                except RuntimeError:
-                    if self.hvps:  # it worked before: this is not a missing forward-mode formula
-                        raise
-                    self.mode = "reverse-over-reverse"
-            if self.mode == "reverse-over-reverse":
-                (hv,) = vjp(gradient, self.theta)[1](tangent)
+        leaves, g = self._linearised()
+        # gradient entries that do not depend on θ (a parameter entering the loss linearly and alone) have
+        # no graph and contribute nothing to H v
+        pairs = [(gi, vi) for gi, vi in zip(g, self.split(v.to(self.dtype)).values(), strict=True) if gi.requires_grad]
+        hv: tuple[Tensor | None, ...] = (None,) * len(leaves)
+        if pairs:
+            outputs, tangents = zip(*pairs, strict=True)
+            hv = torch.autograd.grad(outputs, leaves, grad_outputs=tangents, retain_graph=True, allow_unused=True)
         self.hvps += 1
-        return self.flatten(hv)
+        return self.flatten([torch.zeros_like(p) if h is None else h for h, p in zip(hv, leaves, strict=True)])

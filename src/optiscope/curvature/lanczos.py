@@ -1,27 +1,34 @@
-r"""The largest eigenvalues of a symmetric operator by Lanczos iteration with full reorthogonalisation.
+r"""The largest eigenvalues of a symmetric operator A by Lanczos iteration with full reorthogonalisation.
 
-From a unit start vector q₁, Lanczos builds an orthonormal basis Q_j of the Krylov space
-span{q₁, A q₁, …, A^{j−1} q₁} and the tridiagonal T_j = Q_jᵀ A Q_j (α on the diagonal, β beside it),
-one product A q per step. The eigenpairs (θ_i, s_i) of T_j give Ritz pairs (θ_i, y_i = Q_j s_i), and
+The search space starts as the span of one unit vector q₁ (or of several: a *block* start) and grows by
+one vector per product: V_j = [q₁ … q_j] orthonormal, W_j = A V_j. Rayleigh–Ritz on it gives the
+projected matrix T_j = V_jᵀ A V_j and its eigenpairs (θ_i, s_i), the Ritz pairs (θ_i, y_i = V_j s_i)
+with A y_i = W_j s_i known without another product, so each residual
 
-    ‖A y_i − θ_i y_i‖ = β_j |s_i[j]|
+    r_i = A y_i − θ_i y_i
 
-so the residual of every Ritz pair is known without another product. Stopping rule (the tolerance we
-state): the top-k Ritz pairs all have ‖A y − θ y‖ ≤ tol·|θ|. For a symmetric A a residual r bounds the
-eigenvalue's error by r, and by r²/gap once the spectrum around it is separated, so tol = 1e-3 gives
-eigenvalues far better than 1e-3 relative. Each new vector is reorthogonalised against all previous
-ones (twice, "twice is enough"), which costs memory j·n but keeps ghost copies of converged
-eigenvalues out — the price for a handful to a few dozen steps.
+is exact. The space grows by the residual of the least converged wanted pair, orthogonalised against
+V_j: from a single start every residual is parallel to the next Krylov direction, so V_j spans
+{q₁, A q₁, …, A^{j−1} q₁} and this is Lanczos (T_j tridiagonal in exact arithmetic); we keep W and
+the full T rather than the three-term recurrence, which costs memory 2·j·n but keeps ghost copies of
+converged eigenvalues out ("twice is enough" Gram–Schmidt) and lets a block start in.
 
-A warm start (``init``, e.g. the previous call's top eigenvector while training moves slowly) puts q₁
-close to the wanted eigenvector, so fewer steps reach the tolerance.
+Stopping rule (the tolerance we state): the top-k Ritz pairs all have ‖A y − θ y‖ ≤ tol·|θ|. For a
+symmetric A a residual r bounds the eigenvalue's error by r, and by r²/gap once the spectrum around it
+is separated, so tol = 1e-3 gives eigenvalues far better than 1e-3 relative.
+
+A warm start (the previous call's top eigenvector while training moves slowly) puts q₁ close to the
+wanted eigenvector, so fewer products reach the tolerance. A block start also returns the Rayleigh
+quotient vᵀAv/vᵀv of every start vector, from the product it took anyway: the curvature along the
+gradient or the update costs nothing beyond the product that also enlarges the search space (and the
+gradient tends to lie near the top eigenvectors, Gur-Ari et al. 2018, so it helps convergence).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -34,6 +41,7 @@ class LanczosResult:
     residuals: list[float]  # ‖A y − θ y‖ / |θ| for each
     steps: int  # products A q taken
     converged: bool
+    start_quotients: list[float] = field(default_factory=list)  # vᵀAv/vᵀv per start vector (NaN for 0)
 
 
 def lanczos(
@@ -45,60 +53,93 @@ def lanczos(
 ) -> LanczosResult:
     """The k largest (algebraic) eigenvalues of the symmetric operator ``matvec`` on vectors like ``start``.
 
-    Stops when the top-k relative residuals are ≤ ``tol``, after ``max_steps`` products, or when the
-    Krylov space is exhausted (then the Ritz values are exact). A product that is not finite (a model
-    that diverged) ends it with NaN eigenvalues rather than an error.
+    ``start``: one vector (n,) or several (m, n), the first finite and non-zero; every start vector
+    costs one product. Stops when the top-k relative residuals are ≤ ``tol``, after ``max_steps``
+    products, or when the search space is invariant (then the Ritz values are exact). A product that is
+    not finite (a model that diverged) ends it with NaN eigenvalues rather than an error.
     """
     if not (isinstance(k, int) and k >= 1):
         raise ValueError(f"lanczos: k={k!r} must be an integer >= 1")
     if not tol > 0:
         raise ValueError(f"lanczos: tol={tol!r} must be > 0")
-    n = start.numel()
-    max_steps = min(max_steps, n)
-    if max_steps < k:
-        raise ValueError(f"lanczos: max_steps={max_steps} (at most the dimension {n}) must be >= k={k}")
-    norm = start.norm()
+    starts = start.reshape(1, -1) if start.ndim == 1 else start
+    m, n = starts.shape
+    max_steps = min(max_steps, n + m - 1)
+    if max_steps < max(k, m):
+        raise ValueError(f"lanczos: max_steps={max_steps} must be >= k={k} and >= the {m} start vectors")
+    norm = starts[0].norm()
     if not (torch.isfinite(norm) and norm > 0):
         raise ValueError("lanczos: the start vector must be finite and non-zero")
-    basis = [start / norm]
-    alphas: list[float] = []
-    betas: list[float] = []
-    best = None
-    for j in range(max_steps):
-        w = matvec(basis[j])
-        alpha = float(torch.dot(w, basis[j]))
-        alphas.append(alpha)
-        Q = torch.stack(basis)
-        for _ in range(2):
-            w = w - Q.T @ (Q @ w)
-        beta = float(w.norm())
-        if not (math.isfinite(alpha) and math.isfinite(beta)):  # a diverged model: no spectrum to report
+    space = _Space(n, starts.dtype, starts.device)
+    quotients = []
+    for row in starts:
+        norm = row.norm()
+        if not (torch.isfinite(norm) and norm > 0):
+            quotients.append(math.nan)
+            continue
+        q = row / norm
+        w = matvec(q)
+        quotients.append(float(torch.dot(q, w)))
+        space.add(q, w)
+    steps = m
+    while True:
+        if not space.finite():  # a diverged model: no spectrum to report
             nan = [math.nan] * k
-            return LanczosResult(nan, torch.full((k, n), math.nan, dtype=start.dtype), nan, j + 1, False)
-        best = _ritz(alphas, betas, beta, Q, k, tol)
-        if best.converged:
-            break
-        scale = max([abs(a) for a in alphas] + betas)
-        if beta <= 1e-12 * scale:  # an invariant subspace: the Ritz values are eigenvalues
-            best.converged = len(best.eigenvalues) >= k
-            break
-        if j + 1 < max_steps:
-            betas.append(beta)
-            basis.append(w / beta)
-    assert best is not None
-    return best
+            return LanczosResult(nan, torch.full((k, n), math.nan, dtype=starts.dtype), nan, steps, False, quotients)
+        values, vectors, residual_vectors = space.ritz(k)
+        residuals = [float(r.norm()) / max(abs(v), 1e-300) for v, r in zip(values, residual_vectors, strict=True)]
+        converged = len(values) >= k and all(r <= tol for r in residuals)
+        if converged or steps >= max_steps:
+            return LanczosResult(values, vectors, residuals, steps, converged, quotients)
+        worst = max(range(len(residuals)), key=residuals.__getitem__)
+        q = space.orthogonal(residual_vectors[worst])
+        if q is None:  # an invariant subspace: the Ritz values are eigenvalues
+            return LanczosResult(values, vectors, residuals, steps, len(values) >= k, quotients)
+        space.add(q, matvec(q))
+        steps += 1
 
 
-def _ritz(alphas: list[float], betas: list[float], beta_next: float, Q: Tensor, k: int, tol: float) -> LanczosResult:
-    j = len(alphas)
-    T = torch.diag(torch.tensor(alphas, dtype=torch.float64))
-    if betas:
-        off = torch.tensor(betas, dtype=torch.float64)
-        T = T + torch.diag(off, 1) + torch.diag(off, -1)
-    theta, S = torch.linalg.eigh(T)
-    order = torch.argsort(theta, descending=True)[: min(k, j)]
-    values = [float(theta[i]) for i in order]
-    residuals = [beta_next * abs(float(S[-1, i])) / max(abs(float(theta[i])), 1e-300) for i in order]
-    vectors = S[:, order].T.to(Q.dtype) @ Q
-    converged = len(values) >= k and all(r <= tol for r in residuals)
-    return LanczosResult(values, vectors, residuals, j, converged)
+class _Space:
+    """An orthonormal basis V (rows), W = A V (rows) and T = V Wᵀ, grown a vector at a time."""
+
+    def __init__(self, n: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.V = torch.empty(0, n, dtype=dtype, device=device)
+        self.W = torch.empty(0, n, dtype=dtype, device=device)
+        self.T = torch.empty(0, 0, dtype=torch.float64, device=device)
+
+    def orthogonal(self, q: Tensor, w: Tensor | None = None) -> tuple[Tensor, Tensor] | Tensor | None:
+        """q (and w = A q, by linearity) with the span of V taken out twice and normalised; None when q
+        lies in the span already."""
+        size = q.norm()
+        for _ in range(2):
+            c = self.V @ q
+            q = q - c @ self.V
+            if w is not None:
+                w = w - c @ self.W
+        norm = q.norm()
+        if not norm > 1e-10 * size:
+            return None
+        return q / norm if w is None else (q / norm, w / norm)
+
+    def add(self, q: Tensor, w: Tensor) -> None:
+        pair = self.orthogonal(q, w)
+        if pair is None:  # a start vector inside the span so far (the update along the gradient in SGD)
+            return
+        q, w = pair
+        column = (self.W @ q + self.V @ w).double() / 2  # T is symmetric: average the two halves
+        corner = torch.dot(q, w).double().reshape(1, 1)
+        self.T = torch.cat([torch.cat([self.T, column[:, None]], 1), torch.cat([column[None], corner], 1)], 0)
+        self.V = torch.cat([self.V, q[None]])
+        self.W = torch.cat([self.W, w[None]])
+
+    def finite(self) -> bool:
+        return bool(torch.isfinite(self.T).all()) and bool(torch.isfinite(self.W).all())
+
+    def ritz(self, k: int) -> tuple[list[float], Tensor, Tensor]:
+        """The top-k Ritz values, their vectors and their residual vectors A y − θ y."""
+        theta, S = torch.linalg.eigh(self.T)
+        order = torch.argsort(theta, descending=True)[:k]
+        top = S[:, order].T.to(self.V.dtype)
+        values = theta[order].to(self.V.dtype)
+        vectors, products = top @ self.V, top @ self.W
+        return [float(v) for v in values], vectors, products - values[:, None] * vectors

@@ -41,25 +41,12 @@ def gradient_noise_scale(small: Sequence[Sequence[Tensor]], batch_size: int) -> 
         raise ValueError(f"gradient_noise_scale: needs at least 2 small-batch gradients, got {n}")
     if not (isinstance(batch_size, int) and batch_size >= 1):
         raise ValueError(f"gradient_noise_scale: batch_size={batch_size!r} must be an integer >= 1")
-    b, big = batch_size, n * batch_size
-    per_param = zip(*small, strict=True)
-    grad_sq, trace_sigma, snr = 0.0, 0.0, []
-    for grads in per_param:
+    small_sq, big_sq = [], []
+    for grads in zip(*small, strict=True):  # per parameter tensor
         stacked = torch.stack([g.detach().double().reshape(-1) for g in grads])
-        small_sq = float((stacked**2).sum(1).mean())
-        big_sq = float((stacked.mean(0) ** 2).sum())
-        g2 = (big * big_sq - b * small_sq) / (big - b)
-        s = (small_sq - big_sq) / (1 / b - 1 / big)
-        grad_sq, trace_sigma = grad_sq + g2, trace_sigma + s
-        snr.append(g2 / (s / b) if s > 0 else math.inf)
-    return {
-        "noise_scale": trace_sigma / grad_sq if grad_sq > 0 else math.nan,
-        "grad_sq": grad_sq,
-        "trace_sigma": trace_sigma,
-        "b_small": b,
-        "b_big": big,
-        "snr": snr,
-    }
+        small_sq.append(float((stacked**2).sum(1).mean()))
+        big_sq.append(float((stacked.mean(0) ** 2).sum()))
+    return noise_scale_from_norms(small_sq, big_sq, batch_size, n)
 
 
 def rank_gradients(grads: Sequence[Tensor]) -> list[list[Tensor]]:
@@ -72,3 +59,37 @@ def rank_gradients(grads: Sequence[Tensor]) -> list[list[Tensor]]:
     dist.all_gather(gathered, flat)
     sizes = [g.numel() for g in grads]
     return [[part.view_as(g) for part, g in zip(torch.split(flat_r, sizes), grads, strict=True)] for flat_r in gathered]
+
+
+def noise_scale_from_norms(
+    small_sq: Sequence[float], big_sq: Sequence[float], batch_size: int, count: int
+) -> dict[str, Any]:
+    """McCandlish et al.'s estimators from squared norms alone (all that a DDP job's ranks need to share).
+
+    Per parameter tensor p, ``small_sq[p]`` = ⟨|G_small,p|²⟩ (the mean over ``count`` ≥ 2 small batches of
+    ``batch_size`` examples each) and ``big_sq[p]`` = |G_big,p|² (their mean, over B = count·batch_size):
+
+        |G_p|² ≈ (B |G_big,p|² − b ⟨|G_small,p|²⟩) / (B − b),   tr(Σ_p) ≈ (⟨|G_small,p|²⟩ − |G_big,p|²) / (1/b − 1/B),
+
+    summed over p for B_simple = tr(Σ)/|G|² (NaN when |G|² ≤ 0), and snr_p = |G_p|² / (tr(Σ_p)/b) (inf when
+    tr(Σ_p) ≤ 0; NaN where a norm is NaN). Returns the keys of ``gradient_noise_scale``.
+    """
+    if not (isinstance(count, int) and count >= 2):
+        raise ValueError(f"noise_scale_from_norms: count={count!r} must be an integer >= 2 (small batches)")
+    if not (isinstance(batch_size, int) and batch_size >= 1):
+        raise ValueError(f"noise_scale_from_norms: batch_size={batch_size!r} must be an integer >= 1")
+    b, big = batch_size, count * batch_size
+    grad_sq, trace_sigma, snr = 0.0, 0.0, []
+    for small, whole in zip(small_sq, big_sq, strict=True):
+        g2 = (big * whole - b * small) / (big - b)
+        s = (small - whole) / (1 / b - 1 / big)
+        grad_sq, trace_sigma = grad_sq + g2, trace_sigma + s
+        snr.append(math.nan if math.isnan(s) or math.isnan(g2) else g2 / (s / b) if s > 0 else math.inf)
+    return {
+        "noise_scale": trace_sigma / grad_sq if grad_sq > 0 else math.nan,
+        "grad_sq": grad_sq,
+        "trace_sigma": trace_sigma,
+        "b_small": b,
+        "b_big": big,
+        "snr": snr,
+    }

@@ -53,26 +53,34 @@ def sharpness(
     init: Tensor | None = None,
     seed: int = 0,
     dtype: torch.dtype | None = None,
+    along: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The top-``k`` eigenvalues of H (or of P⁻¹H for Adam-family optimizers) of ``loss_fn(model, batch)``.
 
     Lanczos stops when each of the top k has relative residual ‖Ay − θy‖/|θ| ≤ ``tol`` or after
     ``max_hvps`` Hessian-vector products. ``init`` warm-starts it (pass the previous call's ``vector``);
     otherwise it starts from a Gaussian vector drawn with ``seed``. ``dtype=torch.float64`` evaluates in
-    double precision.
+    double precision. ``along`` names directions (``{"gradient": "gradient", "update": tensors}``, as
+    ``directional_curvature`` takes them) whose curvature to measure too: each joins Lanczos's start
+    block, so it costs the one product that also enlarges the search space.
 
     Returns ``eigenvalues`` (descending), ``threshold`` (None without a known one; ``reason`` says why),
     ``label`` (e.g. "38/η"), ``ratio`` (λ₁/threshold or None), ``preconditioned``, ``hvps``,
-    ``residuals``, ``converged`` and ``vector`` (the top eigenvector of A, for the next warm start).
+    ``residuals``, ``converged``, ``vector`` (the top eigenvector of A, for the next warm start) and,
+    with ``along``, ``along``: ``{name: {"curvature", "ratio"}}``.
     """
     op = HessianOperator(model, loss_fn, batch, dtype=dtype)
-    matvec, _, stability = operator_for(op, optimizer)
+    matvec, scale, stability = operator_for(op, optimizer)
     start = (
         init.to(op.dtype).to(op.device) if _usable(init, op.size) else op.random(torch.Generator().manual_seed(seed))
     )
-    result = lanczos(matvec, start, k=k, tol=tol, max_steps=max_hvps)
+    directions = {name: direction_vector(op, d) for name, d in (along or {}).items()}
+    # in A = D H D the direction d is w = d / D, and wᵀAw / wᵀw = dᵀHd / dᵀPd
+    rows = [start] + [d if scale is None else d / scale for d in directions.values()]
+    result = lanczos(matvec, torch.stack(rows), k=k, tol=tol, max_steps=max(max_hvps, len(rows)))
     top = result.eigenvalues[0]
-    return {
+    quotients = dict(zip(directions, result.start_quotients[1:], strict=True))
+    out = {
         "eigenvalues": result.eigenvalues,
         "threshold": stability.threshold,
         "label": stability.label,
@@ -84,6 +92,32 @@ def sharpness(
         "converged": result.converged,
         "vector": result.vectors[0].detach(),
     }
+    if along is not None:
+        out["along"] = {name: _against(c, stability.threshold) for name, c in quotients.items()}
+    return out
+
+
+def direction_vector(op: HessianOperator, direction: dict[Any, Tensor] | str) -> Tensor:
+    """A flat direction: "gradient" (∇L on the operator's batch), or tensors keyed by parameter name or
+    by ``id(param)`` (parameters without an entry count as 0)."""
+    if isinstance(direction, str):
+        if direction != "gradient":
+            raise ValueError(f"curvature: direction={direction!r}; give 'gradient' or tensors")
+        return op.gradient()
+    by_name = dict(zip(op.names, op.params, strict=True))
+    by_id = {}
+    for key, t in direction.items():
+        if isinstance(key, str):
+            if key not in by_name:
+                raise ValueError(f"curvature: {key!r} is not a trainable parameter; names: {op.names[:5]} …")
+            by_id[id(by_name[key])] = t
+        else:
+            by_id[key] = t
+    return op.flatten_by_param(by_id)
+
+
+def _against(curvature: float, threshold: float | None) -> dict[str, float | None]:
+    return {"curvature": curvature, "ratio": curvature / threshold if threshold else None}
 
 
 def _usable(init: Tensor | None, size: int) -> bool:

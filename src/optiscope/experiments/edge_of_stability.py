@@ -162,7 +162,7 @@ def train_one(config: Config, spec: RunSpec, data: tuple[Tensor, Tensor], run_di
     model = student(config)
     optimizer = build_optimizer(spec.optimizer, model, spec.lr)
     stability = stability_threshold(optimizer)
-    curvature = Curvature(data, square_loss, every=config.measure_every, tol=config.tol, directions=False)
+    curvature = Curvature(data, square_loss, every=config.measure_every, tol=config.tol, directions=())
     monitor = Monitor(
         model,
         optimizer,

@@ -33,6 +33,7 @@ from ..data import CorpusError, eval_batches, load_corpus, sample_batch, train_v
 from ..data.tokenizers import TOKENIZERS, Tokenizer
 from ..models import GPT, GPTConfig
 from ..monitor import Curvature, DivergenceGuard, Monitor, run_directory_sinks, safe_perplexity
+from ..monitor.curvature import DIRECTIONS
 from ..monitor.stats import spearman, update_ratio_by
 from ..optim import RECIPES, Schedule, as_lambda_lr, build_optimizer
 from . import ConfigError, Objective, RunSpec, checkpoint_name, only_run, parse_runs, require, require_counts
@@ -450,7 +451,7 @@ def curvature_config(config: Config, data: Corpus, device: torch.device) -> Curv
     if not config.curvature_every:
         return None
     batch = curvature_batch(config, data, device)
-    return Curvature(batch, next_token_loss, every=config.curvature_every)
+    return Curvature(batch, next_token_loss, every=config.curvature_every, tol=1e-3, directions=DIRECTIONS)
 
 
 def next_token_loss(net: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:

@@ -9,7 +9,8 @@ sharpness against the optimizer's stability threshold (``optiscope.curvature``) 
 
 from .curvature import Curvature
 from .divergence import Diverged, DivergenceGuard, safe_perplexity
-from .monitor import Monitor, clean_name
+from .monitor import Monitor
+from .names import clean_name
 from .sinks import ConsoleSink, JSONLSink, TensorBoardSink, run_directory_sinks
 
 __all__ = [

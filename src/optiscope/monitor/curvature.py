@@ -11,7 +11,12 @@ fixed ``batch``:
     curvature/update       dᵀHd/dᵀd (dᵀHd/dᵀPd preconditioned) along the update just taken
     curvature/gradient     the same along the gradient on ``batch``
     hessian_trace          Hutchinson's estimate (``trace_probes`` > 0)
-    noise_scale            McCandlish et al.'s B_simple from ``micro_batches`` ≥ 2 slices of ``batch``
+    noise_scale            McCandlish et al.'s B_simple, with the unbiased |G|² and tr(Σ) and per-parameter
+                           SNR in the details: from ``micro_batches`` ≥ 2 slices of ``batch`` (extra
+                           backward passes), or, under DDP with ``rank_batch_size`` = B examples per rank,
+                           from the ranks' own gradients of the step just taken (no extra backward pass:
+                           the monitor's communication hook keeps each rank's local squared gradient norms
+                           before DDP averages them)
 
 Every rank of a DDP job computes the same values when it is given the same ``batch`` (the parameters and
 optimizer states are identical), so records agree across ranks.
@@ -26,8 +31,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..curvature import HessianOperator, gradient_noise_scale, hessian_trace, sharpness
-from ..curvature.directional import directional_curvature
+from ..curvature import HessianOperator, gradient_noise_scale, hessian_trace, noise_scale_from_norms, sharpness
+from .rank_noise import RankNorms
 
 KEYS = (
     "sharpness",
@@ -39,28 +44,38 @@ KEYS = (
     "noise_scale",
 )
 
+DIRECTIONS = ("update", "gradient")
+
 
 @dataclass(frozen=True)
 class Curvature:
     """What the monitor measures every ``every`` steps on the fixed ``batch`` with ``loss_fn(model, batch)``.
 
-    ``k`` eigenvalues to relative residual ``tol`` within ``max_hvps`` Hessian-vector products;
-    ``directions``: curvature along the update and the gradient (2 products and a gradient);
+    ``k`` eigenvalues to relative residual ``tol`` within ``max_hvps`` Hessian-vector products (1e-2
+    here against ``sharpness``'s 1e-3: a residual r places an eigenvalue within r of the estimate and,
+    past the gap to the next one, within r²/gap, far below what a sharpness/threshold ratio needs, and
+    a measurement repeated every ``every`` steps should cost little; ``benchmarks/curvature_cost.py``
+    measures the error); ``directions``: which of "update" and "gradient" to measure the curvature
+    along (one product each, which also enters Lanczos's search space);
     ``trace_probes``: Hutchinson probes (0: no trace); ``micro_batches``: slices of ``batch`` along its
-    first dimension for the noise scale (0: none; it must divide the batch); ``dtype``: e.g. float64.
+    first dimension for the noise scale (0: none; it must divide the batch); ``dtype``: e.g. float64;
+    ``rank_batch_size``: the training examples each rank of a ``DistributedDataParallel`` job (world size
+    ≥ 2) takes per optimizer step, for the noise scale over the ranks' gradients instead of micro-batches
+    (None: off; see ``Monitor``).
     """
 
     batch: Any
     loss_fn: Callable[[nn.Module, Any], Tensor]
     every: int = 100
     k: int = 1
-    tol: float = 1e-3
+    tol: float = 1e-2
     max_hvps: int = 50
-    directions: bool = True
+    directions: tuple[str, ...] = ("update",)
     trace_probes: int = 0
     micro_batches: int = 0
     dtype: torch.dtype | None = None
     seed: int = 0
+    rank_batch_size: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("every", "k", "max_hvps"):
@@ -71,8 +86,26 @@ class Curvature:
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 0):
                 raise ValueError(f"Curvature: {name}={value!r} must be an integer >= 0")
+        if not (isinstance(self.directions, tuple | list) and set(self.directions) <= set(DIRECTIONS)):
+            raise ValueError(
+                f"Curvature: directions={self.directions!r}; give a tuple of {DIRECTIONS} (or () for none)"
+            )
+        if not 0 < self.tol < 1:
+            raise ValueError(f"Curvature: tol={self.tol!r} must be in (0, 1)")
         if self.micro_batches == 1:
             raise ValueError("Curvature: micro_batches=1 cannot estimate a noise scale; give 0 (off) or >= 2")
+        size = self.rank_batch_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(
+                f"Curvature: rank_batch_size={size!r} must be a positive integer (training examples per rank "
+                "per step) or None"
+            )
+        if self.micro_batches and size is not None:
+            raise ValueError(
+                f"Curvature: micro_batches={self.micro_batches} and rank_batch_size={size} both ask for the noise "
+                "scale; give one: micro_batches (slices of the curvature batch) or rank_batch_size (the ranks of "
+                "a DDP job)"
+            )
         if self.micro_batches:
             split_batch(self.batch, self.micro_batches)  # fails now, not at step 100
 
@@ -103,8 +136,16 @@ def measure(
     optimizer: torch.optim.Optimizer,
     update: dict[int, Tensor] | None,
     init: Tensor | None,
+    ranks: RankNorms | None = None,
 ) -> tuple[dict[str, Any], Tensor]:
-    """The record entries (``KEYS`` plus ``curvature``: details) and the top eigenvector (next warm start)."""
+    """The record entries (``KEYS`` plus ``curvature``: details) and the top eigenvector (next warm start).
+
+    ``ranks``: the squared gradient norms the monitor gathered from the ranks of a DDP job at this step
+    (with ``config.rank_batch_size``); without them and without ``micro_batches``, no noise scale.
+    """
+    # the directions join Lanczos's start block: one product each, which also serves the search
+    directions = {"update": update, "gradient": "gradient"}
+    along = {name: directions[name] for name in config.directions if directions[name] is not None}
     top = sharpness(
         model,
         config.loss_fn,
@@ -116,6 +157,7 @@ def measure(
         init=init,
         seed=config.seed,
         dtype=config.dtype,
+        along=along or None,
     )
     out: dict[str, Any] = {
         "sharpness": top["eigenvalues"][0],
@@ -131,26 +173,29 @@ def measure(
         "converged": top["converged"],
         "reason": top["reason"],
     }
-    if config.directions:
-        for name, direction in (("update", update), ("gradient", "gradient")):
-            if direction is not None:
-                c = directional_curvature(model, config.loss_fn, config.batch, direction, optimizer, dtype=config.dtype)
-                out[f"curvature/{name}"] = c["curvature"]
-                details[f"{name}_ratio"] = c["ratio"]
+    for name, c in top.get("along", {}).items():
+        out[f"curvature/{name}"] = c["curvature"]
+        details[f"{name}_ratio"] = c["ratio"]
     if config.trace_probes:
         trace = hessian_trace(
             model, config.loss_fn, config.batch, config.trace_probes, seed=config.seed, dtype=config.dtype
         )
         out["hessian_trace"] = trace["trace"]
         details["trace_std_error"] = trace["std_error"]
+    noise, names, source = None, [], ""
     if config.micro_batches:
         op = HessianOperator(model, config.loss_fn, config.batch, dtype=config.dtype)
         parts = split_batch(config.batch, config.micro_batches)
         grads = [op.split(op.gradient(part)).values() for part in parts]
         noise = gradient_noise_scale([list(g) for g in grads], _batch_size(parts[0]))
+        names, source = op.names, "micro-batches"
+    elif ranks is not None and config.rank_batch_size is not None:
+        noise = noise_scale_from_norms(ranks.small_sq, ranks.big_sq, config.rank_batch_size, ranks.count)
+        names, source = ranks.names, "ranks"
+    if noise is not None:
         out["noise_scale"] = noise["noise_scale"]
-        details.update(grad_sq=noise["grad_sq"], trace_sigma=noise["trace_sigma"])
-        details["snr"] = dict(zip(op.names, noise["snr"], strict=True))
+        details.update(grad_sq=noise["grad_sq"], trace_sigma=noise["trace_sigma"], noise_source=source)
+        details["snr"] = dict(zip(names, noise["snr"], strict=True))
     return {**out, "curvature": details}, top["vector"]
 
 

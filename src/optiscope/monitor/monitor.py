@@ -23,6 +23,9 @@ identical; the loss is averaged across ranks) and only rank 0's sinks write.
 With ``curvature=Curvature(batch, loss_fn, every=N)`` every N-th step is also measured for sharpness
 against the optimizer's stability threshold, curvature along the update and the gradient, the Hessian's
 trace and the gradient noise scale (``monitor/curvature.py``), and a divergence is diagnosed with them.
+With ``Curvature(..., rank_batch_size=B)`` on a DDP model the noise scale takes the ranks as its small
+batches: the monitor registers DDP's communication hook (``RankNoise``), which on the steps the curvature
+measures keeps each rank's local squared gradient norms before doing DDP's own averaging all-reduce.
 """
 
 from __future__ import annotations
@@ -39,20 +42,10 @@ from torch import Tensor, nn
 from . import stats
 from .curvature import Curvature, measure
 from .divergence import Diverged, DivergenceGuard, curvature_diagnosis
+from .names import clean_name
+from .rank_noise import RankNoise
 
-_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 DEFAULT_GUARD = DivergenceGuard()
-
-
-def clean_name(name: str) -> str:
-    """Parameter name without DDP's ``module.`` and torch.compile's ``_orig_mod.`` prefixes."""
-    changed = True
-    while changed:
-        changed = False
-        for prefix in _WRAPPER_PREFIXES:
-            if name.startswith(prefix):
-                name, changed = name[len(prefix) :], True
-    return name.replace("._orig_mod.", ".").replace(".module.", ".")
 
 
 def parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[int, str]:
@@ -100,6 +93,10 @@ class Monitor:
         start_step: steps already taken (when resuming), so step numbers continue.
         context: fields added to every record (e.g. ``{"run": "adam@1e-3"}`` when several runs share a file).
         curvature: a ``Curvature`` config: sharpness / threshold and the rest every ``curvature.every`` steps.
+            With ``rank_batch_size`` the model must be a ``DistributedDataParallel`` with world size >= 2
+            and no communication hook of its own (DDP takes one): the monitor registers its own, which
+            averages exactly as DDP's default does (``RankNoise``), and keeps it until the model is gone
+            (after ``close()`` it only averages).
     """
 
     def __init__(
@@ -134,6 +131,9 @@ class Monitor:
         self.curvature = curvature
         self._curvature_vector: Tensor | None = None  # the warm start: last top eigenvector
         self._curvature_history: list[tuple[int, float | None, str, bool]] = []
+        self._ranks: RankNoise | None = None
+        if curvature is not None and curvature.rank_batch_size is not None:
+            self._ranks = RankNoise(model, curvature.rank_batch_size, lambda: self._curvature_due(self.step_count + 1))
         self._update: dict[int, Tensor] | None = None
         self.names: dict[int, str] = parameter_names(model, optimizer)
         self.embedding = self._resolve_embedding(embedding, model, optimizer, self.names)
@@ -192,6 +192,8 @@ class Monitor:
         self._measured = self._parameter_stats(optimizer, params, neg_updates=before)
         if self._curvature_due(self.step_count):  # −u: the sign does not change a curvature
             self._update = {id(p): u for p, u in zip(params, before, strict=True)}
+        if self._ranks is not None and self._curvature_due(self.step_count):
+            self._ranks.keep_averaged()
 
     def _parameter_stats(
         self, optimizer: torch.optim.Optimizer, params: list[Tensor], neg_updates: list[Tensor]
@@ -284,8 +286,9 @@ class Monitor:
     def _measure_curvature(self, step: int) -> dict[str, Any]:
         assert self.curvature is not None
         update, self._update = self._update, None
+        ranks = self._ranks.gather() if self._ranks is not None else None  # a collective: every rank is here
         values, self._curvature_vector = measure(
-            self.curvature, self.model, self.optimizer, update, self._curvature_vector
+            self.curvature, self.model, self.optimizer, update, self._curvature_vector, ranks
         )
         details = values["curvature"]
         self._curvature_history.append(
@@ -428,6 +431,8 @@ class Monitor:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
+        if self._ranks is not None:
+            self._ranks.active = False  # DDP cannot unregister a communication hook: it goes on averaging only
         for sink in self.sinks:
             sink.close()
 

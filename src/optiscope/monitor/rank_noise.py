@@ -1,0 +1,109 @@
+"""The ranks of a DDP job as the small batches of the gradient noise scale, at no extra backward pass."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from .names import clean_name
+
+
+@dataclass(frozen=True)
+class RankNorms:
+    """Per parameter tensor (``names``, in one order on every rank): ``small_sq``, the mean over the
+    ``count`` ranks of |G_rank,p|² (each rank's local gradient of its own batch), and ``big_sq``,
+    |G_big,p|² of their mean (the gradient DDP leaves in ``p.grad``)."""
+
+    names: list[str]
+    small_sq: list[float]
+    big_sq: list[float]
+    count: int
+
+
+class RankNoise:
+    """The ranks of a DDP job as the small batches of the gradient noise scale, at no extra backward pass.
+
+    DDP averages the ranks' gradients in place during backward, so the monitor never sees a rank's own
+    gradient G_r. This registers a communication hook (``ddp.register_comm_hook``) that, on the steps
+    ``due()`` says the curvature measures, keeps each parameter's local |G_r,p|² (float64) from the bucket
+    before averaging it. The averaging is DDP's default, bit for bit: the bucket is multiplied by
+    1/world size (what DDP's reducer does without a hook; torch's ``allreduce_hook`` divides instead, which
+    rounds differently when the world size is not a power of two) and summed by an asynchronous all-reduce.
+    After the optimizer step, ``keep_averaged`` takes |G_big,p|² from ``p.grad`` (the mean of the G_r), and
+    ``gather`` all-reduces the local squared norms (one float per parameter tensor) into their mean over ranks.
+
+    A rank's G_r is the gradient of everything backward accumulated into the bucket: with gradient
+    accumulation under ``ddp.no_sync()``, of all its micro-batches, hence ``batch_size`` = the training
+    examples per rank per optimizer step.
+    """
+
+    def __init__(self, model: nn.Module, batch_size: int, due: Callable[[], bool]) -> None:
+        ddp = getattr(model, "_orig_mod", model)  # torch.compile(ddp) wraps the DDP module
+        usage = (
+            f"Curvature(rank_batch_size={batch_size}) takes the ranks of a DistributedDataParallel job as the "
+            "small batches of the noise scale"
+        )
+        instead = "or measure the noise scale on slices of the curvature batch with micro_batches >= 2 instead"
+        if not isinstance(ddp, nn.parallel.DistributedDataParallel):
+            raise ValueError(
+                f"Monitor: {usage}, but the model is a {type(ddp).__name__}; wrap it in "
+                f"torch.nn.parallel.DistributedDataParallel with world size >= 2, {instead}"
+            )
+        self.group = ddp.process_group
+        self.world = self.group.size()
+        if self.world < 2:
+            raise ValueError(
+                f"Monitor: {usage}, but the DDP job has world size {self.world}; run >= 2 ranks, {instead}"
+            )
+        ignored = getattr(ddp, "parameters_to_ignore", set())  # not synchronised by DDP
+        named = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad and n not in ignored]
+        self.names = [clean_name(n) for n, _ in named]
+        self.params = [p for _, p in named]
+        self.due, self.active = due, True
+        self.local: dict[int, Tensor] = {}
+        self.averaged: Tensor | None = None
+        try:
+            ddp.register_comm_hook(self.group, self.hook)
+        except RuntimeError as error:  # DDP takes one hook (or built-in hook) per model, registered once
+            raise ValueError(
+                f"Monitor: {usage} through a DDP communication hook, but this model already has one and DDP "
+                f"takes only one (DDP: {str(error).rstrip('.')}); leave rank_batch_size=None, {instead}"
+            ) from error
+
+    def hook(self, group, bucket):  # unannotated: DDP compares annotations with dist.GradBucket itself
+        """DDP's default averaging of ``bucket``, keeping the local squared norms first on measured steps."""
+        buffer = bucket.buffer()
+        if self.active and self.due():
+            for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
+                self.local[id(p)] = g.detach().double().square().sum()
+        buffer.mul_(1.0 / self.world)
+        return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+    @torch.no_grad()
+    def keep_averaged(self) -> None:
+        """|G_big,p|² from the averaged ``p.grad`` (right after the optimizer step; NaN without a gradient)."""
+        nan = torch.tensor(math.nan, dtype=torch.float64)
+        self.averaged = torch.stack(
+            [nan.to(p.device) if p.grad is None else p.grad.detach().double().square().sum() for p in self.params]
+        )
+
+    def gather(self) -> RankNorms:
+        """The mean over ranks of the local squared norms (an all-reduce of one float per parameter tensor)
+        and the averaged gradient's; NaN for a parameter whose local gradient the hook did not see."""
+        device = self.params[0].device if dist.get_backend(self.group) != "gloo" else torch.device("cpu")
+        nan = torch.tensor(math.nan, dtype=torch.float64, device=device)
+        local = torch.stack([self.local.get(id(p), nan).to(device) for p in self.params])
+        dist.all_reduce(local, group=self.group)
+        averaged = self.averaged if self.averaged is not None else torch.full_like(local, math.nan)
+        self.local, self.averaged = {}, None
+        return RankNorms(
+            names=self.names,
+            small_sq=(local / self.world).tolist(),
+            big_sq=averaged.tolist(),
+            count=self.world,
+        )
