@@ -106,6 +106,7 @@ class _Space:
         self.V = torch.empty(0, n, dtype=dtype, device=device)
         self.W = torch.empty(0, n, dtype=dtype, device=device)
         self.T = torch.empty(0, 0, dtype=torch.float64, device=device)
+        self.nonfinite = False  # a product that was not finite (checked once, as it comes in)
 
     def orthogonal(self, q: Tensor, w: Tensor | None = None) -> tuple[Tensor, Tensor] | Tensor | None:
         """q (and w = A q, by linearity) with the span of V taken out twice and normalised; None when q
@@ -122,6 +123,9 @@ class _Space:
         return q / norm if w is None else (q / norm, w / norm)
 
     def add(self, q: Tensor, w: Tensor) -> None:
+        if not bool(torch.isfinite(w).all()):
+            self.nonfinite = True
+            return
         pair = self.orthogonal(q, w)
         if pair is None:  # a start vector inside the span so far (the update along the gradient in SGD)
             return
@@ -133,7 +137,7 @@ class _Space:
         self.W = torch.cat([self.W, w[None]])
 
     def finite(self) -> bool:
-        return bool(torch.isfinite(self.T).all()) and bool(torch.isfinite(self.W).all())
+        return not self.nonfinite and bool(torch.isfinite(self.T).all())
 
     def ritz(self, k: int) -> tuple[list[float], Tensor, Tensor]:
         """The top-k Ritz values, their vectors and their residual vectors A y − θ y."""

@@ -8,8 +8,8 @@ fixed ``batch``:
                            the previous measurement's top eigenvector)
     threshold              the optimizer's stability threshold (2/η, (2 + 2β)/η, 38/η, …) or None
     sharpness/threshold    above 1: unstable along the top eigenvector
-    curvature/update       dᵀHd/dᵀd (dᵀHd/dᵀPd preconditioned) along the update just taken
-    curvature/gradient     the same along the gradient on ``batch``
+    curvature/update       dᵀHd/dᵀd (dᵀHd/dᵀPd preconditioned) along the update just taken (``directions``)
+    curvature/gradient     the same along the gradient on ``batch`` (only when ``directions`` names it)
     hessian_trace          Hutchinson's estimate (``trace_probes`` > 0)
     noise_scale            McCandlish et al.'s B_simple, with the unbiased |G|² and tr(Σ) and per-parameter
                            SNR in the details: from ``micro_batches`` ≥ 2 slices of ``batch`` (extra
