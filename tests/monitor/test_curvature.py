@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from curvature_support import adam_scaling, exact_hessian, mlp_problem
+from optiscope.curvature import gradient_noise_scale
 from optiscope.monitor import ConsoleSink, Curvature, Diverged, DivergenceGuard, JSONLSink, Monitor, TensorBoardSink
 from optiscope.monitor.curvature import DIRECTIONS, KEYS
 from optiscope.monitor.divergence import curvature_diagnosis
@@ -120,8 +121,12 @@ def test_bad_configs_are_refused():
     for bad in (0, -4, 2.0, True, "16"):
         with pytest.raises(ValueError, match=rf"rank_batch_size={bad!r} must be a positive integer"):
             Curvature(batch, loss_fn, rank_batch_size=bad)
-    with pytest.raises(ValueError, match="micro_batches=2 and rank_batch_size=16 both"):
+    with pytest.raises(ValueError, match="micro_batches=2 and rank_batch_size=16: each asks .* give one"):
         Curvature(batch, loss_fn, micro_batches=2, rank_batch_size=16)
+    with pytest.raises(ValueError, match="rank_batch_size=4 and accumulation_batch_size=2: each asks"):
+        Curvature(batch, loss_fn, rank_batch_size=4, accumulation_batch_size=2)
+    with pytest.raises(ValueError, match=r"accumulation_batch_size=0 must be a positive integer \(training examples"):
+        Curvature(batch, loss_fn, accumulation_batch_size=0)
 
 
 def test_noise_over_ranks_needs_a_ddp_model():
@@ -149,3 +154,56 @@ def test_measuring_curvature_leaves_training_untouched():
     assert all(torch.equal(plain[0][k], measured[0][k]) for k in plain[0])
     assert all(torch.equal(plain[1][0][k], measured[1][0][k]) for k in plain[1][0])
     assert torch.equal(plain[2], measured[2]) and measured[3]  # RNG stream and train mode restored
+
+
+def _accumulating_run(model, loss_fn, passes, curvature, clip=None):
+    """Adam steps, each accumulating ``len(passes[t])`` backward passes of (loss / n), optionally clipped;
+    returns the records and, per step, the passes' own gradients from a copy of the model (the oracle)."""
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    monitor = Monitor(model, opt, every=100, curvature=curvature) if curvature is not None else None
+    records, own = [], []
+    for step_passes in passes:
+        copy_ = copy.deepcopy(model)
+        own.append([list(torch.autograd.grad(loss_fn(copy_, b), list(copy_.parameters()))) for b in step_passes])
+        opt.zero_grad()
+        for b in step_passes:
+            (loss_fn(model, b) / len(step_passes)).backward()
+        if clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        record = monitor.step(0.0) if monitor is not None else None
+        records.append(record)
+    return records, own
+
+
+def test_noise_over_the_passes_of_an_accumulated_step_matches_their_own_gradients():
+    """``accumulation_batch_size``: the noise scale, |G|², tr(Σ) and the SNR from the passes of each
+    measured step equal ``gradient_noise_scale`` on those passes' gradients computed one by one; clipping
+    after accumulation does not enter; a step of one pass has none; training is untouched."""
+    model, loss_fn, (x, y) = mlp_problem(4)
+    y = y + 3.0  # an offset the model has not fitted: a gradient signal above the noise, so B_simple > 0
+    start = copy.deepcopy(model.state_dict())
+    passes = [[(x[i : i + 5], y[i : i + 5]) for i in range(0, 20, 5)]] * 3 + [[(x, y)]] * 2  # 4 passes, then 1
+    curvature = Curvature((x, y), loss_fn, every=2, directions=(), accumulation_batch_size=5)
+    records, own = _accumulating_run(model, loss_fn, passes, curvature, clip=0.05)
+    measured = {r["step"]: r for r in records if r is not None and "sharpness" in r}
+    assert sorted(measured) == [2, 4]
+    want = gradient_noise_scale(own[1], 5)  # step 2: the second step's four passes
+    got = measured[2]
+    assert got["curvature"]["noise_source"] == "accumulated micro-batches"
+    assert got["noise_scale"] > 0 and got["noise_scale"] == pytest.approx(want["noise_scale"], rel=1e-9)
+    assert got["curvature"]["grad_sq"] == pytest.approx(want["grad_sq"], rel=1e-9)
+    assert got["curvature"]["trace_sigma"] == pytest.approx(want["trace_sigma"], rel=1e-9)
+    assert list(got["curvature"]["snr"].values()) == pytest.approx(want["snr"], rel=1e-9)
+    assert "noise_scale" not in measured[4]  # one pass: no small batches to compare
+    unmonitored = mlp_problem(4)[0]
+    unmonitored.load_state_dict(start)
+    _accumulating_run(unmonitored, loss_fn, passes, None, clip=0.05)
+    for a, b in zip(model.parameters(), unmonitored.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_accumulated_noise_is_refused_with_another_noise_source():
+    _, loss_fn, batch = mlp_problem(0)
+    with pytest.raises(ValueError, match="micro_batches=2 and accumulation_batch_size=4: each asks"):
+        Curvature(batch, loss_fn, micro_batches=2, accumulation_batch_size=4)

@@ -202,11 +202,15 @@ def test_a_model_with_its_own_comm_hook_is_refused_clearly(spawned):
 
 
 def test_rank_noise_needs_two_ranks(tmp_path):
-    """World size 1 (a process group in this process, gloo): nothing to take as small batches."""
+    """World size 1 (a process group in this process, gloo): nothing to take as small batches; and under DDP
+    the passes of an accumulated step are not visible one by one."""
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
     try:
         ddp = nn.parallel.DistributedDataParallel(nn.Linear(3, 1))
         with pytest.raises(ValueError, match=r"rank_batch_size=8\).*world size 1; run >= 2 ranks"):
             Monitor(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), curvature=Curvature(None, _mse, rank_batch_size=8))
+        accumulated = Curvature(None, _mse, accumulation_batch_size=8)
+        with pytest.raises(ValueError, match=r"accumulation_batch_size=8\).*DistributedDataParallel.*rank_batch_size"):
+            Monitor(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), curvature=accumulated)
     finally:
         dist.destroy_process_group()

@@ -13,10 +13,12 @@ fixed ``batch``:
     hessian_trace          Hutchinson's estimate (``trace_probes`` > 0)
     noise_scale            McCandlish et al.'s B_simple, with the unbiased |G|² and tr(Σ) and per-parameter
                            SNR in the details: from ``micro_batches`` ≥ 2 slices of ``batch`` (extra
-                           backward passes), or, under DDP with ``rank_batch_size`` = B examples per rank,
-                           from the ranks' own gradients of the step just taken (no extra backward pass:
-                           the monitor's communication hook keeps each rank's local squared gradient norms
-                           before DDP averages them)
+                           backward passes), or, at no extra backward pass, from the step just taken:
+                           under DDP with ``rank_batch_size`` = B examples per rank, from the ranks' own
+                           gradients (the monitor's communication hook keeps each rank's local squared
+                           gradient norms before DDP averages them); with ``accumulation_batch_size`` = b
+                           examples per backward pass, from the passes of a step that accumulates
+                           gradients (a post-accumulation hook per parameter keeps each pass's own part)
 
 Every rank of a DDP job computes the same values when it is given the same ``batch`` (the parameters and
 optimizer states are identical), so records agree across ranks.
@@ -32,7 +34,6 @@ import torch
 from torch import Tensor, nn
 
 from ..curvature import HessianOperator, gradient_noise_scale, hessian_trace, noise_scale_from_norms, sharpness
-from .rank_noise import RankNorms
 
 KEYS = (
     "sharpness",
@@ -61,7 +62,9 @@ class Curvature:
     first dimension for the noise scale (0: none; it must divide the batch); ``dtype``: e.g. float64;
     ``rank_batch_size``: the training examples each rank of a ``DistributedDataParallel`` job (world size
     ≥ 2) takes per optimizer step, for the noise scale over the ranks' gradients instead of micro-batches
-    (None: off; see ``Monitor``).
+    (None: off; see ``Monitor``); ``accumulation_batch_size``: the training examples of each backward pass
+    of an optimizer step that accumulates gradients over several, for the noise scale over those
+    micro-batches' own gradients (None: off; see ``AccumulationNoise``).
     """
 
     batch: Any
@@ -76,6 +79,7 @@ class Curvature:
     dtype: torch.dtype | None = None
     seed: int = 0
     rank_batch_size: int | None = None
+    accumulation_batch_size: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("every", "k", "max_hvps"):
@@ -94,17 +98,24 @@ class Curvature:
             raise ValueError(f"Curvature: tol={self.tol!r} must be in (0, 1)")
         if self.micro_batches == 1:
             raise ValueError("Curvature: micro_batches=1 cannot estimate a noise scale; give 0 (off) or >= 2")
-        size = self.rank_batch_size
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        for name, what in (
+            ("rank_batch_size", "training examples per rank per step"),
+            ("accumulation_batch_size", "training examples per backward pass"),
+        ):
+            size = getattr(self, name)
+            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+                raise ValueError(f"Curvature: {name}={size!r} must be a positive integer ({what}) or None")
+        sources = {
+            "micro_batches": self.micro_batches or None,
+            "rank_batch_size": self.rank_batch_size,
+            "accumulation_batch_size": self.accumulation_batch_size,
+        }
+        given = [f"{k}={v}" for k, v in sources.items() if v is not None]
+        if len(given) > 1:
             raise ValueError(
-                f"Curvature: rank_batch_size={size!r} must be a positive integer (training examples per rank "
-                "per step) or None"
-            )
-        if self.micro_batches and size is not None:
-            raise ValueError(
-                f"Curvature: micro_batches={self.micro_batches} and rank_batch_size={size} both ask for the noise "
-                "scale; give one: micro_batches (slices of the curvature batch) or rank_batch_size (the ranks of "
-                "a DDP job)"
+                f"Curvature: {' and '.join(given)}: each asks for the noise scale; give one: micro_batches (slices "
+                "of the curvature batch), rank_batch_size (the ranks of a DDP job) or accumulation_batch_size "
+                "(the micro-batches of an accumulated step)"
             )
         if self.micro_batches:
             split_batch(self.batch, self.micro_batches)  # fails now, not at step 100
@@ -136,12 +147,13 @@ def measure(
     optimizer: torch.optim.Optimizer,
     update: dict[int, Tensor] | None,
     init: Tensor | None,
-    ranks: RankNorms | None = None,
+    small_batches: SmallBatchNorms | None = None,
 ) -> tuple[dict[str, Any], Tensor]:
     """The record entries (``KEYS`` plus ``curvature``: details) and the top eigenvector (next warm start).
 
-    ``ranks``: the squared gradient norms the monitor gathered from the ranks of a DDP job at this step
-    (with ``config.rank_batch_size``); without them and without ``micro_batches``, no noise scale.
+    ``small_batches``: the squared gradient norms the monitor gathered at this step from the ranks of a DDP
+    job (``config.rank_batch_size``) or from the micro-batches of an accumulated step
+    (``config.accumulation_batch_size``); without them and without ``micro_batches``, no noise scale.
     """
     # the directions join Lanczos's start block: one product each, which also serves the search
     directions = {"update": update, "gradient": "gradient"}
@@ -189,9 +201,12 @@ def measure(
         grads = [op.split(op.gradient(part)).values() for part in parts]
         noise = gradient_noise_scale([list(g) for g in grads], _batch_size(parts[0]))
         names, source = op.names, "micro-batches"
-    elif ranks is not None and config.rank_batch_size is not None:
-        noise = noise_scale_from_norms(ranks.small_sq, ranks.big_sq, config.rank_batch_size, ranks.count)
-        names, source = ranks.names, "ranks"
+    elif small_batches is not None:
+        size = config.rank_batch_size or config.accumulation_batch_size
+        assert size is not None, "small-batch norms come only with rank_batch_size or accumulation_batch_size"
+        noise = noise_scale_from_norms(small_batches.small_sq, small_batches.big_sq, size, small_batches.count)
+        names = small_batches.names
+        source = "ranks" if config.rank_batch_size else "accumulated micro-batches"
     if noise is not None:
         out["noise_scale"] = noise["noise_scale"]
         details.update(grad_sq=noise["grad_sq"], trace_sigma=noise["trace_sigma"], noise_source=source)
@@ -202,3 +217,16 @@ def measure(
 def _batch_size(part: Any) -> int:
     first = part if isinstance(part, Tensor) else next(iter(part.values() if isinstance(part, dict) else part))
     return int(first.shape[0])
+
+
+@dataclass(frozen=True)
+class SmallBatchNorms:
+    """What the noise scale needs from ``count`` small batches of one step (the ranks of a DDP job, or the
+    micro-batches of an accumulated step), per parameter tensor (``names``, in one order everywhere):
+    ``small_sq``, the mean over the small batches of |G_small,p|², and ``big_sq``, |G_big,p|² of their
+    mean (NaN for a parameter not seen)."""
+
+    names: list[str]
+    small_sq: list[float]
+    big_sq: list[float]
+    count: int

@@ -26,6 +26,8 @@ trace and the gradient noise scale (``monitor/curvature.py``), and a divergence 
 With ``Curvature(..., rank_batch_size=B)`` on a DDP model the noise scale takes the ranks as its small
 batches: the monitor registers DDP's communication hook (``RankNoise``), which on the steps the curvature
 measures keeps each rank's local squared gradient norms before doing DDP's own averaging all-reduce.
+With ``Curvature(..., accumulation_batch_size=b)`` the small batches are the backward passes one step
+accumulates (``AccumulationNoise``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from . import stats
+from .accumulation_noise import AccumulationNoise
 from .curvature import Curvature, measure
 from .divergence import Diverged, DivergenceGuard, curvature_diagnosis
 from .names import clean_name
@@ -131,11 +134,9 @@ class Monitor:
         self.curvature = curvature
         self._curvature_vector: Tensor | None = None  # the warm start: last top eigenvector
         self._curvature_history: list[tuple[int, float | None, str, bool]] = []
-        self._ranks: RankNoise | None = None
-        if curvature is not None and curvature.rank_batch_size is not None:
-            self._ranks = RankNoise(model, curvature.rank_batch_size, lambda: self._curvature_due(self.step_count + 1))
         self._update: dict[int, Tensor] | None = None
         self.names: dict[int, str] = parameter_names(model, optimizer)
+        self._small_batches = self._small_batch_source(model, optimizer, curvature)
         self.embedding = self._resolve_embedding(embedding, model, optimizer, self.names)
         self.token_counts = None if token_counts is None else torch.as_tensor(token_counts, dtype=torch.float64)
         if (
@@ -163,6 +164,29 @@ class Monitor:
             optimizer.register_step_pre_hook(self._before_step),
             optimizer.register_step_post_hook(self._after_step),
         ]
+
+    def _small_batch_source(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, curvature: Curvature | None
+    ) -> RankNoise | AccumulationNoise | None:
+        """Where the noise scale's small batches come from without an extra backward pass, if asked."""
+        if curvature is None:
+            return None
+
+        def due() -> bool:  # the hooks run inside backward, before the step they belong to
+            return self._curvature_due(self.step_count + 1)
+
+        if curvature.rank_batch_size is not None:
+            return RankNoise(model, curvature.rank_batch_size, due)
+        if curvature.accumulation_batch_size is not None:
+            if isinstance(getattr(model, "_orig_mod", model), nn.parallel.DistributedDataParallel):
+                raise ValueError(
+                    f"Monitor: Curvature(accumulation_batch_size={curvature.accumulation_batch_size}) cannot see a "
+                    "pass's own gradient under DistributedDataParallel (it averages the ranks into p.grad); give "
+                    "rank_batch_size (examples per rank per step) instead"
+                )
+            params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+            return AccumulationNoise([(self.names.get(id(p), f"param{i}"), p) for i, p in enumerate(params)], due)
+        return None
 
     # ------------------------------------------------------------------------------------ hooks
     def is_measured(self, step: int) -> bool:
@@ -192,8 +216,8 @@ class Monitor:
         self._measured = self._parameter_stats(optimizer, params, neg_updates=before)
         if self._curvature_due(self.step_count):  # −u: the sign does not change a curvature
             self._update = {id(p): u for p, u in zip(params, before, strict=True)}
-        if self._ranks is not None and self._curvature_due(self.step_count):
-            self._ranks.keep_averaged()
+        if isinstance(self._small_batches, RankNoise) and self._curvature_due(self.step_count):
+            self._small_batches.after_step()
 
     def _parameter_stats(
         self, optimizer: torch.optim.Optimizer, params: list[Tensor], neg_updates: list[Tensor]
@@ -286,9 +310,10 @@ class Monitor:
     def _measure_curvature(self, step: int) -> dict[str, Any]:
         assert self.curvature is not None
         update, self._update = self._update, None
-        ranks = self._ranks.gather() if self._ranks is not None else None  # a collective: every rank is here
+        # the ranks' gather is a collective: every rank is here
+        small_batches = self._small_batches.gather() if self._small_batches is not None else None
         values, self._curvature_vector = measure(
-            self.curvature, self.model, self.optimizer, update, self._curvature_vector, ranks
+            self.curvature, self.model, self.optimizer, update, self._curvature_vector, small_batches
         )
         details = values["curvature"]
         self._curvature_history.append(
@@ -431,8 +456,8 @@ class Monitor:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
-        if self._ranks is not None:
-            self._ranks.active = False  # DDP cannot unregister a communication hook: it goes on averaging only
+        if self._small_batches is not None:
+            self._small_batches.close()
         for sink in self.sinks:
             sink.close()
 

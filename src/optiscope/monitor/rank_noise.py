@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from .curvature import SmallBatchNorms
 from .names import clean_name
-
-
-@dataclass(frozen=True)
-class RankNorms:
-    """Per parameter tensor (``names``, in one order on every rank): ``small_sq``, the mean over the
-    ``count`` ranks of |G_rank,p|² (each rank's local gradient of its own batch), and ``big_sq``,
-    |G_big,p|² of their mean (the gradient DDP leaves in ``p.grad``)."""
-
-    names: list[str]
-    small_sq: list[float]
-    big_sq: list[float]
-    count: int
 
 
 class RankNoise:
@@ -34,7 +22,7 @@ class RankNoise:
     before averaging it. The averaging is DDP's default, bit for bit: the bucket is multiplied by
     1/world size (what DDP's reducer does without a hook; torch's ``allreduce_hook`` divides instead, which
     rounds differently when the world size is not a power of two) and summed by an asynchronous all-reduce.
-    After the optimizer step, ``keep_averaged`` takes |G_big,p|² from ``p.grad`` (the mean of the G_r), and
+    After the optimizer step, ``after_step`` takes |G_big,p|² from ``p.grad`` (the mean of the G_r), and
     ``gather`` all-reduces the local squared norms (one float per parameter tensor) into their mean over ranks.
 
     A rank's G_r is the gradient of everything backward accumulated into the bucket: with gradient
@@ -85,14 +73,14 @@ class RankNoise:
         return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(lambda fut: fut.value()[0])
 
     @torch.no_grad()
-    def keep_averaged(self) -> None:
+    def after_step(self) -> None:
         """|G_big,p|² from the averaged ``p.grad`` (right after the optimizer step; NaN without a gradient)."""
         nan = torch.tensor(math.nan, dtype=torch.float64)
         self.averaged = torch.stack(
             [nan.to(p.device) if p.grad is None else p.grad.detach().double().square().sum() for p in self.params]
         )
 
-    def gather(self) -> RankNorms:
+    def gather(self) -> SmallBatchNorms:
         """The mean over ranks of the local squared norms (an all-reduce of one float per parameter tensor)
         and the averaged gradient's; NaN for a parameter whose local gradient the hook did not see."""
         device = self.params[0].device if dist.get_backend(self.group) != "gloo" else torch.device("cpu")
@@ -101,9 +89,12 @@ class RankNoise:
         dist.all_reduce(local, group=self.group)
         averaged = self.averaged if self.averaged is not None else torch.full_like(local, math.nan)
         self.local, self.averaged = {}, None
-        return RankNorms(
+        return SmallBatchNorms(
             names=self.names,
             small_sq=(local / self.world).tolist(),
             big_sq=averaged.tolist(),
             count=self.world,
         )
+
+    def close(self) -> None:
+        self.active = False  # DDP cannot unregister a communication hook: it goes on averaging only

@@ -1,0 +1,71 @@
+"""The micro-batches of an accumulated optimizer step as the small batches of the gradient noise scale."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from .curvature import SmallBatchNorms
+
+
+class AccumulationNoise:
+    """The n backward passes that one optimizer step accumulates, as n small batches, at no extra pass.
+
+    A hook that runs after autograd has accumulated each backward pass into ``p.grad``
+    (``Tensor.register_post_accumulate_grad_hook``) takes, on the steps ``due()`` says the curvature
+    measures, the pass's own contribution c_i = p.grad − (p.grad after the pass before) and adds |c_i|²;
+    the accumulated sum Σc_i is kept too, before any clipping changes ``p.grad``. With the usual
+    accumulation, each pass's loss divided by n so that ``p.grad`` ends as the mean, the pass's own
+    gradient is G_small,i = n·c_i and the step's is G_big = Σc_i, so
+
+        ⟨|G_small|²⟩ = n Σ|c_i|²,   |G_big|² = |Σc_i|².
+
+    B_simple and the SNR are ratios, the same whatever the passes were scaled by; |G|² and tr(Σ) take that
+    division as given. Costs one copy of each gradient, on measured steps only. Not under DDP, whose
+    reducer overwrites ``p.grad`` with the ranks' mean at the last pass: take the ranks as the small
+    batches there (``rank_batch_size``).
+    """
+
+    def __init__(self, named: list[tuple[str, nn.Parameter]], due: Callable[[], bool]) -> None:
+        self.names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        self.due = due
+        self.squares: dict[int, Tensor] = {}  # Σ|c_i|² per parameter
+        self.counts: dict[int, int] = {}
+        self.sums: dict[int, Tensor] = {}  # Σc_i: p.grad after the last pass, before clipping
+        self.handles = [p.register_post_accumulate_grad_hook(self.hook) for p in self.params]
+
+    @torch.no_grad()
+    def hook(self, p: Tensor) -> None:
+        if p.grad is None or not self.due():
+            return
+        grad = p.grad.detach()
+        before = self.sums.get(id(p))
+        own = grad if before is None else grad - before
+        square = own.double().square().sum()
+        self.squares[id(p)] = square if before is None else self.squares[id(p)] + square
+        self.counts[id(p)] = self.counts.get(id(p), 0) + 1
+        self.sums[id(p)] = grad.clone()
+
+    def gather(self) -> SmallBatchNorms | None:
+        """The step's norms (None when it took fewer than 2 passes, e.g. no accumulation); starts over."""
+        counts = [self.counts.get(id(p), 0) for p in self.params]
+        n = max(counts, default=0)
+        small, big = [], []
+        for p, count in zip(self.params, counts, strict=True):
+            if count == n and n >= 2:  # a parameter some passes did not reach has no n small batches
+                small.append(n * float(self.squares[id(p)]))
+                big.append(float(self.sums[id(p)].double().square().sum()))
+            else:
+                small.append(math.nan)
+                big.append(math.nan)
+        self.squares, self.counts, self.sums = {}, {}, {}
+        return SmallBatchNorms(self.names, small, big, n) if n >= 2 else None
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
