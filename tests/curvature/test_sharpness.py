@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from curvature_support import adam_problem, adam_scaling, exact_hessian, mlp_problem
-from optiscope.curvature import HessianOperator, sharpness
+from optiscope.curvature import HessianOperator, lanczos, sharpness
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -142,3 +142,17 @@ def test_a_parameter_the_loss_ignores_or_enters_linearly_has_zero_curvature():
     exact[:2, :2] = 2 * x.T @ x / len(x)  # ∇²_w of mean((x·w)²)
     torch.testing.assert_close(op(v), exact @ v, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(op.gradient()[2:], torch.tensor([1.0, 0, 0, 0], dtype=torch.float64))
+
+
+def test_a_product_that_is_not_finite_ends_lanczos_with_nan_instead_of_an_error():
+    """A model that diverged: the second product is NaN, so there is no spectrum to report."""
+    A = torch.diag(torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64))
+    products = []
+
+    def matvec(v):
+        products.append(v)
+        return A @ v if len(products) < 2 else torch.full_like(v, math.nan)
+
+    out = lanczos(matvec, torch.ones(3, dtype=torch.float64), tol=1e-12)
+    assert len(products) == 2 and not out.converged
+    assert math.isnan(out.eigenvalues[0]) and math.isnan(out.residuals[0])

@@ -115,9 +115,10 @@ def _mse(net, batch):
 
 
 def _train_with_rank_noise(rank: int, rank_batch_size: int | None):
-    """Four Adam steps under DDP on each rank's own data (the monitor's hook with ``rank_batch_size``, none
-    without), and the oracle: at each step, this rank's local gradient from a plain copy of the model at
-    the same weights (no DDP), gathered from both ranks and given to ``gradient_noise_scale``."""
+    """Four Adam steps under DDP on each rank's own data, the averaged gradient clipped before each step
+    (the monitor's hook with ``rank_batch_size``, none without), and the oracle, which never clips: at each
+    step, this rank's local gradient from a plain copy of the model at the same weights (no DDP), gathered
+    from both ranks and given to ``gradient_noise_scale``."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
     plain = copy.deepcopy(model)
@@ -144,6 +145,7 @@ def _train_with_rank_noise(rank: int, rank_batch_size: int | None):
         opt.zero_grad()
         loss = _mse(ddp, (x, y))
         loss.backward()
+        nn.utils.clip_grad_norm_(ddp.parameters(), 1e-3)  # the noise scale is of the gradients, not the clipped step
         opt.step()
         record = monitor.step(loss) if monitor is not None else None
         if record is not None and "noise_scale" in record:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .hvp import HessianOperator, LossFn
-from .sharpness import direction_vector, operator_for
+from .sharpness import against, direction_vector, in_operator_space, operator_for
 
 
 def directional_curvature(
@@ -43,16 +43,14 @@ def directional_curvature(
     None) and ``reason``.
     """
     op = HessianOperator(model, loss_fn, batch, dtype=dtype)
-    d = direction_vector(op, direction)
-    _, scale, stability = operator_for(op, optimizer)
-    hd = op(d)
-    dd = torch.dot(d, d) if scale is None else torch.dot(d, d / scale**2)  # dᵀPd, P = D⁻²
-    value = float(torch.dot(d, hd) / dd) if dd > 0 else float("nan")
+    matvec, scale, stability = operator_for(op, optimizer)
+    w = in_operator_space(direction_vector(op, direction), scale)
+    ww = torch.dot(w, w)
+    value = float(torch.dot(w, matvec(w)) / ww) if ww > 0 else float("nan")
     return {
-        "curvature": value,
+        **against(value, stability.threshold),
         "preconditioned": scale is not None,
         "threshold": stability.threshold,
         "label": stability.label,
-        "ratio": value / stability.threshold if stability.threshold else None,
         "reason": stability.reason,
     }

@@ -92,10 +92,11 @@ def lanczos(
         if converged or steps >= max_steps:
             return LanczosResult(values, vectors, residuals, steps, converged, quotients)
         worst = max(range(len(residuals)), key=residuals.__getitem__)
-        q = space.orthogonal(residual_vectors[worst])
-        if q is None:  # an invariant subspace: the Ritz values are eigenvalues
+        expansion = space.orthogonal(residual_vectors[worst])
+        if expansion is None:  # an invariant subspace: the Ritz values are eigenvalues
             return LanczosResult(values, vectors, residuals, steps, len(values) >= k, quotients)
-        space.add(q, matvec(q))
+        q, _ = expansion
+        space.append(q, matvec(q))
         steps += 1
 
 
@@ -108,9 +109,9 @@ class _Space:
         self.T = torch.empty(0, 0, dtype=torch.float64, device=device)
         self.nonfinite = False  # a product that was not finite (checked once, as it comes in)
 
-    def orthogonal(self, q: Tensor, w: Tensor | None = None) -> tuple[Tensor, Tensor] | Tensor | None:
-        """q (and w = A q, by linearity) with the span of V taken out twice and normalised; None when q
-        lies in the span already."""
+    def orthogonal(self, q: Tensor, w: Tensor | None = None) -> tuple[Tensor, Tensor | None] | None:
+        """(q, w = A q) with the span of V taken out of q twice and normalised, w following by linearity
+        (None stays None); None when q lies in the span already."""
         size = q.norm()
         for _ in range(2):
             c = self.V @ q
@@ -120,16 +121,23 @@ class _Space:
         norm = q.norm()
         if not norm > 1e-10 * size:
             return None
-        return q / norm if w is None else (q / norm, w / norm)
+        return q / norm, None if w is None else w / norm
 
     def add(self, q: Tensor, w: Tensor) -> None:
+        """A start vector q with w = A q: orthogonalised against the basis first (dropped if inside it)."""
+        pair = self.orthogonal(q, w)
+        if pair is None:  # a start vector inside the span so far (the update along the gradient in SGD)
+            self.nonfinite |= not bool(torch.isfinite(w).all())
+            return
+        q, w = pair
+        assert w is not None
+        self.append(q, w)
+
+    def append(self, q: Tensor, w: Tensor) -> None:
+        """A unit vector q already orthogonal to the basis, with w = A q."""
         if not bool(torch.isfinite(w).all()):
             self.nonfinite = True
             return
-        pair = self.orthogonal(q, w)
-        if pair is None:  # a start vector inside the span so far (the update along the gradient in SGD)
-            return
-        q, w = pair
         column = (self.W @ q + self.V @ w).double() / 2  # T is symmetric: average the two halves
         corner = torch.dot(q, w).double().reshape(1, 1)
         self.T = torch.cat([torch.cat([self.T, column[:, None]], 1), torch.cat([column[None], corner], 1)], 0)

@@ -74,9 +74,8 @@ def sharpness(
     start = (
         init.to(op.dtype).to(op.device) if _usable(init, op.size) else op.random(torch.Generator().manual_seed(seed))
     )
-    directions = {name: direction_vector(op, d) for name, d in (along or {}).items()}
-    # in A = D H D the direction d is w = d / D, and wᵀAw / wᵀw = dᵀHd / dᵀPd
-    rows = [start] + [d if scale is None else d / scale for d in directions.values()]
+    directions = {name: in_operator_space(direction_vector(op, d), scale) for name, d in (along or {}).items()}
+    rows = [start, *directions.values()]
     result = lanczos(matvec, torch.stack(rows), k=k, tol=tol, max_steps=max(max_hvps, len(rows)))
     top = result.eigenvalues[0]
     quotients = dict(zip(directions, result.start_quotients[1:], strict=True))
@@ -93,7 +92,7 @@ def sharpness(
         "vector": result.vectors[0].detach(),
     }
     if along is not None:
-        out["along"] = {name: _against(c, stability.threshold) for name, c in quotients.items()}
+        out["along"] = {name: against(c, stability.threshold) for name, c in quotients.items()}
     return out
 
 
@@ -116,7 +115,14 @@ def direction_vector(op: HessianOperator, direction: dict[Any, Tensor] | str) ->
     return op.flatten_by_param(by_id)
 
 
-def _against(curvature: float, threshold: float | None) -> dict[str, float | None]:
+def in_operator_space(d: Tensor, scale: Tensor | None) -> Tensor:
+    """The direction d as a vector of A = D H D: w = d / D, so that wᵀAw / wᵀw = dᵀHd / dᵀPd (P = D⁻²);
+    d itself when A = H."""
+    return d if scale is None else d / scale
+
+
+def against(curvature: float, threshold: float | None) -> dict[str, float | None]:
+    """``{"curvature", "ratio"}``: a curvature and its ratio to the threshold (None without one)."""
     return {"curvature": curvature, "ratio": curvature / threshold if threshold else None}
 
 

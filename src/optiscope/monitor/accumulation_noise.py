@@ -29,7 +29,18 @@ class AccumulationNoise:
     batches there (``rank_batch_size``).
     """
 
-    def __init__(self, named: list[tuple[str, nn.Parameter]], due: Callable[[], bool]) -> None:
+    source = "accumulated micro-batches"
+
+    def __init__(
+        self, model: nn.Module, named: list[tuple[str, nn.Parameter]], batch_size: int, due: Callable[[], bool]
+    ) -> None:
+        if isinstance(getattr(model, "_orig_mod", model), nn.parallel.DistributedDataParallel):
+            raise ValueError(
+                f"Monitor: Curvature(accumulation_batch_size={batch_size}) cannot see a pass's own gradient under "
+                "DistributedDataParallel (it averages the ranks into p.grad); give rank_batch_size (examples per "
+                "rank per step) instead"
+            )
+        self.batch_size = batch_size
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.due = due
@@ -63,7 +74,7 @@ class AccumulationNoise:
                 small.append(math.nan)
                 big.append(math.nan)
         self.squares, self.counts, self.sums = {}, {}, {}
-        return SmallBatchNorms(self.names, small, big, n) if n >= 2 else None
+        return SmallBatchNorms(self.names, small, big, n, self.batch_size, self.source) if n >= 2 else None
 
     def close(self) -> None:
         for handle in self.handles:

@@ -124,6 +124,21 @@ class Curvature:
         return step % self.every == 0
 
 
+@dataclass(frozen=True)
+class SmallBatchNorms:
+    """What the noise scale needs from ``count`` small batches of ``batch_size`` examples each, taken from
+    one training step (``source``: "ranks" of a DDP job, or "accumulated micro-batches"), per parameter
+    tensor (``names``, in one order everywhere): ``small_sq``, the mean over the small batches of
+    |G_small,p|², and ``big_sq``, |G_big,p|² of their mean (NaN for a parameter not seen)."""
+
+    names: list[str]
+    small_sq: list[float]
+    big_sq: list[float]
+    count: int
+    batch_size: int
+    source: str
+
+
 def split_batch(batch: Any, parts: int) -> list[Any]:
     """``batch`` (a tensor, or a tuple / list / dict of tensors) cut into ``parts`` equal slices along dim 0."""
     if isinstance(batch, Tensor):
@@ -202,11 +217,9 @@ def measure(
         noise = gradient_noise_scale([list(g) for g in grads], _batch_size(parts[0]))
         names, source = op.names, "micro-batches"
     elif small_batches is not None:
-        size = config.rank_batch_size or config.accumulation_batch_size
-        assert size is not None, "small-batch norms come only with rank_batch_size or accumulation_batch_size"
-        noise = noise_scale_from_norms(small_batches.small_sq, small_batches.big_sq, size, small_batches.count)
-        names = small_batches.names
-        source = "ranks" if config.rank_batch_size else "accumulated micro-batches"
+        sb = small_batches
+        noise = noise_scale_from_norms(sb.small_sq, sb.big_sq, sb.batch_size, sb.count)
+        names, source = sb.names, sb.source
     if noise is not None:
         out["noise_scale"] = noise["noise_scale"]
         details.update(grad_sq=noise["grad_sq"], trace_sigma=noise["trace_sigma"], noise_source=source)
@@ -217,16 +230,3 @@ def measure(
 def _batch_size(part: Any) -> int:
     first = part if isinstance(part, Tensor) else next(iter(part.values() if isinstance(part, dict) else part))
     return int(first.shape[0])
-
-
-@dataclass(frozen=True)
-class SmallBatchNorms:
-    """What the noise scale needs from ``count`` small batches of one step (the ranks of a DDP job, or the
-    micro-batches of an accumulated step), per parameter tensor (``names``, in one order everywhere):
-    ``small_sq``, the mean over the small batches of |G_small,p|², and ``big_sq``, |G_big,p|² of their
-    mean (NaN for a parameter not seen)."""
-
-    names: list[str]
-    small_sq: list[float]
-    big_sq: list[float]
-    count: int

@@ -178,14 +178,9 @@ class Monitor:
         if curvature.rank_batch_size is not None:
             return RankNoise(model, curvature.rank_batch_size, due)
         if curvature.accumulation_batch_size is not None:
-            if isinstance(getattr(model, "_orig_mod", model), nn.parallel.DistributedDataParallel):
-                raise ValueError(
-                    f"Monitor: Curvature(accumulation_batch_size={curvature.accumulation_batch_size}) cannot see a "
-                    "pass's own gradient under DistributedDataParallel (it averages the ranks into p.grad); give "
-                    "rank_batch_size (examples per rank per step) instead"
-                )
             params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-            return AccumulationNoise([(self.names.get(id(p), f"param{i}"), p) for i, p in enumerate(params)], due)
+            named = [(self.names.get(id(p), f"param{i}"), p) for i, p in enumerate(params)]
+            return AccumulationNoise(model, named, curvature.accumulation_batch_size, due)
         return None
 
     # ------------------------------------------------------------------------------------ hooks
@@ -216,8 +211,6 @@ class Monitor:
         self._measured = self._parameter_stats(optimizer, params, neg_updates=before)
         if self._curvature_due(self.step_count):  # −u: the sign does not change a curvature
             self._update = {id(p): u for p, u in zip(params, before, strict=True)}
-        if isinstance(self._small_batches, RankNoise) and self._curvature_due(self.step_count):
-            self._small_batches.after_step()
 
     def _parameter_stats(
         self, optimizer: torch.optim.Optimizer, params: list[Tensor], neg_updates: list[Tensor]

@@ -21,14 +21,17 @@ class RankNoise:
     ``due()`` says the curvature measures, keeps each parameter's local |G_r,p|² (float64) from the bucket
     before averaging it. The averaging is DDP's default, bit for bit: the bucket is multiplied by
     1/world size (what DDP's reducer does without a hook; torch's ``allreduce_hook`` divides instead, which
-    rounds differently when the world size is not a power of two) and summed by an asynchronous all-reduce.
-    After the optimizer step, ``after_step`` takes |G_big,p|² from ``p.grad`` (the mean of the G_r), and
-    ``gather`` all-reduces the local squared norms (one float per parameter tensor) into their mean over ranks.
+    rounds differently when the world size is not a power of two) and summed by an asynchronous all-reduce,
+    whose completion keeps |G_big,p|² of the averaged bucket (the mean of the G_r, before any clipping the
+    training loop applies afterwards). ``gather`` all-reduces the local squared norms (one float per
+    parameter tensor) into their mean over ranks.
 
     A rank's G_r is the gradient of everything backward accumulated into the bucket: with gradient
     accumulation under ``ddp.no_sync()``, of all its micro-batches, hence ``batch_size`` = the training
     examples per rank per optimizer step.
     """
+
+    source = "ranks"
 
     def __init__(self, model: nn.Module, batch_size: int, due: Callable[[], bool]) -> None:
         ddp = getattr(model, "_orig_mod", model)  # torch.compile(ddp) wraps the DDP module
@@ -52,9 +55,9 @@ class RankNoise:
         named = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad and n not in ignored]
         self.names = [clean_name(n) for n, _ in named]
         self.params = [p for _, p in named]
-        self.due, self.active = due, True
-        self.local: dict[int, Tensor] = {}
-        self.averaged: Tensor | None = None
+        self.batch_size, self.due, self.active = batch_size, due, True
+        self.local: dict[int, Tensor] = {}  # |G_r,p|² of this rank
+        self.averaged: dict[int, Tensor] = {}  # |G_big,p|²
         try:
             ddp.register_comm_hook(self.group, self.hook)
         except RuntimeError as error:  # DDP takes one hook (or built-in hook) per model, registered once
@@ -64,36 +67,35 @@ class RankNoise:
             ) from error
 
     def hook(self, group, bucket):  # unannotated: DDP compares annotations with dist.GradBucket itself
-        """DDP's default averaging of ``bucket``, keeping the local squared norms first on measured steps."""
+        """DDP's default averaging of ``bucket``; on measured steps, the squared norms before and after."""
         buffer = bucket.buffer()
-        if self.active and self.due():
+        measured = self.active and self.due()
+        if measured:
             for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
                 self.local[id(p)] = g.detach().double().square().sum()
         buffer.mul_(1.0 / self.world)
-        return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(lambda fut: fut.value()[0])
+        reduced = dist.all_reduce(buffer, group=group, async_op=True).get_future()
 
-    @torch.no_grad()
-    def after_step(self) -> None:
-        """|G_big,p|² from the averaged ``p.grad`` (right after the optimizer step; NaN without a gradient)."""
-        nan = torch.tensor(math.nan, dtype=torch.float64)
-        self.averaged = torch.stack(
-            [nan.to(p.device) if p.grad is None else p.grad.detach().double().square().sum() for p in self.params]
-        )
+        def averaged(fut):
+            result = fut.value()[0]
+            if measured:  # the bucket's gradients are views of the reduced buffer
+                for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
+                    self.averaged[id(p)] = g.detach().double().square().sum()
+            return result
+
+        return reduced.then(averaged)
 
     def gather(self) -> SmallBatchNorms:
         """The mean over ranks of the local squared norms (an all-reduce of one float per parameter tensor)
-        and the averaged gradient's; NaN for a parameter whose local gradient the hook did not see."""
+        and the averaged gradient's; NaN for a parameter whose gradient the hook did not see."""
         device = self.params[0].device if dist.get_backend(self.group) != "gloo" else torch.device("cpu")
         nan = torch.tensor(math.nan, dtype=torch.float64, device=device)
         local = torch.stack([self.local.get(id(p), nan).to(device) for p in self.params])
         dist.all_reduce(local, group=self.group)
-        averaged = self.averaged if self.averaged is not None else torch.full_like(local, math.nan)
-        self.local, self.averaged = {}, None
+        averaged = [float(self.averaged.get(id(p), nan)) for p in self.params]
+        self.local, self.averaged = {}, {}
         return SmallBatchNorms(
-            names=self.names,
-            small_sq=(local / self.world).tolist(),
-            big_sq=averaged.tolist(),
-            count=self.world,
+            self.names, (local / self.world).tolist(), averaged, self.world, self.batch_size, self.source
         )
 
     def close(self) -> None:
