@@ -1,6 +1,7 @@
-"""Shared by the curvature tests: a small float64 MLP problem, its exact Hessian and an Adam scaling built
-by hand (the oracles, independent of optiscope.curvature)."""
+"""Shared by the curvature tests: a small float64 MLP problem, its exact Hessian, an Adam scaling built by
+hand and the noise-scale estimators written out (the oracles, independent of optiscope.curvature)."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -50,3 +51,28 @@ def adam_scaling(model, opt):
             s = opt.state[p]
             parts.append((s["exp_avg_sq"] / (1 - beta2 ** float(s["step"]))).sqrt().reshape(-1) + eps)
     return torch.cat(parts).rsqrt()
+
+
+def noise_scale_by_formula(passes, batch_size):
+    """The oracle for B_simple: McCandlish et al.'s Appendix A estimators written out on whole-model norms,
+    from ``passes``, the n small-batch gradients of one step (each a list of tensors) of ``batch_size``
+    examples each. Returns (noise_scale, |G|², tr Σ)."""
+    flat = torch.stack([torch.cat([g.detach().double().reshape(-1) for g in grads]) for grads in passes])
+    b, big = batch_size, len(passes) * batch_size
+    small_sq, big_sq = float((flat**2).sum(1).mean()), float((flat.mean(0) ** 2).sum())
+    grad_sq = (big * big_sq - b * small_sq) / (big - b)
+    trace_sigma = (small_sq - big_sq) / (1 / b - 1 / big)
+    return trace_sigma / grad_sq, grad_sq, trace_sigma
+
+
+def assert_accumulated_noise_scale(records, passes, steps, batch_size, rel=1e-4):
+    """The records at ``steps`` (and only those) carry the noise scale of the accumulated micro-batches, equal
+    to ``noise_scale_by_formula`` on ``passes[step]``, the micro-batches' own gradients."""
+    assert sorted(step for step, r in records.items() if "noise_scale" in r) == list(steps)
+    for step in steps:
+        noise, grad_sq, trace_sigma = noise_scale_by_formula(passes[step], batch_size)
+        got = records[step]
+        assert got["curvature"]["noise_source"] == "accumulated micro-batches"
+        assert got["noise_scale"] > 0 and got["noise_scale"] == pytest.approx(noise, rel=rel), step
+        assert got["curvature"]["grad_sq"] == pytest.approx(grad_sq, rel=rel), step
+        assert got["curvature"]["trace_sigma"] == pytest.approx(trace_sigma, rel=rel), step

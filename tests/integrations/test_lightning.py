@@ -220,3 +220,47 @@ def test_curvature_reaches_the_monitor_with_the_trainers_optimizer_state(automat
     assert not direct["preconditioned"]
     assert direct["threshold"] == pytest.approx((2 + 2 * BETA) / LR, rel=1e-12)
     assert measured[4]["sharpness"] == pytest.approx(direct["eigenvalues"][0], rel=1e-4)
+
+
+class MicroBatchGradients(lightning.Callback):
+    """The oracle: each micro-batch's own gradient at the parameters it meets, keyed by the optimizer step
+    it belongs to, computed apart (``torch.func``, so neither ``.grad`` nor any hook is touched)."""
+
+    def __init__(self):
+        self.passes = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        params = {n: p.detach() for n, p in pl_module.net.named_parameters()}
+
+        def loss(theta):
+            x, y = batch
+            return nn.functional.mse_loss(torch.func.functional_call(pl_module.net, theta, (x,)), y)
+
+        grads = torch.func.grad(loss)(params)
+        self.passes.setdefault(trainer.global_step + 1, []).append(list(grads.values()))
+
+
+@pytest.mark.parametrize("automatic", [True, False], ids=["automatic", "manual"])
+def test_noise_scale_from_the_accumulated_micro_batches(automatic, tmp_path):
+    """Curvature(accumulation_batch_size=4) through the callback, with Lightning's accumulate_grad_batches
+    and clipping (manual: the module's own): B_simple, |G|² and tr Σ of each measured step against the
+    estimators written out on the micro-batches' own gradients, computed apart; training is untouched."""
+    from curvature_support import assert_accumulated_noise_scale
+    from optiscope.monitor import Curvature
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 4, generator=generator)
+    y = x.sum(1, keepdim=True) + 3.0  # an offset the fresh model has not fitted: a signal above the noise
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    curvature = Curvature((x[:8], y[:8]), regression_loss, every=2, directions=(), accumulation_batch_size=4)
+    options = {"accumulate_grad_batches": ACCUMULATE, "gradient_clip_val": CLIP} if automatic else {}
+    module, oracle = Regression(automatic), MicroBatchGradients()
+    trainer = quiet_trainer(tmp_path, 4, [OptiscopeCallback(every=1, curvature=curvature), oracle], **options)
+    trainer.fit(module, data)
+    records = {r["step"]: r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())}
+    assert [len(oracle.passes[step]) for step in (2, 4)] == [ACCUMULATE, ACCUMULATE]
+    assert_accumulated_noise_scale(records, oracle.passes, (2, 4), 4)
+    plain = Regression(automatic)
+    quiet_trainer(tmp_path / "plain", 4, [], **options).fit(plain, data)
+    for a, b in zip(module.parameters(), plain.parameters(), strict=True):
+        assert torch.equal(a, b)

@@ -139,3 +139,61 @@ def test_curvature_reaches_the_monitor_with_the_trainers_optimizer_state(tmp_pat
     assert direct["preconditioned"]
     assert second["sharpness"] == pytest.approx(direct["eigenvalues"][0], rel=1e-4)
     assert second["sharpness/threshold"] == pytest.approx(second["sharpness"] / second["threshold"], rel=1e-12)
+
+
+class MicroBatchGradients(TrainerCallback):
+    """The oracle: the micro-batches the model trains on (seen by a forward pre-hook) and, right before each
+    optimizer step, each one's own mean-token-loss gradient at the step's parameters, computed apart
+    (``torch.func``, so neither ``.grad`` nor any hook is touched); keyed by the optimizer step."""
+
+    def __init__(self, model):
+        self.model, self.seen, self.passes, self.busy = model, [], {}, False
+        model.register_forward_pre_hook(self.record, with_kwargs=True)
+
+    def record(self, module, args, kwargs):
+        if module.training and not self.busy:
+            self.seen.append({key: kwargs[key].clone() for key in ("input_ids", "labels")})
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        params = {n: p.detach() for n, p in self.model.named_parameters()}
+        self.busy = True
+        try:
+            grads = [torch.func.grad(self.loss)(params, batch) for batch in self.seen]
+        finally:
+            self.busy = False
+        self.passes[state.global_step + 1] = [list(g.values()) for g in grads]
+        self.seen = []
+
+    def loss(self, params, batch):
+        return torch.func.functional_call(self.model, params, (), batch).loss
+
+
+def test_noise_scale_from_the_accumulated_micro_batches(tmp_path):
+    """Curvature(accumulation_batch_size=2) through the callback with gradient_accumulation_steps=2 and
+    clipping: B_simple, |G|² and tr Σ of each measured step against the estimators written out on the
+    micro-batches' own gradients. Every sequence has the same length and no ignored label, so the Trainer's
+    division of each pass's token-sum loss by the tokens of the whole step is the division by 2 the noise
+    scale assumes (with unequal token counts |G|² and tr Σ would be approximate; B_simple is a ratio)."""
+    from curvature_support import assert_accumulated_noise_scale
+    from optiscope.monitor import Curvature
+
+    def loss_fn(model, batch):
+        return model(**batch).loss
+
+    model = tiny_hf.model("qwen2")  # no dropout: a micro-batch's gradient is a function of its tokens
+    fixed = {key: torch.stack([row[key] for row in dataset(n=4, seed=1)]) for key in ("input_ids", "labels")}
+    curvature = Curvature(fixed, loss_fn, every=2, directions=(), accumulation_batch_size=2)
+    oracle = MicroBatchGradients(model)
+    # tokens from a few ids only, which the fresh model has not learnt: a signal above the noise, so B_simple > 0
+    few_tokens = torch.randint(3, 8, (16, 12), generator=torch.Generator().manual_seed(0))
+    trainer = Trainer(
+        model=model,
+        args=arguments(tmp_path, max_steps=4, lr_scheduler_type="constant"),
+        train_dataset=[{"input_ids": x, "labels": x.clone()} for x in few_tokens],
+        callbacks=[OptiscopeCallback(every=1, curvature=curvature), oracle],
+        optimizers=(optiscope.optim.AdamW(model.parameters(), lr=1e-2), None),
+    )
+    trainer.train()
+    records = {r["step"]: r for r in read_records(tmp_path)}
+    assert [len(oracle.passes[step]) for step in (2, 4)] == [2, 2]
+    assert_accumulated_noise_scale(records, oracle.passes, (2, 4), 2)
