@@ -156,3 +156,26 @@ def test_a_product_that_is_not_finite_ends_lanczos_with_nan_instead_of_an_error(
     out = lanczos(matvec, torch.ones(3, dtype=torch.float64), tol=1e-12)
     assert len(products) == 2 and not out.converged
     assert math.isnan(out.eigenvalues[0]) and math.isnan(out.residuals[0])
+
+
+def test_a_tolerance_below_the_rounding_floor_stops_at_the_floor_not_at_max_steps():
+    """Products that carry an error of 1e-5 relative (a float32 model's rounding, ~√n·ε) cannot take the
+    residual to 1e-10: Lanczos stops, unconverged, soon after its residual stalls there, with λ₁ as good as
+    the products allow; the same operator without the error converges in float64 as asked."""
+    n = 400
+    spectrum = torch.cat([torch.tensor([10.0, 9.0, 8.0]), torch.linspace(-3.0, 6.0, n - 3)]).double()
+    basis, _ = torch.linalg.qr(torch.randn(n, n, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    A = basis @ torch.diag(spectrum) @ basis.T
+    noise = torch.Generator().manual_seed(1)
+
+    def rounded(v):
+        exact = (A @ v.double()).float()
+        return exact + 1e-5 * exact.norm() * torch.randn(n, generator=noise) / n**0.5
+
+    start = torch.ones(n)
+    out = lanczos(rounded, start, tol=1e-10, max_steps=300)
+    assert not out.converged and out.residuals[0] > 1e-10
+    assert out.steps < 100  # not max_steps (300), nor n
+    assert out.eigenvalues[0] == pytest.approx(10.0, rel=1e-4)
+    exact = lanczos(lambda v: A @ v, start.double(), tol=1e-10, max_steps=300)
+    assert exact.converged and exact.eigenvalues[0] == pytest.approx(10.0, rel=1e-12)

@@ -17,6 +17,13 @@ Stopping rule (the tolerance we state): the top-k Ritz pairs all have ‖A y −
 symmetric A a residual r bounds the eigenvalue's error by r, and by r²/gap once the spectrum around it
 is separated, so tol = 1e-3 gives eigenvalues far better than 1e-3 relative.
 
+Products rounded in a floating dtype stop the residual near a floor of the order of √n·ε (ε the dtype's
+machine epsilon; ``benchmarks/curvature_cost.py`` prints where it lies on the ``lm`` GPT's 0.8M float32
+parameters, where √n·ε = 1.1e-4), and a ``tol`` below the floor would run to ``max_steps``. So the search
+also ends, unconverged, once its residual is within 100·√n·ε and has not improved by 10 % in ``STALL``
+products; the Ritz values of the space so far are returned (the top one only rises as the space grows,
+so stopping never makes it worse than it was).
+
 A warm start (the previous call's top eigenvector while training moves slowly) puts q₁ close to the
 wanted eigenvector, so fewer products reach the tolerance. A block start also returns the Rayleigh
 quotient vᵀAv/vᵀv of every start vector, from the product it took anyway: the curvature along the
@@ -32,6 +39,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+STALL = 8  # products without a 10 % better residual, near the rounding floor, that end the search
 
 
 @dataclass
@@ -55,8 +64,9 @@ def lanczos(
 
     ``start``: one vector (n,) or several (m, n), the first finite and non-zero; every start vector
     costs one product. Stops when the top-k relative residuals are ≤ ``tol``, after ``max_steps``
-    products, or when the search space is invariant (then the Ritz values are exact). A product that is
-    not finite (a model that diverged) ends it with NaN eigenvalues rather than an error.
+    products, when the search space is invariant (then the Ritz values are exact), or, unconverged, when
+    the residual has stalled at the dtype's rounding floor (module docstring). A product that is not
+    finite (a model that diverged) ends it with NaN eigenvalues rather than an error.
     """
     if not (isinstance(k, int) and k >= 1):
         raise ValueError(f"lanczos: k={k!r} must be an integer >= 1")
@@ -82,6 +92,8 @@ def lanczos(
         quotients.append(float(torch.dot(q, w)))
         space.add(q, w)
     steps = m
+    floor = 100 * math.sqrt(n) * torch.finfo(starts.dtype).eps
+    history: list[float] = []  # the largest top-k residual after each product
     while True:
         if not space.finite():  # a diverged model: no spectrum to report
             nan = [math.nan] * k
@@ -89,7 +101,8 @@ def lanczos(
         values, vectors, residual_vectors = space.ritz(k)
         residuals = [float(r.norm()) / max(abs(v), 1e-300) for v, r in zip(values, residual_vectors, strict=True)]
         converged = len(values) >= k and all(r <= tol for r in residuals)
-        if converged or steps >= max_steps:
+        history.append(max(residuals) if len(values) >= k else math.inf)
+        if converged or steps >= max_steps or stalled(history, floor):
             return LanczosResult(values, vectors, residuals, steps, converged, quotients)
         worst = max(range(len(residuals)), key=residuals.__getitem__)
         expansion = space.orthogonal(residual_vectors[worst])
@@ -98,6 +111,13 @@ def lanczos(
         q, _ = expansion
         space.append(q, matvec(q))
         steps += 1
+
+
+def stalled(history: list[float], floor: float) -> bool:
+    """Whether the residuals so far have reached ``floor`` and the last ``STALL`` brought no 10 % gain."""
+    if len(history) <= STALL or min(history) > floor:
+        return False
+    return min(history[-STALL:]) > 0.9 * min(history[:-STALL])
 
 
 class _Space:

@@ -57,8 +57,9 @@ def sharpness(
 ) -> dict[str, Any]:
     """The top-``k`` eigenvalues of H (or of P⁻¹H for Adam-family optimizers) of ``loss_fn(model, batch)``.
 
-    Lanczos stops when each of the top k has relative residual ‖Ay − θy‖/|θ| ≤ ``tol`` or after
-    ``max_hvps`` Hessian-vector products. ``init`` warm-starts it (pass the previous call's ``vector``);
+    Lanczos stops when each of the top k has relative residual ‖Ay − θy‖/|θ| ≤ ``tol``, after
+    ``max_hvps`` Hessian-vector products, or, unconverged, when the residual stalls at the rounding floor
+    of the dtype (``lanczos.py``). ``init`` warm-starts it (pass the previous call's ``vector``);
     otherwise it starts from a Gaussian vector drawn with ``seed``. ``dtype=torch.float64`` evaluates in
     double precision. ``along`` names directions (``{"gradient": "gradient", "update": tensors}``, as
     ``directional_curvature`` takes them) whose curvature to measure too: each joins Lanczos's start
