@@ -14,8 +14,8 @@ full-batch steps and a network that must sharpen to fit, which a teacher–stude
 seconds on a CPU, with no data to download. The teacher's scale is set so that the student sharpens by
 a factor of about three before it fits (full-batch GD at η = 0.1, whose 2/η it never reaches: about 5 to
 15 in 5,000 steps), and its width, 128, so that heavy-ball momentum sharpens to its (2 + 2β)/η too: with a
-teacher 32 wide the student fits while its sharpness is still below that threshold at every η that does
-not blow up at once (measured; the README has the numbers).
+teacher 32 wide the student fitted while momentum's sharpness was still below that threshold at every η
+tried that did not start above it, 0.1 to 0.33 (measured; the README has the numbers).
 
 Training goes through ``optiscope.train.train`` with the monitor's curvature instrument attached
 (``Monitor(..., curvature=Curvature(full_batch, loss, every=measure_every))``), so each run also has
