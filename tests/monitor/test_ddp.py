@@ -216,3 +216,27 @@ def test_rank_noise_needs_two_ranks(tmp_path):
             Monitor(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), curvature=accumulated)
     finally:
         dist.destroy_process_group()
+
+
+def test_uneven_inputs_under_join_are_refused_at_the_first_step(tmp_path):
+    """Under ``Join`` a rank that ran out of data shadows DDP's collectives but not the monitor's loss average
+    (two gloo ranks with 3 and 5 batches aborted on a collective mismatch): every rank refuses at its first
+    step, before any collective of the monitor's; outside ``Join`` the same model steps."""
+    from torch.distributed.algorithms.join import Join
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
+    try:
+        ddp = nn.parallel.DistributedDataParallel(nn.Linear(3, 1))
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        monitor = Monitor(ddp, opt, every=1)
+        loss = _mse(ddp, (torch.randn(4, 3), torch.randn(4, 1)))
+        loss.backward()
+        opt.step()
+        assert monitor.step(loss)["step"] == 1
+        with pytest.raises(ValueError, match=r"join\(\) \(uneven inputs across ranks\) is not supported"), Join([ddp]):
+            loss = _mse(ddp, (torch.randn(4, 3), torch.randn(4, 1)))
+            loss.backward()
+            opt.step()
+            monitor.step(loss)
+    finally:
+        dist.destroy_process_group()

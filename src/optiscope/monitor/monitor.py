@@ -265,6 +265,7 @@ class Monitor:
         Raises ``Diverged`` (with ``on_divergence="raise"``) when the guard trips.
         """
         step = self.step_count
+        _refuse_ddp_join(self.model)
         loss_value = self._global_loss(loss)
         if loss_value is not None and math.isfinite(loss_value):
             if math.isnan(self.first_loss):
@@ -459,6 +460,20 @@ class Monitor:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _refuse_ddp_join(model: nn.Module) -> None:
+    """Uneven inputs under DDP's ``Join`` / ``ddp.join()`` cannot work: the monitor averages every step's loss
+    over the ranks, a collective that a rank which ran out of data never reaches (it shadows only DDP's
+    own), so the job would abort on a collective mismatch. Refused on every rank at its first step instead,
+    from the join configuration torch keeps on each ``Joinable`` (private: if it goes, this check passes)."""
+    config = getattr(getattr(model, "_orig_mod", model), "_join_config", None)
+    if getattr(config, "enable", False):
+        raise ValueError(
+            "Monitor: DistributedDataParallel under join() (uneven inputs across ranks) is not supported: the "
+            "monitor averages each step's loss over the ranks, which a rank that ran out of data never joins; "
+            "give every rank the same number of batches (DistributedSampler pads them to equal length)"
+        )
 
 
 def _aggregate(g: Tensor, w: Tensor, u: Tensor) -> dict[str, float]:
