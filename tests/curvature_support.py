@@ -54,15 +54,27 @@ def adam_scaling(model, opt):
 
 
 def noise_scale_by_formula(passes, batch_size):
-    """The oracle for B_simple: McCandlish et al.'s Appendix A estimators written out on whole-model norms,
-    from ``passes``, the n small-batch gradients of one step (each a list of tensors) of ``batch_size``
-    examples each. Returns (noise_scale, |G|², tr Σ)."""
-    flat = torch.stack([torch.cat([g.detach().double().reshape(-1) for g in grads]) for grads in passes])
+    """The oracle for B_simple: McCandlish et al.'s Appendix A estimators written out, from ``passes``, the n
+    small-batch gradients of one step (each a list of tensors) of ``batch_size`` examples each. Returns
+    ``noise_scale``, ``grad_sq`` (|G|²) and ``trace_sigma`` (tr Σ) on whole-model norms, and ``snr``, the
+    per-tensor |G_p|² / (tr Σ_p / b)."""
     b, big = batch_size, len(passes) * batch_size
-    small_sq, big_sq = float((flat**2).sum(1).mean()), float((flat.mean(0) ** 2).sum())
-    grad_sq = (big * big_sq - b * small_sq) / (big - b)
-    trace_sigma = (small_sq - big_sq) / (1 / b - 1 / big)
-    return trace_sigma / grad_sq, grad_sq, trace_sigma
+
+    def estimates(flat):  # (n, size): |G|² and tr Σ of these coordinates
+        small_sq, big_sq = float((flat**2).sum(1).mean()), float((flat.mean(0) ** 2).sum())
+        return (big * big_sq - b * small_sq) / (big - b), (small_sq - big_sq) / (1 / b - 1 / big)
+
+    def flat(tensors):
+        return torch.cat([t.detach().double().reshape(-1) for t in tensors])
+
+    per_tensor = [estimates(torch.stack([flat([g]) for g in grads])) for grads in zip(*passes, strict=True)]
+    grad_sq, trace_sigma = estimates(torch.stack([flat(grads) for grads in passes]))
+    return {
+        "noise_scale": trace_sigma / grad_sq,
+        "grad_sq": grad_sq,
+        "trace_sigma": trace_sigma,
+        "snr": [g2 / (s / b) for g2, s in per_tensor],
+    }
 
 
 def assert_accumulated_noise_scale(records, passes, steps, batch_size, rel=1e-4):
@@ -70,9 +82,9 @@ def assert_accumulated_noise_scale(records, passes, steps, batch_size, rel=1e-4)
     to ``noise_scale_by_formula`` on ``passes[step]``, the micro-batches' own gradients."""
     assert sorted(step for step, r in records.items() if "noise_scale" in r) == list(steps)
     for step in steps:
-        noise, grad_sq, trace_sigma = noise_scale_by_formula(passes[step], batch_size)
+        want = noise_scale_by_formula(passes[step], batch_size)
         got = records[step]
         assert got["curvature"]["noise_source"] == "accumulated micro-batches"
-        assert got["noise_scale"] > 0 and got["noise_scale"] == pytest.approx(noise, rel=rel), step
-        assert got["curvature"]["grad_sq"] == pytest.approx(grad_sq, rel=rel), step
-        assert got["curvature"]["trace_sigma"] == pytest.approx(trace_sigma, rel=rel), step
+        assert got["noise_scale"] > 0 and got["noise_scale"] == pytest.approx(want["noise_scale"], rel=rel), step
+        assert got["curvature"]["grad_sq"] == pytest.approx(want["grad_sq"], rel=rel), step
+        assert got["curvature"]["trace_sigma"] == pytest.approx(want["trace_sigma"], rel=rel), step

@@ -158,6 +158,21 @@ def test_a_product_that_is_not_finite_ends_lanczos_with_nan_instead_of_an_error(
     assert math.isnan(out.eigenvalues[0]) and math.isnan(out.residuals[0])
 
 
+def test_a_zero_start_vector_costs_no_product_and_steps_counts_the_products():
+    A = torch.diag(torch.tensor([3.0, 2.0, 1.0, 0.5], dtype=torch.float64))
+    products = []
+
+    def matvec(v):
+        products.append(v)
+        return A @ v
+
+    start = torch.stack([torch.ones(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)])
+    out = lanczos(matvec, start, tol=1e-12)
+    assert out.converged and out.eigenvalues[0] == pytest.approx(3.0, rel=1e-12)
+    assert out.steps == len(products) and math.isnan(out.start_quotients[1])
+    assert out.start_quotients[0] == pytest.approx(6.5 / 4, rel=1e-12)  # 1ᵀA1 / 1ᵀ1
+
+
 def test_a_tolerance_below_the_rounding_floor_stops_at_the_floor_not_at_max_steps():
     """Products that carry an error of 1e-5 relative (a float32 model's rounding, ~√n·ε) cannot take the
     residual to 1e-10: Lanczos stops, unconverged, soon after its residual stalls there, with λ₁ as good as

@@ -7,8 +7,13 @@ import pytest
 import torch
 from torch import nn
 
-from curvature_support import adam_scaling, exact_hessian, mlp_problem
-from optiscope.curvature import gradient_noise_scale
+from curvature_support import (
+    adam_scaling,
+    assert_accumulated_noise_scale,
+    exact_hessian,
+    mlp_problem,
+    noise_scale_by_formula,
+)
 from optiscope.monitor import ConsoleSink, Curvature, Diverged, DivergenceGuard, JSONLSink, Monitor, TensorBoardSink
 from optiscope.monitor.curvature import DIRECTIONS, KEYS
 from optiscope.monitor.divergence import curvature_diagnosis
@@ -127,6 +132,8 @@ def test_bad_configs_are_refused():
         Curvature(batch, loss_fn, rank_batch_size=4, accumulation_batch_size=2)
     with pytest.raises(ValueError, match=r"accumulation_batch_size=0 must be a positive integer \(training examples"):
         Curvature(batch, loss_fn, accumulation_batch_size=0)
+    with pytest.raises(ValueError, match="micro_batches=2 and accumulation_batch_size=4: each asks"):
+        Curvature(batch, loss_fn, micro_batches=2, accumulation_batch_size=4)
 
 
 def test_noise_over_ranks_needs_a_ddp_model():
@@ -178,7 +185,7 @@ def _accumulating_run(model, loss_fn, passes, curvature, clip=None):
 
 def test_noise_over_the_passes_of_an_accumulated_step_matches_their_own_gradients():
     """``accumulation_batch_size``: the noise scale, |G|², tr(Σ) and the SNR from the passes of each
-    measured step equal ``gradient_noise_scale`` on those passes' gradients computed one by one; clipping
+    measured step equal the estimators written out on those passes' gradients computed one by one; clipping
     after accumulation does not enter; a step of one pass has none; training is untouched."""
     model, loss_fn, (x, y) = mlp_problem(4)
     y = y + 3.0  # an offset the model has not fitted: a gradient signal above the noise, so B_simple > 0
@@ -188,22 +195,12 @@ def test_noise_over_the_passes_of_an_accumulated_step_matches_their_own_gradient
     records, own = _accumulating_run(model, loss_fn, passes, curvature, clip=0.05)
     measured = {r["step"]: r for r in records if r is not None and "sharpness" in r}
     assert sorted(measured) == [2, 4]
-    want = gradient_noise_scale(own[1], 5)  # step 2: the second step's four passes
-    got = measured[2]
-    assert got["curvature"]["noise_source"] == "accumulated micro-batches"
-    assert got["noise_scale"] > 0 and got["noise_scale"] == pytest.approx(want["noise_scale"], rel=1e-9)
-    assert got["curvature"]["grad_sq"] == pytest.approx(want["grad_sq"], rel=1e-9)
-    assert got["curvature"]["trace_sigma"] == pytest.approx(want["trace_sigma"], rel=1e-9)
-    assert list(got["curvature"]["snr"].values()) == pytest.approx(want["snr"], rel=1e-9)
-    assert "noise_scale" not in measured[4]  # one pass: no small batches to compare
+    # step 2: the second step's four passes; step 4 took one pass, so no small batches to compare
+    assert_accumulated_noise_scale(measured, {2: own[1]}, (2,), 5, rel=1e-9)
+    want = noise_scale_by_formula(own[1], 5)
+    assert list(measured[2]["curvature"]["snr"].values()) == pytest.approx(want["snr"], rel=1e-9)
     unmonitored = mlp_problem(4)[0]
     unmonitored.load_state_dict(start)
     _accumulating_run(unmonitored, loss_fn, passes, None, clip=0.05)
     for a, b in zip(model.parameters(), unmonitored.parameters(), strict=True):
         assert torch.equal(a, b)
-
-
-def test_accumulated_noise_is_refused_with_another_noise_source():
-    _, loss_fn, batch = mlp_problem(0)
-    with pytest.raises(ValueError, match="micro_batches=2 and accumulation_batch_size=4: each asks"):
-        Curvature(batch, loss_fn, micro_batches=2, accumulation_batch_size=4)

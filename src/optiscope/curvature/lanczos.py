@@ -63,10 +63,11 @@ def lanczos(
     """The k largest (algebraic) eigenvalues of the symmetric operator ``matvec`` on vectors like ``start``.
 
     ``start``: one vector (n,) or several (m, n), the first finite and non-zero; every start vector
-    costs one product. Stops when the top-k relative residuals are ≤ ``tol``, after ``max_steps``
-    products, when the search space is invariant (then the Ritz values are exact), or, unconverged, when
-    the residual has stalled at the dtype's rounding floor (module docstring). A product that is not
-    finite (a model that diverged) ends it with NaN eigenvalues rather than an error.
+    costs one product (a zero or non-finite one none, and its quotient is NaN). Stops when the top-k
+    relative residuals are ≤ ``tol``, after ``max_steps`` products, when the search space is invariant
+    (then the Ritz values are exact), or, unconverged, when the residual has stalled at the dtype's
+    rounding floor (module docstring). A product that is not finite (a model that diverged) ends it with
+    NaN eigenvalues rather than an error.
     """
     if not (isinstance(k, int) and k >= 1):
         raise ValueError(f"lanczos: k={k!r} must be an integer >= 1")
@@ -82,16 +83,17 @@ def lanczos(
         raise ValueError("lanczos: the start vector must be finite and non-zero")
     space = _Space(n, starts.dtype, starts.device)
     quotients = []
+    steps = 0
     for row in starts:
         norm = row.norm()
-        if not (torch.isfinite(norm) and norm > 0):
+        if not (torch.isfinite(norm) and norm > 0):  # no direction: no product
             quotients.append(math.nan)
             continue
         q = row / norm
         w = matvec(q)
+        steps += 1
         quotients.append(float(torch.dot(q, w)))
         space.add(q, w)
-    steps = m
     floor = 100 * math.sqrt(n) * torch.finfo(starts.dtype).eps
     history: list[float] = []  # the largest top-k residual after each product
     while True:
