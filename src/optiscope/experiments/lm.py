@@ -451,7 +451,7 @@ def curvature_config(config: Config, data: Corpus, device: torch.device) -> Curv
     if not config.curvature_every:
         return None
     batch = curvature_batch(config, data, device)
-    return Curvature(batch, next_token_loss, every=config.curvature_every, tol=1e-3, directions=DIRECTIONS)
+    return Curvature(batch, next_token_loss, every=config.curvature_every, directions=DIRECTIONS)
 
 
 def next_token_loss(net: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
