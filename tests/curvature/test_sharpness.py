@@ -35,6 +35,56 @@ def test_float32_model_in_float64_and_frozen_parameters_are_left_out():
     assert model32[0].weight.dtype == torch.float32  # the model itself is untouched
 
 
+def batch_norm_problem(norm):
+    """An MLP with a batch norm whose running statistics (from other inputs) are far from the batch's, and
+    its loss written out with either set of statistics: (model, loss_fn, batch, oracle_loss(flat, batch_stats))."""
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(3, 5), norm(5), nn.Tanh(), nn.Linear(5, 2)).double()
+    x, y = torch.randn(16, 3, dtype=torch.float64), torch.randn(16, 2, dtype=torch.float64)
+    with torch.no_grad():
+        for _ in range(3):
+            model(3 * torch.randn(16, 3, dtype=torch.float64) + 2)  # moves the running statistics
+
+    def loss_fn(m, batch):
+        return nn.functional.mse_loss(m(batch[0]), batch[1])
+
+    shapes = [p.shape for p in model.parameters()]
+    sizes = [p.numel() for p in model.parameters()]
+    bn = model[1]
+
+    def oracle_loss(flat, batch_stats):
+        w1, b1, gamma, beta, w2, b2 = (t.view(s) for t, s in zip(torch.split(flat, sizes), shapes, strict=True))
+        h = x @ w1.T + b1
+        mean, var = (h.mean(0), h.var(0, unbiased=False)) if batch_stats else (bn.running_mean, bn.running_var)
+        h = torch.tanh((h - mean) / torch.sqrt(var + bn.eps) * gamma + beta)
+        return ((h @ w2.T + b2 - y) ** 2).mean()
+
+    return model, loss_fn, (x, y), oracle_loss
+
+
+@pytest.mark.parametrize("norm", [nn.BatchNorm1d, nn.SyncBatchNorm])  # SyncBatchNorm outside DDP: a batch norm
+@pytest.mark.parametrize("training", [True, False])
+def test_a_batch_norm_is_measured_as_it_normalises_and_keeps_its_running_statistics(training, norm):
+    """Training: the batch's own statistics (the loss the optimizer descends); frozen in eval mode by the user:
+    the running ones. Either way the running statistics and the counter are not touched."""
+    model, loss_fn, batch, oracle_loss = batch_norm_problem(norm)
+    model.train(training)
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    exact = {
+        stats: torch.linalg.eigvalsh(torch.func.hessian(lambda f, s=stats: oracle_loss(f, s))(flat)).flip(0)[:2]
+        for stats in (True, False)
+    }
+    assert not torch.allclose(exact[True], exact[False], rtol=1e-2)  # the two functions differ: the test can fail
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    out = sharpness(model, loss_fn, batch, k=2, tol=1e-10)
+    torch.testing.assert_close(
+        torch.tensor(out["eigenvalues"], dtype=torch.float64), exact[training], rtol=1e-6, atol=0
+    )
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert model[1].training == training and model[1].track_running_stats
+
+
 def test_preconditioned_by_a_torch_adam_state_built_by_hand():
     model, loss_fn, batch = mlp_problem(1)
     beta1, beta2, eps, lr = 0.8, 0.95, 1e-3, 0.01

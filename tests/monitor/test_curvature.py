@@ -144,11 +144,12 @@ def test_noise_over_ranks_needs_a_ddp_model():
 
 
 def test_measuring_curvature_leaves_training_untouched():
-    """Same weights, optimizer state and RNG stream with and without the instrument (dropout included)."""
+    """Same weights, optimizer state and RNG stream with and without the instrument (dropout included, and a
+    batch norm's running statistics, which measuring with its batch statistics must neither update nor stop)."""
 
     def trained(curvature):
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.3), nn.Tanh(), nn.Linear(8, 2))
+        model = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.Dropout(0.3), nn.Tanh(), nn.Linear(8, 2))
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         _, loss_fn, batch = mlp_problem(0)
         batch = tuple(t.float() for t in batch)

@@ -15,7 +15,10 @@ graph lives as long as the operator: one operator serves every product of one me
 
 The model is evaluated with ``torch.func.functional_call`` at detached copies of its parameters (in
 float64 on request) and is never mutated; it is put in eval mode meanwhile, so that dropout cannot make
-H v a random function of v, and the global random-number state is left as it was.
+H v a random function of v, and the global random-number state is left as it was. Batch norms that were
+training are the exception: they keep normalising by the batch's own statistics, so that H is the Hessian
+of the loss the optimizer descends (in eval mode they would use the running averages, a different
+function, far from it early in training), and they leave their running statistics alone.
 
 Vectors are flat (one tensor over all trainable parameters, in ``model.named_parameters()`` order), so
 that Lanczos and Hutchinson see a plain linear operator.
@@ -28,9 +31,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.modules.batchnorm import _BatchNorm
 
 LossFn = Callable[[nn.Module, Any], Tensor]
 
@@ -71,15 +76,35 @@ class _Loss(nn.Module):
 @contextlib.contextmanager
 def evaluating(model: nn.Module) -> Iterator[None]:
     """Eval mode, a forked RNG and the plain-math attention kernel for the duration (the fused
-    flash-attention kernels have no second derivative); every submodule's training flag is restored."""
+    flash-attention kernels have no second derivative); every submodule's training flag is restored.
+
+    Batch norms that were training stay in training mode with ``track_running_stats`` off for the
+    duration: then torch normalises by the batch's statistics and updates no running statistics. A
+    ``SyncBatchNorm`` under an initialised process group is left in eval mode instead (its running
+    statistics), as its synchronising backward pass has no second derivative (one in a group of one process
+    does not synchronise, and measures like a batch norm)."""
     flags = [(m, m.training) for m in model.modules()]
+    tracking = [(m, m.track_running_stats) for m in model.modules() if _batch_statistics(m)]
     model.eval()
+    for m, _ in tracking:
+        m.training, m.track_running_stats = True, False
     try:
         with torch.random.fork_rng(devices=[]), sdpa_kernel(SDPBackend.MATH):
             yield
     finally:
         for m, flag in flags:
             m.training = flag
+        for m, track in tracking:
+            m.track_running_stats = track
+
+
+def _batch_statistics(module: nn.Module) -> bool:
+    """Whether ``module`` is a batch norm that normalises by the batch's statistics in a measurement."""
+    if not (isinstance(module, _BatchNorm) and module.training):
+        return False
+    if isinstance(module, nn.SyncBatchNorm) and dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(module.process_group or dist.group.WORLD) == 1  # torch's own test to synchronise
+    return True
 
 
 class HessianOperator:
