@@ -159,6 +159,35 @@ def test_direction_leaves_everything_untouched_and_reproduces_the_step(optimizer
         torch.testing.assert_close(p.detach(), params[n] + lr * v[n], rtol=1e-12, atol=1e-14)
 
 
+def test_direction_keeps_a_batch_norms_running_statistics_and_reproduces_the_step():
+    """In training mode the step normalises by the batch's statistics; the probe's own forward pass must not
+    move the running statistics (nor their counter), and θ + lr·v is still the step taken."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 2)).double()
+    x, y = torch.randn(10, 3, dtype=torch.float64), torch.randn(10, 2, dtype=torch.float64)
+
+    def loss_fn(m, batch):
+        return nn.functional.mse_loss(m(batch[0]), batch[1])
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(2):
+        opt.zero_grad()
+        loss_fn(model, (x + 1, y)).backward()
+        opt.step()
+    buffers = {n: b.clone() for n, b in model.named_buffers()}
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    v = update_direction(model, opt, loss_fn, (x, y))
+    for n, b in model.named_buffers():
+        assert torch.equal(b, buffers[n]), n
+    assert model[1].track_running_stats
+    opt.zero_grad()
+    loss_fn(model, (x, y)).backward()
+    opt.step()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), params[n] + 0.1 * v.get(n, 0), rtol=1e-12, atol=1e-14)
+    assert int(model[1].num_batches_tracked) == int(buffers["1.num_batches_tracked"]) + 1  # the step's own update
+
+
 def test_direction_for_our_adam_includes_the_moments():
     """v depends on the optimizer's state: after different histories the same batch gives different v."""
     model, opt, data, batch = setup()

@@ -11,7 +11,7 @@ optimizer, built on Hessian-vector products (reverse-over-reverse on a gradient 
 """
 
 from .directional import directional_curvature
-from .hvp import HessianOperator
+from .hvp import HessianOperator, running_statistics_kept
 from .lanczos import LanczosResult, lanczos
 from .noise import gradient_noise_scale, noise_scale_from_norms, rank_gradients
 from .sharpness import sharpness
@@ -29,6 +29,7 @@ __all__ = [
     "lanczos",
     "noise_scale_from_norms",
     "rank_gradients",
+    "running_statistics_kept",
     "sharpness",
     "stability_threshold",
 ]

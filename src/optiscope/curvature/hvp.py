@@ -78,22 +78,35 @@ def evaluating(model: nn.Module) -> Iterator[None]:
     """Eval mode, a forked RNG and the plain-math attention kernel for the duration (the fused
     flash-attention kernels have no second derivative); every submodule's training flag is restored.
 
-    Batch norms that were training stay in training mode with ``track_running_stats`` off for the
-    duration: then torch normalises by the batch's statistics and updates no running statistics. A
-    ``SyncBatchNorm`` under an initialised process group is left in eval mode instead (its running
-    statistics), as its synchronising backward pass has no second derivative (one in a group of one process
-    does not synchronise, and measures like a batch norm)."""
+    Batch norms that were training stay in training mode, normalising by the batch's statistics, with
+    their running statistics kept (``running_statistics_kept``). A ``SyncBatchNorm`` that would
+    synchronise over a process group is put in eval mode instead (its running statistics), as its
+    synchronising backward pass has no second derivative (one in a group of one process does not
+    synchronise, and measures like a batch norm)."""
     flags = [(m, m.training) for m in model.modules()]
-    tracking = [(m, m.track_running_stats) for m in model.modules() if _batch_statistics(m)]
+    batch_norms = [m for m in model.modules() if _batch_statistics(m)]
     model.eval()
-    for m, _ in tracking:
-        m.training, m.track_running_stats = True, False
+    for m in batch_norms:
+        m.training = True
     try:
-        with torch.random.fork_rng(devices=[]), sdpa_kernel(SDPBackend.MATH):
+        with running_statistics_kept(model), torch.random.fork_rng(devices=[]), sdpa_kernel(SDPBackend.MATH):
             yield
     finally:
         for m, flag in flags:
             m.training = flag
+
+
+@contextlib.contextmanager
+def running_statistics_kept(model: nn.Module) -> Iterator[None]:
+    """For the duration, batch norms in training mode normalise by the batch's statistics without updating
+    their running statistics or their counter (``track_running_stats`` off): a measurement's forward pass
+    must leave the model as training left it."""
+    tracking = [(m, m.track_running_stats) for m in model.modules() if isinstance(m, _BatchNorm) and m.training]
+    for m, _ in tracking:
+        m.track_running_stats = False
+    try:
+        yield
+    finally:
         for m, track in tracking:
             m.track_running_stats = track
 

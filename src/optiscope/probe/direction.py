@@ -6,8 +6,9 @@ rate of its first param group,
     v = (θ⁺ − θ) / η₀            so that θ + η₀ v is exactly the step the optimizer would take.
 
 Momentum, Adam's moments, bias correction and weight decay are all in v, because v comes from running
-the real optimizer's ``step()`` — on a shadow copy of its state and of the parameters. The model, its
-gradients, the optimizer's state and the global random-number state are left exactly as they were.
+the real optimizer's ``step()`` — on a shadow copy of its state and of the parameters. The model (batch
+norms' running statistics included), its gradients, the optimizer's state and the global random-number
+state are left exactly as they were.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..curvature import running_statistics_kept
 from ..monitor import clean_name
 from ..optim import clip_grad_norm
 
@@ -31,7 +33,8 @@ def gradients(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Tensor], bat
     try:
         for p in params:
             p.grad = None
-        with torch.random.fork_rng(devices=[]):  # dropout here must not shift the training run's RNG
+        # dropout here must not shift the training run's RNG, nor a batch norm its running statistics
+        with torch.random.fork_rng(devices=[]), running_statistics_kept(model):
             loss = loss_fn(model, batch)
             loss.backward()
         return {id(p): p.grad.detach().clone() for p in params if p.grad is not None}
