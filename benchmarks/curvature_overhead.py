@@ -1,15 +1,15 @@
-"""Training throughput on the lm GPT without curvature and with ``Monitor(curvature=...)`` every 100 steps.
+"""Training throughput on the lm GPT without curvature and with ``Monitor(curvature=...)`` every N steps.
 
 nanoGPT's CPU configuration (4 layers, 4 heads, 128 dims, context 64, batch 12; char-level Shakespeare),
 AdamW. Contenders train side by side from the same weights on the same batches, in alternating rounds of
 ``--steps`` steps so that drift in the machine's speed hits them alike: the monitor alone (every 10, no
-curvature: the peer), and the monitor with curvature every 100 steps on a fixed 12 × 64 batch — as
+curvature: the peer), and the monitor with curvature every ``--every`` steps (100) on a fixed 12 × 64 batch — as
 configured by default (sharpness to residual 1e-2, warm-started, plus the curvature along the update),
 with the gradient direction too, and the sharpness alone. Every step is timed, so the overhead is given
 two ways: from whole rounds' throughput, and from the measuring steps' extra time (robust to a machine
 whose speed drifts between rounds). Goal (issue 12): ≤ 10 % overhead.
 
-    python benchmarks/curvature_overhead.py [--rounds 5] [--steps 100] [--threads 1]
+    python benchmarks/curvature_overhead.py [--rounds 5] [--steps 100] [--every 100] [--threads 1]
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def loss_fn(net, batch):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=100, help="steps per round (a multiple of 100)")
+    parser.add_argument("--steps", type=int, default=100, help="steps per round (a multiple of --every)")
+    parser.add_argument("--every", type=int, default=100, help="steps between curvature measurements")
     parser.add_argument("--text", default=None)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
     args = parser.parse_args()
@@ -47,9 +48,9 @@ def main() -> None:
     batch = sample_batch(ids, 64, 12, torch.Generator().manual_seed(2))
     settings = {
         "monitor only": None,
-        "curvature/100": Curvature(batch, loss_fn, every=100),
-        "+ gradient direction": Curvature(batch, loss_fn, every=100, directions=("update", "gradient")),
-        "sharpness only": Curvature(batch, loss_fn, every=100, directions=()),
+        f"curvature/{args.every}": Curvature(batch, loss_fn, every=args.every),
+        "+ gradient direction": Curvature(batch, loss_fn, every=args.every, directions=("update", "gradient")),
+        "sharpness only": Curvature(batch, loss_fn, every=args.every, directions=()),
     }
     contenders = {}
     for name, curvature in settings.items():
@@ -90,7 +91,7 @@ def main() -> None:
     peer_step = statistics.median(contenders["monitor only"].plain)
     print(
         "overhead two ways: from the throughput of whole rounds (medians), and per measurement: a measuring "
-        "step's time above the same contender's median plain step, over 100 of the peer's median steps "
+        f"step's time above the same contender's median plain step, over {args.every} of the peer's median steps "
         "(the median over the warm measurements, the first being cold)"
     )
     print(f"{'setting':<22}{'steps/s':>9}{'throughput':>11}{'per measurement':>16}  HVPs per measurement")
@@ -100,7 +101,7 @@ def main() -> None:
         if c.measured:
             plain = statistics.median(c.plain)
             extra = [seconds - plain for seconds, _ in c.measured[1:]] or [c.measured[0][0] - plain]
-            direct = f"{statistics.median(extra) / (100 * peer_step) * 100:.1f}%"
+            direct = f"{statistics.median(extra) / (args.every * peer_step) * 100:.1f}%"
         hvps = [h for _, h in c.measured] or "-"
         print(f"{name:<22}{rate:>9.2f}{(peer_rate / rate - 1) * 100:>10.1f}%{direct:>16}  {hvps}")
     print("Goal: <= 10% with curvature every 100 steps.")
