@@ -127,10 +127,8 @@ class _Space:
 
     def __init__(self, n: int, dtype: torch.dtype, device: torch.device, capacity: int, limit: int) -> None:
         # V and W are views of the first ``rows`` rows of buffers that grow by half when full, so a product
-        # appends in place: growing them by concatenation copied the whole basis at every product, time
-        # quadratic in the products (the algebra of 20 products over 0.8M parameters took 0.9–1.1 s, now
-        # 0.6–0.7 s). Growing by half, not doubling, keeps the spare rows (each the model's size) to at most
-        # half the basis, or to the 4 beyond the start vectors that ``capacity`` gives at first
+        # appends in place (concatenating copied the whole basis at every product: time quadratic in the
+        # products). By half, not doubling: each spare row is the model's size
         self.limit = limit  # the most vectors the space will hold
         self._V = torch.empty(min(capacity, limit), n, dtype=dtype, device=device)
         self._W = torch.empty_like(self._V)
@@ -179,7 +177,7 @@ class _Space:
         corner = torch.dot(q, w).double().reshape(1, 1)
         self.T = torch.cat([torch.cat([self.T, column[:, None]], 1), torch.cat([column[None], corner], 1)], 0)
         if self.rows == self._V.shape[0]:
-            capacity = max(min(self.rows * 3 // 2, self.limit), self.rows + 1)
+            capacity = min(max(self.rows * 3 // 2, self.rows + 1), self.limit)
             self._V, self._W = (
                 torch.cat([b[: self.rows], b.new_empty(capacity - self.rows, b.shape[1])]) for b in (self._V, self._W)
             )

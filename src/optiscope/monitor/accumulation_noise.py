@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from .curvature import SmallBatchNorms
+from .names import under_compile
 
 
 class AccumulationNoise:
@@ -34,7 +35,7 @@ class AccumulationNoise:
     def __init__(
         self, model: nn.Module, named: list[tuple[str, nn.Parameter]], batch_size: int, due: Callable[[], bool]
     ) -> None:
-        if isinstance(getattr(model, "_orig_mod", model), nn.parallel.DistributedDataParallel):
+        if isinstance(under_compile(model), nn.parallel.DistributedDataParallel):
             raise ValueError(
                 f"Monitor: Curvature(accumulation_batch_size={batch_size}) cannot see a pass's own gradient under "
                 "DistributedDataParallel (it averages the ranks into p.grad); give rank_batch_size (examples per "

@@ -45,7 +45,7 @@ from . import stats
 from .accumulation_noise import AccumulationNoise
 from .curvature import Curvature, measure
 from .divergence import Diverged, DivergenceGuard, curvature_diagnosis
-from .names import clean_name
+from .names import clean_name, under_compile
 from .rank_noise import RankNoise
 
 DEFAULT_GUARD = DivergenceGuard()
@@ -467,7 +467,7 @@ def _refuse_ddp_join(model: nn.Module) -> None:
     over the ranks, a collective that a rank which ran out of data never reaches (it shadows only DDP's
     own), so the job would abort on a collective mismatch. Refused on every rank at its first step instead,
     from the join configuration torch keeps on each ``Joinable`` (private: if it goes, this check passes)."""
-    config = getattr(getattr(model, "_orig_mod", model), "_join_config", None)
+    config = getattr(under_compile(model), "_join_config", None)
     if getattr(config, "enable", False):
         raise ValueError(
             "Monitor: DistributedDataParallel under join() (uneven inputs across ranks) is not supported: the "

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .curvature import SmallBatchNorms
-from .names import clean_name
+from .names import clean_name, under_compile
 
 
 class RankNoise:
@@ -34,7 +34,7 @@ class RankNoise:
     source = "ranks"
 
     def __init__(self, model: nn.Module, batch_size: int, due: Callable[[], bool]) -> None:
-        ddp = getattr(model, "_orig_mod", model)  # torch.compile(ddp) wraps the DDP module
+        ddp = under_compile(model)
         usage = (
             f"Curvature(rank_batch_size={batch_size}) takes the ranks of a DistributedDataParallel job as the "
             "small batches of the noise scale"
