@@ -136,6 +136,24 @@ def test_bad_configs_are_refused():
         Curvature(batch, loss_fn, micro_batches=2, accumulation_batch_size=4)
 
 
+def test_micro_batches_too_small_for_batch_norms_are_refused_at_construction():
+    """One example per micro-batch: torch refuses a training BatchNorm1d's statistics over it, so the monitor
+    says so when it is built, not at the first measurement, and the check leaves the model as it was; a
+    model without batch norms, or micro-batches of two, measure."""
+    _, loss_fn, batch = mlp_problem(0)
+    torch.manual_seed(0)
+    with_norm = nn.Sequential(nn.Linear(3, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 2)).double()
+    before = copy.deepcopy(with_norm.state_dict())
+    opt = torch.optim.SGD(with_norm.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match=r"micro_batches=20 cuts the batch into micro-batches of 1 example\(s\)"):
+        Monitor(with_norm, opt, curvature=Curvature(batch, loss_fn, micro_batches=20))
+    assert all(torch.equal(before[k], v) for k, v in with_norm.state_dict().items())
+    for model, parts in ((with_norm, 10), (mlp_problem(0)[0], 20)):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        monitor = Monitor(model, opt, curvature=Curvature(batch, loss_fn, every=1, micro_batches=parts))
+        assert "noise_scale" in train(model, opt, monitor, loss_fn, batch, 1)[-1]
+
+
 def test_noise_over_ranks_needs_a_ddp_model():
     model, loss_fn, batch = mlp_problem(0)
     config = Curvature(batch, loss_fn, rank_batch_size=16)

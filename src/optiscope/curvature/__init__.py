@@ -11,7 +11,7 @@ optimizer, built on Hessian-vector products (reverse-over-reverse on a gradient 
 """
 
 from .directional import directional_curvature
-from .hvp import HessianOperator, running_statistics_kept
+from .hvp import HessianOperator, batch_statistics, running_statistics_kept
 from .lanczos import LanczosResult, lanczos
 from .noise import gradient_noise_scale, noise_scale_from_norms, rank_gradients
 from .sharpness import sharpness
@@ -22,6 +22,7 @@ __all__ = [
     "HessianOperator",
     "LanczosResult",
     "Stability",
+    "batch_statistics",
     "directional_curvature",
     "gradient_noise_scale",
     "hessian_trace",

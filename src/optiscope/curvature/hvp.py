@@ -84,7 +84,7 @@ def evaluating(model: nn.Module) -> Iterator[None]:
     synchronising backward pass has no second derivative (one in a group of one process does not
     synchronise, and measures like a batch norm)."""
     flags = [(m, m.training) for m in model.modules()]
-    batch_norms = [m for m in model.modules() if _batch_statistics(m)]
+    batch_norms = [m for m in model.modules() if batch_statistics(m)]
     model.eval()
     for m in batch_norms:
         m.training = True
@@ -111,7 +111,7 @@ def running_statistics_kept(model: nn.Module) -> Iterator[None]:
             m.track_running_stats = track
 
 
-def _batch_statistics(module: nn.Module) -> bool:
+def batch_statistics(module: nn.Module) -> bool:
     """Whether ``module`` is a batch norm that normalises by the batch's statistics in a measurement."""
     if not (isinstance(module, _BatchNorm) and module.training):
         return False

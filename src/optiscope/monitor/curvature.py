@@ -33,7 +33,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..curvature import HessianOperator, gradient_noise_scale, hessian_trace, noise_scale_from_norms, sharpness
+from ..curvature import (
+    HessianOperator,
+    batch_statistics,
+    gradient_noise_scale,
+    hessian_trace,
+    noise_scale_from_norms,
+    sharpness,
+)
 
 KEYS = (
     "sharpness",
@@ -59,7 +66,8 @@ class Curvature:
     measures the error); ``directions``: which of "update" and "gradient" to measure the curvature
     along (one product each, which also enters Lanczos's search space);
     ``trace_probes``: Hutchinson probes (0: no trace); ``micro_batches``: slices of ``batch`` along its
-    first dimension for the noise scale (0: none; it must divide the batch); ``dtype``: e.g. float64;
+    first dimension for the noise scale (0: none; it must divide the batch, into micro-batches large
+    enough for the model's training batch norms: checked when the monitor is built); ``dtype``: e.g. float64;
     ``rank_batch_size``: the training examples each rank of a ``DistributedDataParallel`` job (world size
     ≥ 2) takes per optimizer step, for the noise scale over the ranks' gradients instead of micro-batches
     (None: off; see ``Monitor``); ``accumulation_batch_size``: the training examples of each backward pass
@@ -154,6 +162,27 @@ def split_batch(batch: Any, parts: int) -> list[Any]:
         columns = {k: split_batch(v, parts) for k, v in batch.items()}
         return [{k: columns[k][i] for k in batch} for i in range(parts)]
     raise ValueError(f"Curvature: cannot cut a batch of type {type(batch).__name__} into micro-batches")
+
+
+def check_micro_batches(config: Curvature, model: nn.Module) -> None:
+    """Fails now, not at the first measurement, where ``config.micro_batches`` cuts the batch into micro-batches
+    too small for the model's batch norms: in a measurement those that train normalise by the micro-batch's
+    own statistics, which torch refuses for one value per channel (a BatchNorm1d on one example). One forward
+    pass of one micro-batch, with nothing of the model changed (``evaluating``), and only for such models."""
+    if not (config.micro_batches and any(batch_statistics(m) for m in model.modules())):
+        return
+    op = HessianOperator(model, config.loss_fn, config.batch, dtype=config.dtype)
+    part = split_batch(config.batch, config.micro_batches)[0]
+    try:
+        op.loss(part)
+    except ValueError as error:
+        if "value per channel" not in str(error):  # torch's words for this case; anything else is not ours to name
+            raise
+        raise ValueError(
+            f"Curvature: micro_batches={config.micro_batches} cuts the batch into micro-batches of "
+            f"{_batch_size(part)} example(s), too few for the model's training batch norms ({error}); "
+            "give fewer micro_batches"
+        ) from error
 
 
 def measure(

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 
 from . import stats
 from .accumulation_noise import AccumulationNoise
-from .curvature import Curvature, measure
+from .curvature import Curvature, check_micro_batches, measure
 from .divergence import Diverged, DivergenceGuard, curvature_diagnosis
 from .names import clean_name, under_compile
 from .rank_noise import RankNoise
@@ -136,6 +136,8 @@ class Monitor:
         self._curvature_history: list[tuple[int, float | None, str, bool]] = []
         self._update: dict[int, Tensor] | None = None
         self.names: dict[int, str] = parameter_names(model, optimizer)
+        if curvature is not None:
+            check_micro_batches(curvature, model)
         self._small_batches = self._small_batch_source(model, optimizer, curvature)
         self.embedding = self._resolve_embedding(embedding, model, optimizer, self.names)
         self.token_counts = None if token_counts is None else torch.as_tensor(token_counts, dtype=torch.float64)
