@@ -43,13 +43,13 @@ def exact_hessian(model, loss_fn, batch):
 
 
 def adam_scaling(model, opt):
-    """P^{-1/2} = (√v̂ + ε)^{-1/2} as one flat vector, from a torch.optim.Adam(W) state by hand."""
+    """P^{-1/2} = (√v̂ + ε)^{-1/2} as one flat vector over ``model``'s parameters, from a torch.optim.Adam(W)
+    state by hand."""
     parts = []
-    for group in opt.param_groups:
-        beta2, eps = group["betas"][1], group["eps"]
-        for p in group["params"]:
-            s = opt.state[p]
-            parts.append((s["exp_avg_sq"] / (1 - beta2 ** float(s["step"]))).sqrt().reshape(-1) + eps)
+    for p in model.parameters():
+        group = next(g for g in opt.param_groups if any(q is p for q in g["params"]))
+        beta2, eps, s = group["betas"][1], group["eps"], opt.state[p]
+        parts.append((s["exp_avg_sq"] / (1 - beta2 ** float(s["step"]))).sqrt().reshape(-1) + eps)
     return torch.cat(parts).rsqrt()
 
 

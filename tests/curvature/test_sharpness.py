@@ -244,3 +244,85 @@ def test_a_tolerance_below_the_rounding_floor_stops_at_the_floor_not_at_max_step
     assert out.eigenvalues[0] == pytest.approx(10.0, rel=1e-4)
     exact = lanczos(lambda v: A @ v, start.double(), tol=1e-10, max_steps=300)
     assert exact.converged and exact.eigenvalues[0] == pytest.approx(10.0, rel=1e-12)
+
+
+def test_adam_at_learning_rate_zero_is_preconditioned_as_at_any_other():
+    """P = diag(√v̂ + ε) does not depend on η: a warm-up from η = 0 measures λ(P⁻¹H) against the hand-built
+    P, with no threshold (every curvature is stable at η = 0) instead of NaN."""
+    model, loss_fn, batch, opt = adam_problem()
+    d = adam_scaling(model, opt)
+    exact = float(torch.linalg.eigvalsh(d[:, None] * exact_hessian(model, loss_fn, batch) * d[None, :])[-1])
+    for group in opt.param_groups:
+        group["lr"] = 0.0
+    out = sharpness(model, loss_fn, batch, opt, tol=1e-10)
+    assert out["preconditioned"] and out["eigenvalues"][0] == pytest.approx(exact, rel=1e-8)
+    assert out["threshold"] is None and "lr=0.0" in out["reason"]
+
+
+def test_the_hessian_is_over_the_parameters_the_optimizer_moves():
+    """A head the loss never uses gets no gradient, so Adam never steps it and has no state for it: the
+    preconditioned sharpness is taken over the rest (the exact D H D of their block), not dropped for H.
+    Parameters outside an SGD's groups are likewise left out of its H."""
+
+    class WithUnusedHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(3, 6), nn.Tanh(), nn.Linear(6, 2))
+            self.unused_head = nn.Linear(6, 4)
+
+        def forward(self, x):
+            return self.body(x)
+
+    _, loss_fn, batch = mlp_problem(4)
+    torch.manual_seed(4)
+    model = WithUnusedHead().double()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(3):
+        opt.zero_grad()
+        loss_fn(model, batch).backward()
+        opt.step()
+    n = sum(p.numel() for p in model.body.parameters())
+    H = exact_hessian(model, loss_fn, batch)[:n, :n]  # the body's parameters come first
+    d = adam_scaling(model.body, opt)
+    out = sharpness(model, loss_fn, batch, opt, k=2, tol=1e-10)
+    assert out["preconditioned"] and out["threshold"] == pytest.approx(38 / 0.01)
+    expected = torch.linalg.eigvalsh(d[:, None] * H * d[None, :]).flip(0)[:2]
+    torch.testing.assert_close(torch.tensor(out["eigenvalues"], dtype=torch.float64), expected, rtol=1e-8, atol=0)
+    sgd = torch.optim.SGD(model.body[2].parameters(), lr=0.1)  # the last layer only
+    last = exact_hessian(model, loss_fn, batch)[n - 14 : n, n - 14 : n]
+    out = sharpness(model, loss_fn, batch, sgd, tol=1e-10)
+    assert out["eigenvalues"][0] == pytest.approx(float(torch.linalg.eigvalsh(last)[-1]), rel=1e-8)
+    with pytest.raises(ValueError, match="none of the SGD's parameters that require grad is a parameter of the model"):
+        sharpness(model, loss_fn, batch, torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1))
+
+
+def test_the_search_settings_are_checked_against_the_problem():
+    model, loss_fn, batch = mlp_problem(0)
+    n = sum(p.numel() for p in model.parameters())
+    with pytest.raises(ValueError, match=rf"k={n + 1} exceeds the {n} parameters H is taken over"):
+        sharpness(model, loss_fn, batch, k=n + 1)
+    with pytest.raises(ValueError, match="max_hvps=0 must be an integer >= k=1"):
+        sharpness(model, loss_fn, batch, max_hvps=0)
+    with pytest.raises(ValueError, match=r"tol=5 must be in \(0, 1\)"):
+        sharpness(model, loss_fn, batch, tol=5)
+
+
+@pytest.mark.parametrize(
+    ("spectrum", "k", "expected"),
+    [
+        ([5.0, 5.0, 3.0] + [1.0 - i / 20 for i in range(17)], 2, [5.0, 5.0]),  # a repeated top eigenvalue
+        ([5.0, 5.0, 5.0] + [1.0 - i / 20 for i in range(17)], 3, [5.0, 5.0, 5.0]),
+        ([0.0] * 20, 2, [0.0, 0.0]),  # H = 0
+        ([4.0] + [0.0] * 19, 3, [4.0, 0.0, 0.0]),  # rank one
+    ],
+    ids=["double", "triple", "zero", "rank-one"],
+)
+def test_repeated_and_zero_eigenvalues_are_found_k_times(spectrum, k, expected):
+    """A single start vector sees one vector of each eigenspace, and a Krylov space of a rank-deficient H
+    closes early: the k − 1 random start vectors and the restart in the complement give all k, converged,
+    with residuals judged against the spectrum's scale where an eigenvalue is zero."""
+    model, loss_fn, A = quadratic(spectrum, seed=3)
+    out = sharpness(model, loss_fn, A, k=k, tol=1e-8)
+    assert out["converged"] and len(out["eigenvalues"]) == k
+    assert out["eigenvalues"] == pytest.approx(expected, abs=1e-9)
+    assert max(out["residuals"]) < 1e-5  # a zero eigenvalue's residual is rounding over the spectrum's ε^(2/3)

@@ -106,3 +106,15 @@ def test_slightly_above_the_threshold_diverges_and_slightly_below_converges(mome
     assert hi[-1] > 100 * hi[0] and lo[-1] < 1e-3 * lo[0]
     if momentum == 0:  # GD: flagged before the first step, while the loss has barely moved
         assert max(hi[:5]) < 2 * hi[0]
+
+
+def test_a_tensor_learning_rate_is_read_as_its_value_and_a_frozen_group_does_not_count():
+    """torch.optim takes lr as a tensor (for capturable / compiled steps): the threshold is a float, and two
+    groups with equal tensors agree; a group of frozen parameters (at lr 0 here) moves nothing a step could
+    destabilise, so it does not stand in the way of the others' single threshold."""
+    opt = torch.optim.Adam([{"params": params()}, {"params": params(), "lr": torch.tensor(LR)}], lr=torch.tensor(LR))
+    s = stability_threshold(opt)
+    assert type(s.threshold) is float and s.threshold == pytest.approx(38 / LR)
+    frozen = [nn.Parameter(torch.zeros(2), requires_grad=False)]
+    opt = torch.optim.SGD([{"params": params()}, {"params": frozen, "lr": 0.0}], lr=LR)
+    assert stability_threshold(opt).threshold == pytest.approx(2 / LR)

@@ -1,6 +1,7 @@
 """The monitor with curvature: the agreed keys in records and sinks, values against an exact Hessian,
 the divergence diagnosis, and exact resume of the warm start and history."""
 
+import collections
 import copy
 
 import pytest
@@ -223,3 +224,28 @@ def test_noise_over_the_passes_of_an_accumulated_step_matches_their_own_gradient
     _accumulating_run(unmonitored, loss_fn, passes, None, clip=0.05)
     for a, b in zip(model.parameters(), unmonitored.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_micro_batches_of_a_named_tuple_or_a_mapping_batch_keep_its_type():
+    """The noise scale from slices of a namedtuple or a UserDict batch (a 🤗 BatchEncoding is one) equals
+    McCandlish et al.'s estimators written out on each slice's gradient, with the slices as the loss expects."""
+    Pair = collections.namedtuple("Pair", "x y")
+    model, _, (x, y) = mlp_problem(2)
+
+    def loss_fn(m, b):
+        x, y = (b.x, b.y) if isinstance(b, tuple) else (b["x"], b["y"])
+        return nn.functional.mse_loss(m(x), y)
+
+    passes = []
+    for i in range(4):
+        model.zero_grad()
+        loss_fn(model, Pair(x[5 * i : 5 * i + 5], y[5 * i : 5 * i + 5])).backward()
+        passes.append([p.grad.clone() for p in model.parameters()])
+    expected = noise_scale_by_formula(passes, 5)["noise_scale"]
+    for batch in (Pair(x, y), collections.UserDict({"x": x, "y": y})):
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: every measurement at the same θ
+        monitor = Monitor(model, opt, curvature=Curvature(batch, loss_fn, every=1, micro_batches=4, directions=()))
+        record = train(model, opt, monitor, loss_fn, batch, 1)[-1]
+        assert record["noise_scale"] == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(ValueError, match=r"dtype='float64'; give a floating torch.dtype"):
+        Curvature((x, y), loss_fn, dtype="float64")

@@ -11,7 +11,7 @@ optimizer, built on Hessian-vector products (reverse-over-reverse on a gradient 
 """
 
 from .directional import directional_curvature
-from .hvp import HessianOperator, batch_statistics, running_statistics_kept
+from .hvp import HessianOperator, batch_statistics, map_tensors, running_statistics_kept, tensors_in
 from .lanczos import LanczosResult, lanczos
 from .noise import gradient_noise_scale, noise_scale_from_norms, rank_gradients
 from .sharpness import sharpness
@@ -28,9 +28,11 @@ __all__ = [
     "hessian_trace",
     "inverse_preconditioner",
     "lanczos",
+    "map_tensors",
     "noise_scale_from_norms",
     "rank_gradients",
     "running_statistics_kept",
     "sharpness",
     "stability_threshold",
+    "tensors_in",
 ]

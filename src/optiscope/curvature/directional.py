@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .hvp import HessianOperator, LossFn
-from .sharpness import against, direction_vector, in_operator_space, operator_for
+from .hvp import LossFn
+from .sharpness import against, direction_vector, in_operator_space, operator
 
 
 def directional_curvature(
@@ -42,8 +42,7 @@ def directional_curvature(
     Returns ``curvature``, ``preconditioned``, ``threshold``, ``label``, ``ratio`` (curvature/threshold or
     None) and ``reason``.
     """
-    op = HessianOperator(model, loss_fn, batch, dtype=dtype)
-    matvec, scale, stability = operator_for(op, optimizer)
+    op, matvec, scale, stability = operator(model, loss_fn, batch, optimizer, dtype)
     w = in_operator_space(direction_vector(op, direction), scale)
     ww = torch.dot(w, w)
     value = float(torch.dot(w, matvec(w)) / ww) if ww > 0 else float("nan")

@@ -27,7 +27,7 @@ that Lanczos and Hutchinson see a plain linear operator.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -41,23 +41,46 @@ LossFn = Callable[[nn.Module, Any], Tensor]
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The plain module inside DDP (``.module``) or ``torch.compile`` (``._orig_mod``) wrappers."""
+    """The plain module inside ``DistributedDataParallel`` / ``DataParallel`` (``.module``) and ``torch.compile``
+    (``._orig_mod``) wrappers. Known by their types: a model of the user's that merely holds a submodule
+    named ``module`` is measured whole."""
     while True:
-        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
-        if not isinstance(inner, nn.Module):
+        if isinstance(model, nn.parallel.DistributedDataParallel | nn.DataParallel):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), nn.Module):  # torch.compile's OptimizedModule
+            model = model._orig_mod
+        else:
             return model
-        model = inner
+
+
+def map_tensors(fn: Callable[[Tensor], Any], obj: Any) -> Any:
+    """``obj`` (a tensor, or tuples — named ones too —, lists and mappings — ``dict``, a 🤗 ``BatchEncoding``
+    — of them, nested) with ``fn`` applied to every tensor and the containers' types kept."""
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple takes its fields as arguments
+        return type(obj)(*(map_tensors(fn, x) for x in obj))
+    if isinstance(obj, tuple | list):
+        return type(obj)(map_tensors(fn, x) for x in obj)
+    if isinstance(obj, Mapping):
+        mapped = {k: map_tensors(fn, v) for k, v in obj.items()}
+        try:
+            return type(obj)(mapped)
+        except TypeError:  # a mapping type that is not built from a dict
+            return mapped
+    return obj
+
+
+def tensors_in(obj: Any) -> list[Tensor]:
+    """The tensors in ``obj`` (as ``map_tensors`` walks it), in order."""
+    found: list[Tensor] = []
+    map_tensors(found.append, obj)
+    return found
 
 
 def cast_floats(obj: Any, dtype: torch.dtype) -> Any:
-    """``obj`` (a tensor, or tuples / lists / dicts of them) with its floating tensors cast to ``dtype``."""
-    if isinstance(obj, Tensor):
-        return obj.to(dtype) if obj.is_floating_point() else obj
-    if isinstance(obj, tuple | list):
-        return type(obj)(cast_floats(x, dtype) for x in obj)
-    if isinstance(obj, dict):
-        return {k: cast_floats(v, dtype) for k, v in obj.items()}
-    return obj
+    """``obj`` (as ``map_tensors`` takes it) with its floating tensors cast to ``dtype``."""
+    return map_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, obj)
 
 
 class _Loss(nn.Module):
@@ -126,24 +149,39 @@ class HessianOperator:
     Args:
         model: the module (DDP / compiled wrappers are unwrapped: every rank computes the same H).
         loss_fn: ``loss_fn(model, batch) -> scalar loss`` (the training loss, mean over the batch).
-        batch: a fixed batch.
+        batch: a fixed batch (a tensor, or tuples / lists / mappings of tensors: ``map_tensors``).
         dtype: evaluate in this floating dtype (e.g. ``torch.float64``); None keeps the model's.
+        params: the parameters H is taken over (e.g. those an optimizer moves), each requiring grad;
+            None: every parameter of the model that requires grad. The others are constants.
     """
 
-    def __init__(self, model: nn.Module, loss_fn: LossFn, batch: Any, dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFn,
+        batch: Any,
+        dtype: torch.dtype | None = None,
+        params: list[Tensor] | None = None,
+    ) -> None:
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise ValueError(f"curvature: dtype={dtype!r}; give a floating torch.dtype (e.g. torch.float64) or None")
         self.model = unwrap(model)
         self.module = _Loss(self.model, loss_fn)
         self.cast = dtype
         self.batch = self.prepare(batch)
+        if any(t.ndim >= 1 and t.shape[0] == 0 for t in tensors_in(self.batch)):
+            raise ValueError("curvature: the batch is empty (a tensor with 0 rows); give at least one example")
         named = list(self.model.named_parameters())
-        if not any(p.requires_grad for _, p in named):
-            raise ValueError("HessianOperator: the model has no parameter that requires grad")
-        self.params = [p for _, p in named if p.requires_grad]
-        self.names = [n for n, p in named if p.requires_grad]
+        chosen = {id(p) for p in params} if params is not None else {id(p) for _, p in named if p.requires_grad}
+        self.params = [p for _, p in named if id(p) in chosen and p.requires_grad]
+        self.names = [n for n, p in named if id(p) in chosen and p.requires_grad]
+        if not self.params:
+            raise ValueError("curvature: the model has no parameter that requires grad (to take the Hessian over)")
         cast = (lambda t: t.detach()) if dtype is None else (lambda t: cast_floats(t.detach(), dtype))
-        self.theta = {"model." + n: cast(p) for n, p in named if p.requires_grad}
-        # frozen parameters and floating buffers are constants (cast too, so that float64 is float64 throughout)
-        self.constants = {"model." + n: cast(p) for n, p in named if not p.requires_grad}
+        self.theta = {"model." + n: cast(p) for n, p in zip(self.names, self.params, strict=True)}
+        # the other parameters and the floating buffers are constants (cast too, so that float64 is float64
+        # throughout)
+        self.constants = {"model." + n: cast(p) for n, p in named if "model." + n not in self.theta}
         self.constants.update({"model." + n: cast(b) for n, b in self.model.named_buffers()})
         self.shapes = [t.shape for t in self.theta.values()]
         self.sizes = [t.numel() for t in self.theta.values()]
@@ -165,8 +203,13 @@ class HessianOperator:
     def flatten_by_param(self, by_param: dict[int, Tensor], fill: float = 0.0) -> Tensor:
         """A flat vector from tensors keyed by ``id(param)``; parameters missing get ``fill``."""
         parts = []
-        for p, size in zip(self.params, self.sizes, strict=True):
+        for name, p, size in zip(self.names, self.params, self.sizes, strict=True):
             t = by_param.get(id(p))
+            if t is not None and t.shape != p.shape:
+                raise ValueError(
+                    f"curvature: the direction's tensor for {name} has shape {tuple(t.shape)}; the parameter's is "
+                    f"{tuple(p.shape)}"
+                )
             parts.append(
                 torch.full((size,), fill, dtype=self.dtype, device=self.device)
                 if t is None
@@ -185,7 +228,10 @@ class HessianOperator:
         return functional_call(self.module, {**self.constants, **theta}, (batch,))
 
     def prepare(self, batch: Any) -> Any:
-        """``batch`` with its floating tensors in the operator's dtype (when one was asked for)."""
+        """``batch`` with its floating tensors in the operator's dtype (when one was asked for), and copies of
+        tensors made under ``torch.inference_mode`` (autograd cannot save those for the backward pass)."""
+        with torch.inference_mode(False):
+            batch = map_tensors(lambda t: t.clone() if t.is_inference() else t, batch)
         return batch if self.cast is None else cast_floats(batch, self.cast)
 
     def loss(self, batch: Any = None) -> float:
@@ -193,10 +239,21 @@ class HessianOperator:
             return float(self._loss(self.theta, self.batch if batch is None else self.prepare(batch)))
 
     def _gradient(self, batch: Any, create_graph: bool) -> tuple[list[Tensor], list[Tensor]]:
-        leaves = [t.detach().requires_grad_(True) for t in self.theta.values()]
-        with evaluating(self.model):
+        # gradients even where the caller is under torch.no_grad or inference_mode (an evaluation loop)
+        with torch.inference_mode(False), torch.enable_grad(), evaluating(self.model):
+            leaves = [t.detach().requires_grad_(True) for t in self.theta.values()]
             loss = self._loss(dict(zip(self.theta, leaves, strict=True)), batch)
-            g = torch.autograd.grad(loss, leaves, create_graph=create_graph, allow_unused=True)
+            if not (isinstance(loss, Tensor) and loss.numel() == 1 and loss.is_floating_point()):
+                what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, Tensor) else type(loss).__name__
+                raise ValueError(
+                    f"curvature: loss_fn returned {what}; it must return the scalar loss (a mean) as a tensor"
+                )
+            if not loss.requires_grad:
+                raise ValueError(
+                    "curvature: loss_fn's loss does not depend on the parameters through autograd (detached, "
+                    ".item(), or computed under torch.no_grad?); it must return the loss as computed from the model"
+                )
+            g = torch.autograd.grad(loss.reshape(()), leaves, create_graph=create_graph, allow_unused=True)
         # a parameter the loss does not use has gradient 0 (and a row and column of zeros in H)
         return leaves, [torch.zeros_like(p) if t is None else t for t, p in zip(g, leaves, strict=True)]
 
@@ -224,6 +281,7 @@ class HessianOperator:
         hv: tuple[Tensor | None, ...] = (None,) * len(leaves)
         if pairs:
             outputs, tangents = zip(*pairs, strict=True)
-            hv = torch.autograd.grad(outputs, leaves, grad_outputs=tangents, retain_graph=True, allow_unused=True)
+            with torch.inference_mode(False), torch.enable_grad():
+                hv = torch.autograd.grad(outputs, leaves, grad_outputs=tangents, retain_graph=True, allow_unused=True)
         self.hvps += 1
         return self.flatten([torch.zeros_like(p) if h is None else h for h, p in zip(hv, leaves, strict=True)])

@@ -15,7 +15,13 @@ converged eigenvalues out ("twice is enough" Gram–Schmidt) and lets a block st
 
 Stopping rule (the tolerance we state): the top-k Ritz pairs all have ‖A y − θ y‖ ≤ tol·|θ|. For a
 symmetric A a residual r bounds the eigenvalue's error by r, and by r²/gap once the spectrum around it
-is separated, so tol = 1e-3 gives eigenvalues far better than 1e-3 relative.
+is separated, so tol = 1e-3 gives eigenvalues far better than 1e-3 relative. A θ that is zero to rounding
+(A rank-deficient) is judged against ε^(2/3) times the largest |θ| instead, as ARPACK does.
+
+A single start vector has one component in each eigenspace, so its Krylov space holds one vector of an
+eigenvalue repeated m times and finds it once: a block of k start vectors finds multiplicities up to k
+(``sharpness`` adds k − 1 random ones). A search space that becomes invariant with fewer than k Ritz
+values (a rank-deficient A) goes on with a random vector orthogonal to it.
 
 Products rounded in a floating dtype stop the residual near a floor of the order of √n·ε (ε the dtype's
 machine epsilon; ``benchmarks/curvature_cost.py`` prints where it lies on the ``lm`` GPT's 0.8M float32
@@ -100,14 +106,20 @@ def lanczos(
         if not space.finite():  # a diverged model: no spectrum to report
             nan = [math.nan] * k
             return LanczosResult(nan, torch.full((k, n), math.nan, dtype=starts.dtype), nan, steps, False, quotients)
-        values, vectors, residual_vectors = space.ritz(k)
-        residuals = [float(r.norm()) / max(abs(v), 1e-300) for v, r in zip(values, residual_vectors, strict=True)]
+        values, vectors, residual_vectors, scale = space.ritz(k)
+        # relative to |θ|, but a θ that is zero to rounding (a rank-deficient A) is judged against the spectrum's
+        # scale, as ARPACK does, instead of dividing by nothing
+        zero = torch.finfo(starts.dtype).eps ** (2 / 3) * scale
+        residuals = [float(r.norm()) / max(abs(v), zero, 1e-300) for v, r in zip(values, residual_vectors, strict=True)]
         converged = len(values) >= k and all(r <= tol for r in residuals)
         history.append(max(residuals) if len(values) >= k else math.inf)
         if converged or steps >= max_steps or stalled(history, floor):
             return LanczosResult(values, vectors, residuals, steps, converged, quotients)
         worst = max(range(len(residuals)), key=residuals.__getitem__)
         expansion = space.orthogonal(residual_vectors[worst])
+        if expansion is None and len(values) < k:  # invariant, with fewer than k: go on in its complement
+            fresh = torch.randn(n, generator=torch.Generator().manual_seed(steps), dtype=torch.float64)
+            expansion = space.orthogonal(fresh.to(starts.dtype).to(starts.device))
         if expansion is None:  # an invariant subspace: the Ritz values are eigenvalues
             return LanczosResult(values, vectors, residuals, steps, len(values) >= k, quotients)
         q, _ = expansion
@@ -188,11 +200,12 @@ class _Space:
     def finite(self) -> bool:
         return not self.nonfinite and bool(torch.isfinite(self.T).all())
 
-    def ritz(self, k: int) -> tuple[list[float], Tensor, Tensor]:
-        """The top-k Ritz values, their vectors and their residual vectors A y − θ y."""
+    def ritz(self, k: int) -> tuple[list[float], Tensor, Tensor, float]:
+        """The top-k Ritz values, their vectors, their residual vectors A y − θ y, and the largest |θ| of all."""
         theta, S = torch.linalg.eigh(self.T)
         order = torch.argsort(theta, descending=True)[:k]
         top = S[:, order].T.to(self.V.dtype)
         values = theta[order].to(self.V.dtype)
         vectors, products = top @ self.V, top @ self.W
-        return [float(v) for v in values], vectors, products - values[:, None] * vectors
+        scale = float(theta.abs().max()) if len(theta) else 0.0
+        return [float(v) for v in values], vectors, products - values[:, None] * vectors, scale

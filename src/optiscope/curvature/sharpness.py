@@ -5,6 +5,11 @@ Without an optimizer, or with SGD, the sharpness is λ₁(H). With an Adam-famil
 top eigenvalue of the symmetric D H D with D = P^{-1/2} (same eigenvalues as P⁻¹H, as it is similar to
 it). Either is compared with the optimizer's stability threshold (``thresholds.py``): a ratio
 λ₁/threshold above 1 means the step is unstable along the top eigenvector.
+
+H is taken over the parameters whose stability the threshold speaks of, those the optimizer moves: the
+ones in its param groups that require grad and, once an Adam-family optimizer has stepped, hold its state
+(a parameter that never had a gradient is not moved, and has no P). Without an optimizer, over every
+parameter that requires grad; the others are constants.
 """
 
 from __future__ import annotations
@@ -14,31 +19,51 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .hvp import HessianOperator, LossFn
+from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
 from .thresholds import Stability, inverse_preconditioner, stability_threshold
 
 
-def preconditioner_scaling(op: HessianOperator, optimizer: torch.optim.Optimizer) -> tuple[Tensor | None, str | None]:
-    """D = P^{-1/2} as a flat vector over ``op``'s parameters, or (None, why not)."""
-    parts = {}
-    for name, p in zip(op.names, op.params, strict=True):
-        try:
-            parts[id(p)] = inverse_preconditioner(optimizer, p).sqrt()
-        except (KeyError, StopIteration):
-            return None, f"{name} has no {type(optimizer).__name__} state yet (before its first step)"
-    return op.flatten_by_param(parts), None
+def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> list[Tensor] | None:
+    """The parameters whose stability the optimizer's threshold speaks of: those it moves — in its param
+    groups and, for an Adam-family optimizer that has stepped, holding its state (a parameter that never
+    had a gradient, an unused head, is not moved). None (every parameter that requires grad) without an
+    optimizer, or before an Adam-family optimizer's first step."""
+    if optimizer is None:
+        return None
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    mine = {id(p) for p in unwrap(model).parameters()}
+    if not any(id(p) in mine for p in params):
+        raise ValueError(
+            f"curvature: none of the {type(optimizer).__name__}'s parameters that require grad is a parameter of "
+            f"the model ({type(unwrap(model)).__name__}); give the optimizer that trains this model"
+        )
+    if stability_threshold(optimizer).preconditioned:
+        stepped = [p for p in params if "exp_avg_sq" in optimizer.state.get(p, {})]
+        return stepped or None  # before the first step: no P, so H over all (``operator``)
+    return params
 
 
-def operator_for(op: HessianOperator, optimizer: torch.optim.Optimizer | None) -> tuple[Any, Tensor | None, Stability]:
-    """(v ↦ A v, D or None, stability) where A = D H D for a preconditioned optimizer, else H."""
+def operator(
+    model: nn.Module,
+    loss_fn: LossFn,
+    batch: Any,
+    optimizer: torch.optim.Optimizer | None,
+    dtype: torch.dtype | None,
+) -> tuple[HessianOperator, Any, Tensor | None, Stability]:
+    """(H over the parameters the optimizer moves, v ↦ A v, D or None, stability), where A = D H D with
+    D = P^{-1/2} for a preconditioned optimizer that has stepped, else A = H."""
+    op = HessianOperator(model, loss_fn, batch, dtype=dtype, params=moved_parameters(model, optimizer))
     stability = stability_threshold(optimizer)
     if optimizer is None or not stability.preconditioned:
-        return op, None, stability
-    scale, why = preconditioner_scaling(op, optimizer)
-    if scale is None:
-        return op, None, Stability(None, stability.label, False, why)
-    return (lambda v: scale * op(scale * v)), scale, stability
+        return op, op, None, stability
+    try:
+        parts = {id(p): inverse_preconditioner(optimizer, p).sqrt() for p in op.params}
+    except KeyError:
+        why = f"{type(optimizer).__name__} has no state yet (before its first step): H, not P⁻¹H"
+        return op, op, None, Stability(None, stability.label, False, why)
+    scale = op.flatten_by_param(parts)
+    return op, (lambda v: scale * op(scale * v)), scale, stability
 
 
 def sharpness(
@@ -70,16 +95,25 @@ def sharpness(
     ``residuals``, ``converged``, ``vector`` (the top eigenvector of A, for the next warm start) and,
     with ``along``, ``along``: ``{name: {"curvature", "ratio"}}``.
     """
-    op = HessianOperator(model, loss_fn, batch, dtype=dtype)
-    matvec, scale, stability = operator_for(op, optimizer)
-    start = (
-        init.to(op.dtype).to(op.device) if _usable(init, op.size) else op.random(torch.Generator().manual_seed(seed))
-    )
+    if isinstance(k, bool) or not (isinstance(k, int) and k >= 1):
+        raise ValueError(f"sharpness: k={k!r} must be an integer >= 1")
+    if not 0 < tol < 1:
+        raise ValueError(f"sharpness: tol={tol!r} must be in (0, 1) (a relative residual)")
+    if isinstance(max_hvps, bool) or not (isinstance(max_hvps, int) and max_hvps >= k):
+        raise ValueError(f"sharpness: max_hvps={max_hvps!r} must be an integer >= k={k}")
+    op, matvec, scale, stability = operator(model, loss_fn, batch, optimizer, dtype)
+    if k > op.size:
+        raise ValueError(f"sharpness: k={k} exceeds the {op.size} parameters H is taken over")
+    generator = torch.Generator().manual_seed(seed)
+    start = init.to(op.dtype).to(op.device) if _usable(init, op.size) else op.random(generator)
+    # k − 1 random vectors more: a single start vector sees one vector of each eigenspace, so an eigenvalue
+    # repeated among the top k would show once
+    extra = [op.random(generator) for _ in range(min(k, op.size) - 1)]
     directions = {name: in_operator_space(direction_vector(op, d), scale) for name, d in (along or {}).items()}
-    rows = [start, *directions.values()]
+    rows = [start, *extra, *directions.values()]
     result = lanczos(matvec, torch.stack(rows), k=k, tol=tol, max_steps=max(max_hvps, len(rows)))
     top = result.eigenvalues[0]
-    quotients = dict(zip(directions, result.start_quotients[1:], strict=True))
+    quotients = dict(zip(directions, result.start_quotients[1 + len(extra) :], strict=True))
     out = {
         "eigenvalues": result.eigenvalues,
         "threshold": stability.threshold,

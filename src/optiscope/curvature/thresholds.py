@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ..optim import SGD, Adam
-from ..optim.adam import adam_effective_lr
+from ..optim.adam import adam_denominator
 
 _SGD_TYPES = (SGD, torch.optim.SGD)
 _ADAM_TYPES = (Adam, torch.optim.Adam)  # ours covers AdamW and AdamL2, torch's covers its AdamW
@@ -55,14 +55,18 @@ def _one(values: set, what: str, name: str) -> tuple[object | None, str | None]:
 
 
 def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
-    """The threshold of ``optimizer`` from its current learning rate (schedules included) and betas."""
+    """The threshold of ``optimizer`` from its current learning rate (schedules included; a tensor lr is read
+    as its value) and betas, over the param groups that hold a parameter requiring grad."""
     if optimizer is None:
         return Stability(None, "", False, "no optimizer given")
     name = type(optimizer).__name__
-    groups = [g for g in optimizer.param_groups if g["params"]]
+    # the groups that move something: a frozen group (its own lr, often 0) moves nothing a step can destabilise
+    groups = [g for g in optimizer.param_groups if any(p.requires_grad for p in g["params"])]
     if isinstance(optimizer, _SGD_TYPES):
         setting, why = _one(
-            {(g["lr"], g["momentum"], g["dampening"], g["nesterov"]) for g in groups}, "lr/momentum", name
+            {(float(g["lr"]), float(g["momentum"]), float(g["dampening"]), g["nesterov"]) for g in groups},
+            "lr/momentum",
+            name,
         )
         if setting is None:
             return Stability(None, "", False, why)
@@ -77,7 +81,7 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
             coef = (2 + 2 * mu) / (1 - tau) if tau < 1 else float("inf")
         return Stability(coef / lr, f"{coef:.3g}/η", False)
     if isinstance(optimizer, _ADAM_TYPES):
-        setting, why = _one({(g["lr"], g["betas"][0]) for g in groups}, "lr/beta1", name)
+        setting, why = _one({(float(g["lr"]), float(g["betas"][0])) for g in groups}, "lr/beta1", name)
         if setting is None:
             return Stability(None, "", True, why)
         lr, beta1 = setting
@@ -89,7 +93,7 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
 
 
 def inverse_preconditioner(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor:
-    """P⁻¹ = 1/(√v̂ + ε) for ``param`` of an Adam-family optimizer, from its state (KeyError before its
-    first step)."""
-    group = next(g for g in optimizer.param_groups if any(p is param for p in g["params"]))
-    return adam_effective_lr(optimizer.state, optimizer.param_groups, param) / group["lr"]
+    """P⁻¹ = 1/(√v̂ + ε) for ``param`` of an Adam-family optimizer, from its state (KeyError for a param not in
+    it or before its first step); independent of η, so defined at η = 0 too (a warm-up from 0)."""
+    _, denominator = adam_denominator(optimizer.state, optimizer.param_groups, param)
+    return 1 / denominator

@@ -38,8 +38,10 @@ from ..curvature import (
     batch_statistics,
     gradient_noise_scale,
     hessian_trace,
+    map_tensors,
     noise_scale_from_norms,
     sharpness,
+    tensors_in,
 )
 
 KEYS = (
@@ -102,6 +104,10 @@ class Curvature:
             raise ValueError(
                 f"Curvature: directions={self.directions!r}; give a tuple of {DIRECTIONS} (or () for none)"
             )
+        if self.dtype is not None and not (isinstance(self.dtype, torch.dtype) and self.dtype.is_floating_point):
+            raise ValueError(
+                f"Curvature: dtype={self.dtype!r}; give a floating torch.dtype (e.g. torch.float64) or None"
+            )
         if not 0 < self.tol < 1:
             raise ValueError(f"Curvature: tol={self.tol!r} must be in (0, 1)")
         if self.micro_batches == 1:
@@ -148,20 +154,15 @@ class SmallBatchNorms:
 
 
 def split_batch(batch: Any, parts: int) -> list[Any]:
-    """``batch`` (a tensor, or a tuple / list / dict of tensors) cut into ``parts`` equal slices along dim 0."""
-    if isinstance(batch, Tensor):
-        if batch.ndim == 0 or batch.shape[0] % parts:
-            raise ValueError(
-                f"Curvature: a batch of {tuple(batch.shape)} cannot be cut into {parts} equal micro-batches"
-            )
-        return list(batch.chunk(parts))
-    if isinstance(batch, tuple | list):
-        columns = [split_batch(x, parts) for x in batch]
-        return [type(batch)(row) for row in zip(*columns, strict=True)]
-    if isinstance(batch, dict):
-        columns = {k: split_batch(v, parts) for k, v in batch.items()}
-        return [{k: columns[k][i] for k in batch} for i in range(parts)]
-    raise ValueError(f"Curvature: cannot cut a batch of type {type(batch).__name__} into micro-batches")
+    """``batch`` (a tensor, or tuples / lists / mappings of them: ``curvature.map_tensors``) cut into ``parts``
+    equal slices along dim 0, each in the batch's own containers."""
+    tensors = tensors_in(batch)
+    if not tensors:
+        raise ValueError(f"Curvature: cannot cut a batch of type {type(batch).__name__} into micro-batches")
+    for t in tensors:
+        if t.ndim == 0 or t.shape[0] % parts:
+            raise ValueError(f"Curvature: a batch of {tuple(t.shape)} cannot be cut into {parts} equal micro-batches")
+    return [map_tensors(lambda t, i=i: t.chunk(parts)[i], batch) for i in range(parts)]
 
 
 def check_micro_batches(config: Curvature, model: nn.Module) -> None:
@@ -257,5 +258,4 @@ def measure(
 
 
 def _batch_size(part: Any) -> int:
-    first = part if isinstance(part, Tensor) else next(iter(part.values() if isinstance(part, dict) else part))
-    return int(first.shape[0])
+    return int(tensors_in(part)[0].shape[0])

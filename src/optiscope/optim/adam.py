@@ -313,6 +313,13 @@ def update_adam_group(state: Any, group: dict[str, Any], params: list[Tensor], i
 
 def adam_effective_lr(state: Any, param_groups: list[dict[str, Any]], param: Tensor) -> Tensor:
     """η / (√v̂ + ε) for ``param`` from Adam-style state (``step``, ``exp_avg_sq``, ``max_exp_avg_sq``)."""
+    group, denominator = adam_denominator(state, param_groups, param)
+    return group["lr"] / denominator
+
+
+def adam_denominator(state: Any, param_groups: list[dict[str, Any]], param: Tensor) -> tuple[dict[str, Any], Tensor]:
+    """(``param``'s group, √v̂ + ε) from Adam-style state: the preconditioner P = diag(√v̂ + ε), which does
+    not depend on η (KeyError for a param not in the optimizer or before its first step)."""
     group = next((g for g in param_groups if any(p is param for p in g["params"])), None)
     if group is None:
         raise KeyError(f"param of shape {tuple(param.shape)} is not in this optimizer")
@@ -322,4 +329,4 @@ def adam_effective_lr(state: Any, param_groups: list[dict[str, Any]], param: Ten
     beta1, beta2 = group["betas"]
     _, bc2 = bias_corrections(float(s["step"]), beta1, beta2, group.get("bias_correction", True))
     v = s["max_exp_avg_sq"] if group.get("amsgrad") else s["exp_avg_sq"]
-    return group["lr"] / ((v / bc2).sqrt() + group["eps"])
+    return group, (v / bc2).sqrt() + group["eps"]

@@ -1,0 +1,112 @@
+"""The Hessian-vector operator's contract with the caller's model, batch and loss: wrappers (and only
+wrappers) unwrapped, batch containers of every common kind, gradients under ``no_grad`` and
+``inference_mode``, and one-line errors for a loss or a batch it cannot use."""
+
+import collections
+
+import pytest
+import torch
+from torch import nn
+
+from curvature_support import exact_hessian, mlp_problem
+from optiscope.curvature import HessianOperator, hessian_trace, sharpness
+
+
+def top_eigenvalue(model, loss_fn, batch):
+    return float(torch.linalg.eigvalsh(exact_hessian(model, loss_fn, batch))[-1])
+
+
+def test_a_model_holding_a_submodule_named_module_is_measured_whole():
+    """Only DDP / DataParallel / torch.compile wrappers are unwrapped: a user's ``self.module`` is not one."""
+
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.module = nn.Linear(3, 4)
+            self.head = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.head(torch.tanh(self.module(x)))
+
+    _, loss_fn, batch = mlp_problem(0)
+    torch.manual_seed(0)
+    model = Holder().double()
+    out = sharpness(model, loss_fn, batch, tol=1e-10)
+    assert out["eigenvalues"][0] == pytest.approx(top_eigenvalue(model, loss_fn, batch), rel=1e-8)
+    assert HessianOperator(model, loss_fn, batch).size == sum(p.numel() for p in model.parameters())
+    exact_trace = float(exact_hessian(model, loss_fn, batch).trace())
+    trace = hessian_trace(model, loss_fn, batch, probes=200)
+    assert abs(trace["trace"] - exact_trace) <= 4 * trace["std_error"]
+    wrapped = nn.DataParallel(model)  # a real wrapper, on CPU a plain pass-through
+    assert sharpness(wrapped, loss_fn, batch, tol=1e-10)["eigenvalues"][0] == pytest.approx(out["eigenvalues"][0])
+
+
+Pair = collections.namedtuple("Pair", "x y")
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda x, y: Pair(x, y),
+        lambda x, y: collections.UserDict({"x": x, "y": y}),
+        lambda x, y: pytest.importorskip("transformers").BatchEncoding({"x": x, "y": y}),
+    ],
+    ids=["namedtuple", "UserDict", "BatchEncoding"],
+)
+def test_batches_in_named_tuples_and_mappings_are_cast_and_keep_their_type(wrap):
+    """A float32 model measured in float64: the batch is cast through its container, which keeps its type
+    (a loss_fn reading ``batch.x`` or ``batch["x"]`` still works), against the exact float64 Hessian."""
+    model, _, (x, y) = mlp_problem(1)
+    reference = top_eigenvalue(model, lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]), (x, y))
+    batch = wrap(x.float(), y.float())
+    seen = []
+
+    def loss_fn(m, b):
+        seen.append(type(b))
+        x, y = (b.x, b.y) if isinstance(b, tuple) else (b["x"], b["y"])
+        return nn.functional.mse_loss(m(x), y)
+
+    out = sharpness(model.float(), loss_fn, batch, tol=1e-10, dtype=torch.float64)
+    assert out["eigenvalues"][0] == pytest.approx(reference, rel=1e-6)
+    assert set(seen) == {type(batch)}
+
+
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode], ids=["no_grad", "inference_mode"])
+def test_measures_inside_no_grad_and_inference_mode(context):
+    """Called from an evaluation block, with a batch made there: the same numbers as outside it."""
+    model, loss_fn, batch = mlp_problem(2)
+    expected = top_eigenvalue(model, loss_fn, batch)
+    with context():
+        inner = tuple(t.clone() for t in batch)
+        out = sharpness(model, loss_fn, inner, tol=1e-10)
+        trace = hessian_trace(model, loss_fn, inner, probes=2)
+    assert out["eigenvalues"][0] == pytest.approx(expected, rel=1e-8)
+    assert trace["trace"] == hessian_trace(model, loss_fn, batch, probes=2)["trace"]
+
+
+@pytest.mark.parametrize(
+    ("loss_fn", "message"),
+    [
+        (lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(1), r"loss_fn returned a tensor of shape \(20,\); it must return"),
+        (lambda m, b: ((m(b[0]) - b[1]) ** 2).mean().item(), "loss_fn returned float; it must return"),
+        (lambda m, b: ((m(b[0]) - b[1]) ** 2).mean().detach(), "does not depend on the parameters through autograd"),
+    ],
+    ids=["per-example", "float", "detached"],
+)
+def test_a_loss_fn_that_does_not_return_the_scalar_loss_is_refused_in_one_line(loss_fn, message):
+    model, _, batch = mlp_problem(0)
+    with pytest.raises(ValueError, match=message) as caught:
+        sharpness(model, loss_fn, batch)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_empty_batch_a_bad_dtype_and_a_misshapen_direction_are_refused():
+    model, loss_fn, (x, y) = mlp_problem(0)
+    with pytest.raises(ValueError, match="the batch is empty"):
+        sharpness(model, loss_fn, (x[:0], y[:0]))
+    for bad in ("float64", torch.int64):
+        with pytest.raises(ValueError, match=rf"dtype={bad!r}; give a floating torch.dtype"):
+            sharpness(model, loss_fn, (x, y), dtype=bad)
+    transposed = {"0.weight": model[0].weight.detach().T.clone()}
+    with pytest.raises(ValueError, match=r"for 0.weight has shape \(3, 6\); the parameter's is \(6, 3\)"):
+        sharpness(model, loss_fn, (x, y), along={"update": transposed})
