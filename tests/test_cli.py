@@ -73,6 +73,10 @@ def test_list_and_demo_twice(fake, tmp_path, capsys):
         (["run", "fake", "--out", "/proc/optiscope-test"], "cannot create the run directory"),
         (["plot", "{d}/none"], "results.json does not exist"),
         (["run", "fake", "--out", "{d}/u", "--crash", "user"], "the data for this run is missing"),
+        (["run", "fake", "--out", "{d}/x", "--steps", "1.5"], "run fake: argument --steps: invalid int value: '1.5'"),
+        (["run", "fake", "--out", "{d}/x", "--bogus", "3"], "unrecognized arguments: --bogus 3; valid options: "),
+        (["run", "fake", "--out", "{d}/x", "--resume", "--force"], "--force replaces it; give one of them"),
+        (["report"], "report: the following arguments are required: DIR"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr(fake, tmp_path, capsys, argv, message):

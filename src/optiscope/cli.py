@@ -20,7 +20,7 @@ import traceback
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -325,8 +325,31 @@ def out_dir(text: str) -> Path:
     return runs.check_out(text)
 
 
+class UsageError(Exception):
+    """A command line argparse cannot parse: reported in one line, not argparse's usage block."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors raised (``UsageError``), so that ``main`` reports them in one line."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("optiscope").strip()  # _error names the program itself
+        raise UsageError(f"{command}: {message}" if command else message)
+
+
+def _unknown_options_hint(parser: argparse.ArgumentParser, argv: list[str]) -> str:
+    """'; valid options: ...' of the (sub)command ``argv`` names, for an unrecognised option."""
+    for word in argv:
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not actions or word not in actions[0].choices:
+            continue
+        parser = actions[0].choices[word]
+    options = sorted(o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help")
+    return f"; valid options: {', '.join(options)} (--help explains them)" if options else ""
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="optiscope",
         description="A PyTorch laboratory for optimizers: run an experiment, get data and figures.",
     )
@@ -379,6 +402,13 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except runs.RunDirError as e:  # raised by an argument type (an empty --out)
         _error(str(e))
+        return EXIT_BAD_INPUT
+    except UsageError as e:
+        hint = _unknown_options_hint(parser, argv) if "unrecognized arguments" in str(e) else ""
+        _error(f"{e}{hint}")
+        return EXIT_BAD_INPUT
+    if getattr(args, "resume", False) and getattr(args, "force", False):
+        _error(f"{args.command}: --resume continues the run in --out and --force replaces it; give one of them")
         return EXIT_BAD_INPUT
     command = {
         "list": lambda: cmd_list(console),
