@@ -56,6 +56,9 @@ def test_teacher_data_is_deterministic_and_normalised():
 
 def test_summarize_finds_the_edge_and_the_median_after_it():
     assert eos.summarize([10, 20, 30, 40], [0.5, 0.95, 1.1, 1.0], 0.9) == (20, 1.0, 1.1)
+    # a start-up overshoot that falls back is not the edge: three in a row are (or all that are left)
+    assert eos.summarize([10, 20, 30, 40, 50, 60], [0.96, 0.6, 0.95, 0.91, 0.98, 1.0], 0.9) == (30, 0.965, 1.0)
+    assert eos.summarize([10, 20, 30], [0.5, 0.6, 0.95], 0.9) == (30, 0.95, 0.95)
     assert eos.summarize([10, 20], [0.5, None], 0.9) == (None, None, 0.5)
     assert eos.summarize([], [], 0.9) == (None, None, None)
 
@@ -67,6 +70,8 @@ def test_summarize_finds_the_edge_and_the_median_after_it():
         ({"measure_every": 0}, "measure-every"),
         ({"tol": 2.0}, "tol"),
         ({"edge": 0.0}, "edge"),
+        ({"steps": 5}, "--measure-every=20 exceeds --steps=5"),
+        ({"examples": 1}, "--examples=1 must be >= 2"),
     ],
 )
 def test_bad_options_are_refused(kwargs, named):

@@ -185,6 +185,18 @@ def test_curvature_every_records_preconditioned_sharpness(tmp_path, text):
     assert [r["step"] for r in written] == [10, 20]
 
 
-def test_curvature_every_must_be_a_multiple_of_log_every():
+def test_a_last_measurement_without_threshold_keeps_the_runs_label(tmp_path, text):
+    """Cosine to lr 0: the last measurement has no threshold, the run's label stays that of the others."""
+    options = ["--steps", "20", "--optimizers", "adam", "--log-every", "10", "--eval-every", "20"]
+    cosine = ("--schedule", "warmup_cosine", "--min-lr-ratio", "0")
+    assert run_cli(tmp_path, text, *options, "--curvature-every", "10", *cosine) == 0
+    c = runs.read_json(tmp_path / runs.RESULTS)["runs"]["adam"]["curvature"]
+    assert c["threshold"][0] > 0 and c["threshold"][-1] is None
+    assert c["label"] == "38/η" and c["preconditioned"]
+
+
+def test_curvature_every_must_be_a_multiple_of_log_every_and_within_the_run():
     with pytest.raises(lm.ConfigError, match="multiple of --log-every"):
         lm.Config(log_every=10, curvature_every=15)
+    with pytest.raises(lm.ConfigError, match="--curvature-every=100 exceeds --steps=40: nothing would be measured"):
+        lm.Config(steps=40, log_every=10, curvature_every=100)

@@ -72,6 +72,11 @@ class Config:
         require_counts(self, *counts)
         require(0 < self.tol < 1, f"--tol={self.tol!r} must be in (0, 1)")
         require(0 < self.edge <= 1, f"--edge={self.edge!r} must be in (0, 1]")
+        require(
+            self.measure_every <= self.steps,
+            f"--measure-every={self.measure_every} exceeds --steps={self.steps}: nothing would be measured",
+        )
+        require(self.examples >= 2, f"--examples={self.examples} must be >= 2 (the targets are scaled by their std)")
 
 
 QUICK = dict(optimizers="sgd@0.3,sgd@0.5,momentum@0.3,adam@0.01", steps=700, measure_every=10)
@@ -196,14 +201,20 @@ def train_one(config: Config, spec: RunSpec, data: tuple[Tensor, Tensor], run_di
     }
 
 
+HELD = 3  # measurements in a row at the edge that make reaching it (one alone can be a start-up transient)
+
+
 def summarize(
     steps: list[int], ratios: list[float | None], edge: float
 ) -> tuple[int | None, float | None, float | None]:
-    """(first step with ratio ≥ ``edge``, median ratio from then on, largest ratio) — None where undefined."""
+    """(edge step, median ratio from then on, largest ratio) — None where undefined. The edge step is the first
+    measurement with ratio ≥ ``edge`` that the next ``HELD`` − 1 measurements (those there are) hold too:
+    heavy-ball momentum's first measurements can overshoot for a moment before its sharpening has begun."""
     known = [(s, r) for s, r in zip(steps, ratios, strict=True) if r is not None and r == r]
     if not known:
         return None, None, None
-    first = next((i for i, (_, r) in enumerate(known) if r >= edge), None)
+    held = (i for i in range(len(known)) if all(r >= edge for _, r in known[i : i + HELD]))
+    first = next(held, None)
     largest = max(r for _, r in known)
     if first is None:
         return None, None, largest

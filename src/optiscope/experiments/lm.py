@@ -123,6 +123,10 @@ class Config:
             self.curvature_every % self.log_every == 0,
             f"--curvature-every={self.curvature_every} must be 0 or a multiple of --log-every={self.log_every}",
         )
+        require(
+            self.curvature_every <= self.steps,
+            f"--curvature-every={self.curvature_every} exceeds --steps={self.steps}: nothing would be measured",
+        )
         require(self.n_embd % self.n_head == 0, f"--n-embd={self.n_embd} must be divisible by --n-head={self.n_head}")
         require(
             0 <= self.warmup_steps < self.steps,
@@ -364,7 +368,8 @@ class LanguageModelling(train.Task):
                 ("hvps", record["curvature"]["hvps"]),
             ):
                 c[key].append(value)
-            c.update(label=record["curvature"]["label"], preconditioned=record["curvature"]["preconditioned"])
+            if record["curvature"]["label"]:  # a measurement without a threshold (lr 0 at a schedule's end) has none
+                c.update(label=record["curvature"]["label"], preconditioned=record["curvature"]["preconditioned"])
 
     def finish(self, run: train.Run) -> None:
         history, config = run.history, self.config
