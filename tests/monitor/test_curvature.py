@@ -3,6 +3,7 @@ the divergence diagnosis, and exact resume of the warm start and history."""
 
 import collections
 import copy
+import io
 
 import pytest
 import torch
@@ -249,3 +250,20 @@ def test_micro_batches_of_a_named_tuple_or_a_mapping_batch_keep_its_type():
         assert record["noise_scale"] == pytest.approx(expected, rel=1e-9)
     with pytest.raises(ValueError, match=r"dtype='float64'; give a floating torch.dtype"):
         Curvature((x, y), loss_fn, dtype="float64")
+
+
+def test_the_console_header_shows_the_curvature_it_measured_with_or_without_a_threshold():
+    """λ₁ against its threshold (Adam), λ₁ alone where the optimizer has none (Lion), tr H and B_simple."""
+    from rich.console import Console
+
+    from optiscope.optim import Lion
+
+    model, loss_fn, batch = mlp_problem(0)
+    for opt, against in ((torch.optim.Adam(model.parameters(), lr=0.02), "× 38/η"), (Lion(model.parameters()), "")):
+        console = Console(file=io.StringIO(), width=400)
+        config = Curvature(batch, loss_fn, every=1, trace_probes=2, micro_batches=4)
+        monitor = Monitor(model, opt, every=100, sinks=[ConsoleSink(console=console)], curvature=config)
+        train(model, opt, monitor, loss_fn, batch, 1)
+        header = console.file.getvalue().splitlines()[0]
+        assert "λ₁ " in header and "tr H " in header and "B_simple " in header
+        assert (against in header) if against else ("×" not in header)

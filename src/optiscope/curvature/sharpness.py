@@ -14,6 +14,7 @@ parameter that requires grad; the others are constants.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -138,6 +139,11 @@ def direction_vector(op: HessianOperator, direction: dict[Any, Tensor] | str) ->
         if direction != "gradient":
             raise ValueError(f"curvature: direction={direction!r}; give 'gradient' or tensors")
         return op.gradient()
+    if not isinstance(direction, Mapping):
+        raise ValueError(
+            f"curvature: a direction of type {type(direction).__name__}; give 'gradient' or a dict of tensors keyed "
+            "by parameter name or id(param)"
+        )
     by_name = dict(zip(op.names, op.params, strict=True))
     by_id = {}
     for key, t in direction.items():

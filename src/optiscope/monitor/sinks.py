@@ -94,10 +94,14 @@ class ConsoleSink:
         parts.append(f"u/w {_e(record['total']['u_over_w'])}")
         if "tokens_per_s" in record:
             parts.append(f"{record['tokens_per_s']:,.0f} tok/s")
-        if record.get("sharpness/threshold") is not None:
-            parts.append(
-                f"λ₁ {_e(record['sharpness'])} = {record['sharpness/threshold']:.2f}× {record['curvature']['label']}"
-            )
+        if "sharpness" in record:  # with its ratio where the optimizer has a threshold (Lion, Muon: none)
+            ratio = record.get("sharpness/threshold")
+            against = f" = {ratio:.2f}× {record['curvature']['label']}" if ratio is not None else ""
+            parts.append(f"λ₁ {_e(record['sharpness'])}{against}")
+        if "hessian_trace" in record:
+            parts.append(f"tr H {_e(record['hessian_trace'])}")
+        if "noise_scale" in record:
+            parts.append(f"B_simple {_e(record['noise_scale'])}")
         return "[bold]" + " │ ".join(parts) + "[/bold]"
 
     def _write_divergence(self, record: dict[str, Any]) -> None:

@@ -149,6 +149,10 @@ def parse_runs(
     number, the experiment's learning rate per optimizer, or None). ``valid`` narrows the recipes allowed."""
     valid = tuple(valid or (default_lr if isinstance(default_lr, dict) else RECIPES))
     items = [s.strip() for s in text.split(",")] if isinstance(text, str) else [str(s).strip() for s in text]
+    _require(
+        all(items) or not any(items),
+        f"--optimizers has an empty item in {','.join(items)!r}; name each run once, separated by commas",
+    )
     specs = []
     for item in [s for s in items if s]:
         name, _, lr_text = item.partition("@")
@@ -169,6 +173,11 @@ def parse_runs(
     _require(bool(specs), f"--optimizers is empty; name one or more of {', '.join(valid)} (optionally as name@lr)")
     labels = [s.label for s in specs]
     _require(len(set(labels)) == len(labels), f"--optimizers names a run twice: {', '.join(labels)}")
+    seen: dict[tuple[str, float | None], str] = {}
+    for spec in specs:  # the same recipe at the same lr, written two ways ("sgd@0.2,sgd@.2", or the default lr)
+        twin = seen.setdefault((spec.optimizer, spec.lr), spec.label)
+        if twin != spec.label:
+            raise ConfigError(f"--optimizers: {twin} and {spec.label} are one run ({spec.optimizer} at lr {spec.lr:g})")
     return tuple(specs)
 
 
