@@ -47,6 +47,17 @@ def test_quick_run_reaches_the_edge(tmp_path):
     assert_figures_drawn_and_replotted(out, FIGURES)
 
 
+def test_weight_decay_reaches_adamw_only(tmp_path):
+    """--weight-decay λ: AdamW (decoupled) then moves its weights by −ηλθ more per step than Adam; at λ = 0 the
+    two recipes are the same run, bit for bit."""
+    tiny = dict(optimizers="adam@0.01,adamw@0.01", steps=10, measure_every=10, examples=16, width=8, quiet=True)
+    for decay in (0.0, 0.5):
+        results = eos.run(eos.Config(**tiny, weight_decay=decay), tmp_path / str(decay))
+        adam, adamw = results["runs"]
+        assert results["task"]["weight_decay"] == decay
+        assert (adam["loss"] == adamw["loss"]) is (decay == 0.0)
+
+
 def test_teacher_data_is_deterministic_and_normalised():
     config = eos.Config(examples=64)
     (x1, y1), (x2, y2) = eos.teacher_data(config), eos.teacher_data(config)
@@ -72,6 +83,7 @@ def test_summarize_finds_the_edge_and_the_median_after_it():
         ({"edge": 0.0}, "edge"),
         ({"steps": 5}, "--measure-every=20 exceeds --steps=5"),
         ({"examples": 1}, "--examples=1 must be >= 2"),
+        ({"weight_decay": -0.1}, "--weight-decay=-0.1 must be >= 0"),
     ],
 )
 def test_bad_options_are_refused(kwargs, named):

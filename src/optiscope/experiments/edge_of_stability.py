@@ -60,6 +60,9 @@ class Config:
     outputs: int = field(default=4, metadata={"help": "output dimension"})
     width: int = field(default=64, metadata={"help": "width of the student's two hidden layers"})
     teacher_width: int = field(default=128, metadata={"help": "width of the teacher's hidden layer"})
+    weight_decay: float = field(
+        default=0.0, metadata={"help": "λ of the recipes that decay (adamw, adaml2; with λ = 0 they are adam)"}
+    )
     tol: float = field(default=1e-3, metadata={"help": "Lanczos: relative residual of the top eigenpair"})
     edge: float = field(default=0.9, metadata={"help": "a run 'reached its edge' at sharpness >= edge x threshold"})
     seed: int = 0
@@ -70,6 +73,7 @@ class Config:
         runs_of(self)
         counts = ("steps", "measure_every", "examples", "inputs", "outputs", "width", "teacher_width", "threads")
         require_counts(self, *counts)
+        require(self.weight_decay >= 0, f"--weight-decay={self.weight_decay!r} must be >= 0")
         require(0 < self.tol < 1, f"--tol={self.tol!r} must be in (0, 1)")
         require(0 < self.edge <= 1, f"--edge={self.edge!r} must be in (0, 1]")
         require(
@@ -168,7 +172,7 @@ class FullBatch(train.Task):
 # ----------------------------------------------------------------------------------------------- train
 def train_one(config: Config, spec: RunSpec, data: tuple[Tensor, Tensor], run_dir: Path, progress) -> RunResults:
     model = student(config)
-    optimizer = build_optimizer(spec.optimizer, model, spec.lr)
+    optimizer = build_optimizer(spec.optimizer, model, spec.lr, weight_decay=config.weight_decay)
     stability = stability_threshold(optimizer)
     curvature = Curvature(data, square_loss, every=config.measure_every, tol=config.tol, directions=())
     monitor = Monitor(
@@ -240,6 +244,7 @@ def train_all(config: Config, run_dir: Path) -> Results:
             "teacher_width": config.teacher_width,
             "parameters": sum(p.numel() for p in student(config).parameters()),
             "recipes": {s.label: RECIPES[s.optimizer].describe() for s in runs_of(config)},
+            "weight_decay": config.weight_decay,
         },
         "steps": config.steps,
         "measure_every": config.measure_every,
