@@ -12,8 +12,9 @@ eigenvalue λ of the relevant matrix this gives (Cohen et al., ICLR 2021; Cohen 
 
 where v̂ = v/(1 − β₂ᵗ) is the bias-corrected second moment in the optimizer's state (``max_exp_avg_sq``
 with AMSGrad). For β₁ = 0.9 Adam's threshold is 38/η. The analysis freezes P, and leaves out m̂'s bias
-correction 1/(1 − β₁ᵗ) (within 1 % of 1 after 44 steps at β₁ = 0.9) and weight decay (it adds λ_wd
-to every curvature, negligible beside these thresholds in practice).
+correction 1/(1 − β₁ᵗ) (within 1 % of 1 after 44 steps at β₁ = 0.9) and weight decay λ_wd, negligible
+beside these thresholds in practice: in the gradient (SGD's, Adam+L2) it adds λ_wd to H (P⁻¹λ_wd to P⁻¹H);
+decoupled (AdamW, θ ← (1 − ηλ_wd)θ − …) it lowers the threshold by λ_wd(1 + β₁)/(1 − β₁) = 19λ_wd.
 
 For optimizers without such a linear analysis (Lion and Muon are sign / orthogonalising maps, RMSprop
 and others are not covered here) the threshold is None with the reason — never a made-up number.
