@@ -111,3 +111,39 @@ def test_a_legend_click_hides_that_run(shown):
 def test_one_directory_gets_its_own_page_and_several_their_common_parent(tiny_runs):
     assert report.default_out([tiny_runs["lm"]]) == tiny_runs["lm"] / "report.html"
     assert report.default_out(list(tiny_runs.values())) == tiny_runs["lm"].resolve().parent / "report.html"
+
+
+def test_a_monitors_directory_gets_the_monitors_charts(browser, tmp_path):
+    """A directory a Monitor wrote (its JSONL sink, as the 🤗 and Lightning callbacks do: metrics.jsonl and no
+    results.json) is monitored training, drawn from metrics.jsonl, sharpness against its threshold included."""
+    import torch
+
+    from optiscope.monitor import Curvature, JSONLSink, Monitor
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    x, y = torch.randn(32, 3), torch.randn(32, 1)
+
+    def loss_fn(m, batch):
+        return ((m(batch[0]) - batch[1]) ** 2).mean()
+
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    run_dir = tmp_path / "monitored"
+    curvature = Curvature((x, y), loss_fn, every=2)
+    monitor = Monitor(model, opt, every=2, sinks=[JSONLSink(run_dir / "metrics.jsonl")], curvature=curvature)
+    for _ in range(6):
+        opt.zero_grad()
+        loss = loss_fn(model, (x, y))
+        loss.backward()
+        opt.step()
+        monitor.step(loss)
+    monitor.close()
+    assert cli.main(["report", str(run_dir)]) == 0
+    context, page = open_page(browser)
+    load(page, (run_dir / "report.html").as_uri())
+    assert page.errors == []
+    assert page.locator("section h2").all_text_contents() == ["Monitored training"]
+    assert "results.json is missing" not in page.content()
+    charts = {c["title"]: c["points"][0] for c in page.evaluate(CHARTS)}
+    assert charts["Loss at each logged step"] > 0 and charts["Sharpness against its stability threshold"] > 0
+    context.close()

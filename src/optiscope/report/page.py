@@ -25,7 +25,7 @@ from .. import __version__, sweep
 from . import headlines, series
 from .charts import Sources
 from .rundir import RunDir
-from .sections import section_charts
+from .sections import metrics_charts, section_charts
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #1c1c1c; background: #fbfbf9;
@@ -71,13 +71,18 @@ def build(run_dirs: Sequence[RunDir], watch: bool = False, interval_ms: int = 10
     models: dict[str, Any] = {}
     groups: dict[str | None, list[RunDir]] = {}
     for run in run_dirs:
-        groups.setdefault(run.experiment, []).append(run)
+        groups.setdefault(section_of(run), []).append(run)
     for k, (experiment, group) in enumerate(groups.items()):
         body.append(section_head(experiment, group))
         for run in group:
             body.append(run_summary(run))
         if experiment is not None:
-            for j, (title, chart) in enumerate(section_charts(sources, experiment, group, f"e{k}")):
+            found = (
+                metrics_charts(sources, group, f"e{k}")
+                if experiment == MONITORED
+                else section_charts(sources, experiment, group, f"e{k}")
+            )
+            for j, (title, chart) in enumerate((t, c) for t, c in found if c is not None):
                 models[f"c{k}_{j}"] = chart
                 body.append(f'<div class="chart"><h4>{html.escape(title)}</h4>@@{f"c{k}_{j}"}@@</div>')
             for run in group:
@@ -126,9 +131,25 @@ def resources(models: Any) -> str:
     return inline.render_css() + inline.render_js()
 
 
+MONITORED = "monitored training"  # the section of directories a Monitor wrote without an experiment
+
+
+def section_of(run: RunDir) -> str | None:
+    """The run's experiment; ``MONITORED`` for a Monitor's directory (a callback's: metrics.jsonl only,
+    no config.json); None when nothing in it can be shown."""
+    if run.experiment is not None:
+        return run.experiment
+    return MONITORED if run.metrics and run.config is None else None
+
+
 def section_head(experiment: str | None, group: list[RunDir]) -> str:
     if experiment is None:
         return "<section><h2>Directories with nothing optiscope can show</h2>"
+    if experiment == MONITORED:
+        return (
+            '<section><h2>Monitored training</h2><p class="muted">metrics.jsonl written by a Monitor\'s sinks or '
+            "the 🤗 Trainer / Lightning callbacks: the monitor's charts, no experiment results</p>"
+        )
     summary = sweep.results_contract(experiment)[1]
     return f'<section><h2>{html.escape(experiment)}</h2><p class="muted">{html.escape(summary)}</p>'
 
@@ -171,6 +192,8 @@ def status_line(run: RunDir) -> str:
         extra = f" in {took:.0f} s" if isinstance(took, int | float) else ""
         quick = " (--quick)" if run.results.get("quick") else ""
         return f'<p>Status: <span class="{css}">{html.escape(status)}</span>{quick}{extra}.</p>'
+    if runs_seen and section_of(run) == MONITORED:
+        return f"<p>Status: monitored; last logged: {html.escape(progress)}.</p>"
     if runs_seen:
         return (
             f'<p>Status: <span class="status-bad">no results.json yet</span>; last logged: {html.escape(progress)}.</p>'

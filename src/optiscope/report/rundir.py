@@ -42,7 +42,9 @@ def read_run(path: Path) -> RunDir:
         raise UserError(f"{path} is not a run directory (give directories written by `optiscope run`)")
     run = RunDir(path)
     run.config = _read_object(path / runs.CONFIG, run.problems)
-    run.results = _read_results(path / runs.RESULTS, run.problems)
+    # a Monitor's directory (its sinks, the callbacks) has metrics.jsonl only: no results.json is expected there
+    expected = (path / runs.CONFIG).exists() or not (path / runs.METRICS).exists()
+    run.results = _read_results(path / runs.RESULTS, run.problems, expected)
     run.metrics = read_metrics(path / runs.METRICS, run.problems)
     run.figures = sorted((path / runs.FIGURES).glob("*.png"))
     named = [d.get("experiment") for d in (run.results, run.config) if isinstance(d, dict)]
@@ -66,9 +68,12 @@ def _read_object(path: Path, problems: list[str]) -> dict[str, Any] | None:
     return value
 
 
-def _read_results(path: Path, problems: list[str]) -> dict[str, Any] | None:
-    """results.json when it is an optiscope experiment's and has that experiment's shape, else None."""
+def _read_results(path: Path, problems: list[str], expected: bool = True) -> dict[str, Any] | None:
+    """results.json when it is an optiscope experiment's and has that experiment's shape, else None (and a
+    problem said, where one was ``expected``)."""
     if not path.is_file():
+        if not expected:
+            return None
         problems.append(
             f"{runs.RESULTS} is missing (the run is still going, was interrupted or failed): "
             "headline numbers, result charts and figures' data are not shown"
