@@ -267,3 +267,27 @@ def test_the_console_header_shows_the_curvature_it_measured_with_or_without_a_th
         header = console.file.getvalue().splitlines()[0]
         assert "λ₁ " in header and "tr H " in header and "B_simple " in header
         assert (against in header) if against else ("×" not in header)
+
+
+def test_lr_and_threshold_are_those_of_the_step_taken_wherever_the_scheduler_steps():
+    """Step t uses lr 0.1/t: its record says 0.1/t and 2/(0.1/t) whether the loop steps the scheduler before
+    monitor.step() (optiscope.train, Lightning) or after (the 🤗 callback's order), and the optimizer keeps
+    the scheduler's lr."""
+    for scheduler_first in (True, False):
+        model, loss_fn, batch = mlp_problem(0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1 / (epoch + 1))
+        monitor = Monitor(model, opt, every=1, curvature=Curvature(batch, loss_fn, every=1, directions=()))
+        for t in range(1, 4):
+            opt.zero_grad()
+            loss = loss_fn(model, batch)
+            loss.backward()
+            opt.step()
+            if scheduler_first:
+                schedule.step()
+            record = monitor.step(loss)
+            if not scheduler_first:
+                schedule.step()
+            assert record["lr"] == [pytest.approx(0.1 / t)]
+            assert record["threshold"] == pytest.approx(2 / (0.1 / t))
+            assert opt.param_groups[0]["lr"] == pytest.approx(0.1 / (t + 1))

@@ -2,7 +2,8 @@ r"""Curvature on the monitor's schedule: sharpness against the optimizer's thres
 
 ``Monitor(..., curvature=Curvature(batch, loss_fn, every=100))`` measures, every ``every`` optimizer steps
 and right after the step (at the parameters and optimizer state that the *next* step will use), on the
-fixed ``batch``:
+fixed ``batch``, against the threshold at the learning rate the step just taken used (read before it, so
+that a scheduler stepped before or after ``monitor.step()`` gives the same record):
 
     sharpness              λ₁(H), or λ₁(P⁻¹H) for Adam-family optimizers (Lanczos, warm-started from
                            the previous measurement's top eigenvector)

@@ -32,9 +32,10 @@ accumulates (``AccumulationNoise``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -49,6 +50,21 @@ from .names import clean_name, under_compile
 from .rank_noise import RankNoise
 
 DEFAULT_GUARD = DivergenceGuard()
+
+
+@contextlib.contextmanager
+def learning_rates(optimizer: torch.optim.Optimizer, lrs: list[Any] | None) -> Iterator[None]:
+    """For the duration, the param groups' lr are ``lrs`` (those the step just taken used), so that its
+    stability threshold is read at them; restored after. None: as they are."""
+    now = [g["lr"] for g in optimizer.param_groups]
+    if lrs is not None and len(lrs) == len(now):
+        for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr
+    try:
+        yield
+    finally:
+        for group, lr in zip(optimizer.param_groups, now, strict=True):
+            group["lr"] = lr
 
 
 def parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[int, str]:
@@ -161,6 +177,9 @@ class Monitor:
         self._snapshot: list[Tensor] | None = None
         self._snapshot_params: list[Tensor] = []
         self._measured: dict[str, Any] | None = None
+        # each group's lr as the measured step used it, read before the step: a record means the same whether
+        # a scheduler moves lr on before monitor.step() (optiscope.train, Lightning) or after (the 🤗 callback)
+        self._step_lrs: list[Any] | None = None
         self._clock = (time.perf_counter(), start_step)
         self._hooks = [
             optimizer.register_step_pre_hook(self._before_step),
@@ -195,6 +214,7 @@ class Monitor:
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.is_measured(self.step_count + 1):
             return
+        self._step_lrs = [g["lr"] for g in optimizer.param_groups]
         # Every trainable parameter, not only those holding a gradient now: an optimizer stepped with a
         # closure (Lightning's automatic optimisation) computes the gradients inside step(), after this hook.
         params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
@@ -294,11 +314,13 @@ class Monitor:
                 **measured,
             }
             if self._curvature_due(step):
-                record.update(self._measure_curvature(step))
+                with learning_rates(self.optimizer, self._step_lrs):
+                    record.update(self._measure_curvature(step))
             if self.row_update_sum is not None:
                 record["embedding"] = self.embedding_summary()
             self.last_record = record
             self._write(record)
+        self._step_lrs = None
         if reason is not None:
             self.diverge(step, loss_value, reason)
         return record
@@ -322,7 +344,8 @@ class Monitor:
         last_time, last_step = self._clock
         self._clock = (now, step)
         # float(): torch.optim (and ours) accept a tensor lr, which JSON and TensorBoard cannot take.
-        out: dict[str, Any] = {"lr": [float(g["lr"]) for g in self.optimizer.param_groups]}
+        lrs = self._step_lrs if self._step_lrs is not None else [g["lr"] for g in self.optimizer.param_groups]
+        out: dict[str, Any] = {"lr": [float(lr) for lr in lrs]}
         if self.batch_tokens and step > last_step and now > last_time:
             out["tokens_per_s"] = self.batch_tokens * (step - last_step) / (now - last_time)
         return out
