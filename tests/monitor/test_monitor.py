@@ -390,3 +390,24 @@ def test_an_optimizer_stepped_with_a_closure_is_measured():
     assert set(params) == set(before)
     for name, p in model.named_parameters():
         assert params[name]["u"] == pytest.approx(float((p.detach() - before[name]).norm()), rel=1e-6)
+
+
+def test_the_divergence_message_names_only_parameters_whose_update_ratio_exploded():
+    """A parameter whose u/w stayed at its early level is no culprit, and the curvature diagnosis (a sentence
+    of its own, starting with the step) does not repeat the step."""
+    calm = [
+        {"name": "0.weight", "first_step": None, "growth": 1.0},
+        {"name": "0.bias", "first_step": None, "growth": 0.9},
+    ]
+    record = {
+        "step": 23,
+        "loss": 2.8,
+        "reason": "loss 2.8 > 4 x its lowest value",
+        "exploded_first": calm,
+        "curvature_diagnosis": "diverged at step 23; sharpness 1.1× its 3.8/η threshold since step 20",
+    }
+    message = str(Diverged(record))
+    assert message.count("diverged at step 23") == 1 and "sharpness 1.1× its 3.8/η threshold since step 20" in message
+    assert "no parameter's u/w exploded (the most: 0.weight, 1x)" in message and "exploded first in" not in message
+    record["exploded_first"] = [{"name": "2.weight", "first_step": 18, "growth": 40.0}, *calm]
+    assert "u/w exploded first in: 2.weight;" in str(Diverged(record))

@@ -29,12 +29,27 @@ class Diverged(RuntimeError):
 
     def __init__(self, record: dict[str, Any]) -> None:
         self.record = record
-        culprits = ", ".join(p["name"] for p in record.get("exploded_first", [])[:3]) or "none measured"
-        curvature = f"; {record['curvature_diagnosis']}" if record.get("curvature_diagnosis") else ""
+        diagnosis = record.get("curvature_diagnosis") or ""
+        # the diagnosis is a sentence of its own ("diverged at step N; …"): here the step is said once
+        diagnosis = diagnosis.removeprefix(f"diverged at step {record['step']}; ")
         super().__init__(
             f"diverged at step {record['step']}: {record['reason']} (loss {record['loss']}); "
-            f"u/w exploded first in: {culprits}{curvature}"
+            f"{exploded_summary(record.get('exploded_first', []))}{f'; {diagnosis}' if diagnosis else ''}"
         )
+
+
+def exploded_summary(rows: list[dict[str, Any]]) -> str:
+    """Which parameters' u/w exploded first (``Monitor.exploded_first``), or that none did: a parameter whose
+    u/w never left its early level is not named as a culprit."""
+    if not rows:
+        return "u/w: none measured"
+    exploded = [r["name"] for r in rows if r.get("first_step") is not None]
+    if exploded:
+        return f"u/w exploded first in: {', '.join(exploded[:3])}"
+    top = rows[0]
+    growth = top.get("growth")
+    grew = f" (the most: {top['name']}, {growth:.2g}x)" if isinstance(growth, int | float) else ""
+    return f"no parameter's u/w exploded{grew}"
 
 
 @dataclass(frozen=True)

@@ -211,7 +211,7 @@ def divergence_lines(run: RunDir) -> list[str]:
         first = ", ".join(
             f"{e.get('name')} (from step {e.get('first_step')})"
             for e in d.get("exploded_first", [])
-            if isinstance(e, dict)
+            if isinstance(e, dict) and e.get("first_step") is not None
         )
         text = f"{series.run_label(d)} diverged at step {d.get('step')}: {d.get('reason', 'no reason recorded')}"
         text += f"; u/w grew first in {first}" if first else ""
