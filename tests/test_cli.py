@@ -237,3 +237,19 @@ def test_sweep_writes_results_and_figures_and_plot_redraws_them(sweepable, tmp_p
     assert cli.main(["plot", str(out)]) == 0
     assert len(list((out / "figures").iterdir())) == 3
     assert cli.read_results(out / results["trials"][0]["dir"])["experiment"] == "synthetic"  # a trial is a run
+
+
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(monkeypatch, capsys):
+    """The ``optiscope`` command imports torch before it can parse anything: a Ctrl-C then is one line."""
+    import sys
+    import types
+
+    from optiscope import __main__ as entry
+
+    class Interrupted(types.ModuleType):
+        def __getattr__(self, name):
+            raise KeyboardInterrupt
+
+    monkeypatch.setitem(sys.modules, "optiscope.cli", Interrupted("optiscope.cli"))
+    assert entry.main() == cli.EXIT_INTERRUPTED
+    assert errors(capsys) == ["optiscope: interrupted while starting; nothing was run"]
