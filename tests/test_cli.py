@@ -132,10 +132,15 @@ def test_a_used_directory_is_refused_then_replaced_with_force(fake, tmp_path, ca
     assert runs.read_json(out / "results.json")["squares"] == [0.0, 0.5, 2.0]  # untouched
     (out / "figures" / "stale.png").write_bytes(b"an old figure")
     (out / "notes.txt").write_text("the user's own file")
+    (out / "figures" / "notes.md").write_text("the user's notes beside the figures")
+    (out / "tensorboard" / "old").mkdir(parents=True)
+    (out / "tensorboard" / "old" / "events.out.tfevents.1.host").write_bytes(b"old events")
     assert cli.main(["run", "fake", "--out", str(out), "--steps", "4", "--force"]) == 0
     assert runs.read_json(out / "results.json")["squares"] == [0.0, 0.5, 2.0, 4.5]
-    assert not (out / "figures" / "stale.png").exists()  # everything the run owned was cleared
+    assert not (out / "figures" / "stale.png").exists()  # everything the run wrote was cleared
+    assert not (out / "tensorboard" / "old").exists()  # with the folders it left empty
     assert (out / "notes.txt").read_text() == "the user's own file"  # and nothing else
+    assert (out / "figures" / "notes.md").read_text() == "the user's notes beside the figures"
 
 
 def test_resume_compares_only_options_that_change_results(fake, tmp_path, capsys):

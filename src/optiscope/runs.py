@@ -310,11 +310,34 @@ def _check_resumable(path: Path, stored: dict[str, Any], experiment: str, config
         )
 
 
+#: What a run writes inside the folders it owns: ``--force`` removes these and leaves a file of the user's
+#: (notes beside the figures) where it is. Atomic writes leave ``.*.tmp`` only when killed mid-write.
+WRITTEN_IN = {
+    FIGURES: ("*.png", ".*.tmp"),
+    CHECKPOINTS: ("*.pt", ".*.tmp"),
+    TENSORBOARD: ("events.out.tfevents.*",),
+}
+
+
 def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
+    """Removes what the run wrote at ``path``: a file, the run's own files in a folder of ``WRITTEN_IN`` (then
+    the folders left empty), or any other folder whole (trials of a sweep are run directories themselves)."""
+    if not (path.is_dir() and not path.is_symlink()):
         path.unlink()
+        return
+    patterns = WRITTEN_IN.get(path.name)
+    if patterns is None:
+        shutil.rmtree(path)
+        return
+    for pattern in patterns:
+        for found in path.rglob(pattern):
+            if found.is_file() or found.is_symlink():
+                found.unlink()
+    for folder in sorted((d for d in path.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    if not any(path.iterdir()):
+        path.rmdir()
 
 
 def write_error_log(directory: Path | None, what: str, text: str) -> Path:
