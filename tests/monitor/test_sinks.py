@@ -97,6 +97,7 @@ def test_rewind_drops_what_was_logged_after_the_checkpoint(tmp_path):
     ]
 
     board = TensorBoardSink(tmp_path / "tb")
+    board.rewind(0, {})  # as every run starts: nothing to purge, and no empty events file left behind
     for step, loss in ((1, 5.0), (2, 4.0), (3, 9.0), (4, 9.0)):  # 3 and 4: the attempt that was interrupted
         board.write({"step": step, "loss": loss, "total": {}, "params": {}})
     board.rewind(2, {})
@@ -106,3 +107,4 @@ def test_rewind_drops_what_was_logged_after_the_checkpoint(tmp_path):
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 5.0), (2, 4.0), (3, 3.0), (4, 2.0)]
+    assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 2  # the attempt and the resumed one

@@ -158,29 +158,35 @@ class TensorBoardSink:
     """
 
     def __init__(self, log_dir: Path | str) -> None:
-        self.writer = None
-        if not is_rank_zero():
+        # the events file is opened at the first write, once: a rewind before it (every run's start) then
+        # leaves no empty file beside the real one
+        self.writer: Any = None
+        self.purge_step: int | None = None
+        self.active = is_rank_zero()
+        if not self.active:
             return
         try:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401 (fails now, not at the first write)
         except ImportError as e:  # torch raises this when the tensorboard package is missing
             raise ImportError(
                 "TensorBoardSink needs the tensorboard package: pip install 'optiscope[tensorboard]'"
             ) from e
         self.log_dir = str(log_dir)
-        self.writer = SummaryWriter(log_dir=self.log_dir)
 
     def rewind(self, step: int, context: dict[str, Any]) -> None:
         """Continue after ``step``: events this run logged later (before an interruption) are purged."""
         if self.writer is not None:
-            from torch.utils.tensorboard import SummaryWriter
-
             self.writer.close()
-            self.writer = SummaryWriter(log_dir=self.log_dir, purge_step=step + 1)
+            self.writer = None
+        self.purge_step = step + 1
 
     def write(self, record: dict[str, Any]) -> None:
-        if self.writer is None:
+        if not self.active:
             return
+        if self.writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=self.log_dir, purge_step=self.purge_step)
         step = record["step"]
         if record.get("diverged"):
             self.writer.add_text("diverged", f"step {step}: {record['reason']}", step)
