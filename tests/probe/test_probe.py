@@ -149,6 +149,7 @@ def test_direction_leaves_everything_untouched_and_reproduces_the_step(optimizer
     for k, s in state["state"].items():
         for key, value in s.items():
             assert torch.equal(value, after["state"][k][key]), key
+    assert after["param_groups"] == state["param_groups"]  # no key added to a group (torch's __setstate__ does)
     assert torch.equal(torch.get_rng_state(), rng)
     # θ + lr·v is the step the optimizer then really takes
     lr = opt.param_groups[0]["lr"]

@@ -45,10 +45,17 @@ def gradients(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Tensor], bat
 
 def shadow_optimizer(optimizer: torch.optim.Optimizer, clones: dict[int, Tensor]) -> torch.optim.Optimizer:
     """A copy of ``optimizer`` over ``clones`` (by id of the original parameter), state deep-copied, no hooks."""
-    shadow = copy.copy(optimizer)  # torch.optim's __getstate__ keeps defaults, state, groups; not hooks
-    shadow.param_groups = [{**g, "params": [clones[id(p)] for p in g["params"]]} for g in optimizer.param_groups]
-    shadow.state = defaultdict(
-        dict, {clones[id(p)]: copy.deepcopy(s) for p, s in optimizer.state.items() if id(p) in clones}
+    # torch.optim's __setstate__ (what copy.copy calls) fills in keys it lacks, e.g. "differentiable", into the
+    # dicts it is given: it gets copies, or the original optimizer's defaults and groups would change
+    shadow = type(optimizer).__new__(type(optimizer))
+    shadow.__setstate__(
+        {
+            "defaults": dict(optimizer.defaults),
+            "state": defaultdict(
+                dict, {clones[id(p)]: copy.deepcopy(s) for p, s in optimizer.state.items() if id(p) in clones}
+            ),
+            "param_groups": [{**g, "params": [clones[id(p)] for p in g["params"]]} for g in optimizer.param_groups],
+        }
     )
     shadow._optimizer_step_pre_hooks = OrderedDict()
     shadow._optimizer_step_post_hooks = OrderedDict()
