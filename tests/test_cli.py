@@ -258,3 +258,11 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "optiscope.cli", Interrupted("optiscope.cli"))
     assert entry.main() == cli.EXIT_INTERRUPTED
     assert errors(capsys) == ["optiscope: interrupted while starting; nothing was run"]
+
+
+def test_a_sweep_without_a_tuned_lr_says_so(sweepable, tmp_path, capsys):
+    """Every trial diverges: no optimizer gets a tuned lr, and the summary says which, rather than nothing."""
+    out = tmp_path / "s"
+    argv = ["sweep", "synthetic", "--optimizers", "sgd,adam", "--seeds", "2", "--out", str(out), "--lrs", "0.1,1"]
+    assert cli.main([*argv, "--diverge-above", "0.05"]) == cli.EXIT_DIVERGED
+    assert "no tuned lr for sgd, adam: every trial diverged or missed" in capsys.readouterr().out

@@ -286,6 +286,13 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             f"  {name}: tuned lr {t['tuned_lr']:g}, {t['mean']:.4g} ± {t['std']:.2g} (95% CI {low:.4g} … {high:.4g})",
             highlight=False,
         )
+    untuned = [name for name, t in results["optimizers"].items() if name not in results["ranking"]]
+    if untuned:  # every trial at +∞ (diverged, or the target never reached): no tuned lr to compare
+        console.print(
+            f"  no tuned lr for {', '.join(untuned)}: every trial diverged or missed the objective's target "
+            "(+∞); see the trials in results.json",
+            highlight=False,
+        )
     for neighbours in results["neighbours"]:
         console.print(f"  {neighbours['verdict']}", highlight=False)
     code = report_figures(figures.draw_run(args.out, results), args.out, console)
@@ -330,7 +337,11 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with its errors raised (``UsageError``), so that ``main`` reports them in one line."""
+    """argparse with its errors raised (``UsageError``), so that ``main`` reports them in one line, and no
+    abbreviated options (``--seed`` must not be taken for a sweep's ``--seeds``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("optiscope").strip()  # _error names the program itself

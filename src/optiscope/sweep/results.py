@@ -109,6 +109,12 @@ def pair(optimizers: dict[str, Tuned], better: str, worse: str) -> dict[str, Any
     if min(len(v) for v in values) < 2:  # one seed measures no seed noise: claim nothing
         differ = False
         verdict = f"{better} vs {worse}: Δ = {difference:.3g} from one seed — the seed noise is not measured"
+    elif all(len(set(v)) == 1 for v in values):  # the seed changes nothing here (landscapes' surfaces)
+        differ = difference != 0
+        verdict = (
+            f"{better} vs {worse}: Δ = {difference:.3g} — every seed gave the same value, so the objective does "
+            "not depend on the seed and the difference is exact"
+        )
     else:
         differ = not (low <= 0 <= high) if math.isfinite(low) else False
         verdict = f"{better} vs {worse}: Δ = {difference:.3g}, 95% CI [{low:.3g}, {high:.3g}] — " + (
