@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from optiscope.sweep.results import pair
+from optiscope.sweep.results import pair, steps_to_target
 
 
 def tuned(values):
@@ -28,3 +28,20 @@ def test_the_verdict_claims_seed_noise_only_where_seeds_measured_it(better, wors
     assert out["difference"] == pytest.approx(statistics.fmean(better) - statistics.fmean(worse))
     if len(set(better)) == 1 and len(better) > 1:
         assert "seed noise" not in out["verdict"]
+
+
+def test_steps_to_target_needs_curves_that_resolve_time():
+    """Curves of one point (evaluated only at the end) say nothing about when a target was reached; curves
+    of several give the first step at or below the worst tuned mean (here 3.0: a at step 2, b at step 3)."""
+    optimizers = {name: {"tuned_lr": 0.1, "mean": mean} for name, mean in (("a", 2.0), ("b", 3.0))}
+
+    def trials(curves):
+        return [{"optimizer": n, "lr": 0.1, "seed": 0, "curve": c} for n, c in curves.items()]
+
+    ends = {"a": {"step": [40], "value": [2.0]}, "b": {"step": [40], "value": [3.0]}}
+    assert steps_to_target(trials(ends), optimizers, "min") is None
+    curves = {"a": {"step": [1, 2, 3], "value": [4.0, 2.5, 2.0]}, "b": {"step": [1, 2, 3], "value": [5.0, 4.0, 3.0]}}
+    out = steps_to_target(trials(curves), optimizers, "min")
+    assert out["target"] == 3.0 and out["slowest"] == "b"
+    assert out["optimizers"]["a"]["steps"] == 2 and out["optimizers"]["b"]["steps"] == 3
+    assert out["optimizers"]["a"]["fraction_of_slowest"] == pytest.approx(2 / 3)

@@ -85,7 +85,7 @@ def steps_to_target(results: dict[str, Any]) -> Figure:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     found = results.get("steps_to_target")
     if not found:
-        style.nothing_to_show(ax, "this objective has no curve to read steps to a target from")
+        style.nothing_to_show(ax, "no curve of several points (evaluations in training) to read steps to a target from")
         return fig
     names = list(found["optimizers"])
     for i, name in enumerate(names):

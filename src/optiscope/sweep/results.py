@@ -167,7 +167,8 @@ def steps_to_target(
     the tuned means. Read from the mean over seeds of the curves at the tuned lr (which ends at the tuned
     mean, so every tuned optimizer gets there), and from each seed's own curve (which may not)."""
     means = [t["mean"] for t in optimizers.values() if t["tuned_lr"] is not None and math.isfinite(t["mean"])]
-    if not means or not any(t.get("curve") for t in trials):
+    # a curve of one point (evaluated only at the end) cannot tell when a run got somewhere: nothing to say
+    if not means or not any(len((t.get("curve") or {}).get("step", ())) >= 2 for t in trials):
         return None
     target = max(means) if direction == "min" else min(means)
     found: dict[str, Any] = {}
