@@ -240,9 +240,9 @@ def parse_lrs(text: str) -> tuple[float, ...] | None:
     """``--lrs``: 'auto' (None) or comma-separated finite numbers > 0."""
     if text.strip().lower() == "auto":
         return None
-    items = [s.strip() for s in text.split(",") if s.strip()]
+    items = [s.strip() for s in text.split(",")]
     try:
-        values = tuple(float(s) for s in items)
+        values = tuple(float(s) for s in items)  # an empty item ("1e-3,,2e-3") is no number either
     except ValueError:
         values = ()
     if not values or any(not (0 < v < float("inf")) for v in values):

@@ -73,6 +73,8 @@ def check(config: SweepConfig) -> Plan:
         raise ConfigError(f"--workers {config.workers!r} must be an integer >= 1")
     if config.backend not in BACKENDS:
         raise ConfigError(f"--backend {config.backend!r}; valid: {', '.join(BACKENDS)}")
+    if config.address is not None and config.backend != "ray":
+        raise ConfigError(f"--address {config.address!r} is a Ray cluster's; give it with --backend ray")
     if config.lrs is not None and (not config.lrs or any(not lr > 0 or lr == float("inf") for lr in config.lrs)):
         raise ConfigError(f"--lrs {config.lrs!r}: give auto or finite numbers > 0, e.g. 1e-3,3e-3,1e-2")
     if config.lrs is not None and len(set(config.lrs)) != len(config.lrs):
