@@ -229,6 +229,13 @@ def test_bad_input_is_named():
         probe_step(model, v, data[:0], [1e-3])
     with pytest.raises(ValueError, match="chunk_size=0; valid: a positive number"):
         probe_step(model, v, data, [1e-3], chunk_size=0)
+    with pytest.raises(ValueError, match=r"etas=0.001 is one number; give the η grid as a list, e.g. \[0.001\]"):
+        probe_step(model, v, data, 1e-3)
+    name = next(iter(v))
+    with pytest.raises(ValueError, match=rf"direction\['{name}'\] has shape \(1, 1\); the parameter's is"):
+        probe_step(model, {**v, name: torch.ones(1, 1, dtype=v[name].dtype)}, data, [1e-3])
+    with pytest.raises(ValueError, match=rf"direction\['{name}'\] is not finite"):
+        probe_step(model, {**v, name: torch.full_like(v[name], math.nan)}, data, [1e-3])
     half = copy.deepcopy(model).half()
     with pytest.raises(ValueError, match="precision='model' on a torch.float16 model cannot resolve one step"):
         probe_step(half, {n: t.half() for n, t in v.items()}, data, [1e-3], precision="model")

@@ -48,6 +48,8 @@ MODES = ("fixed", "policy")
 
 
 def check_etas(etas: Sequence[float]) -> list[float]:
+    if isinstance(etas, int | float | Tensor) and not (isinstance(etas, Tensor) and etas.ndim > 0):
+        raise ValueError(f"etas={float(etas)!r} is one number; give the η grid as a list, e.g. [{float(etas)!r}]")
     etas = [float(e) for e in etas]
     if not etas or any(not math.isfinite(e) or e <= 0 for e in etas):
         raise ValueError(f"the η grid {etas} must be a non-empty list of finite step sizes > 0")
@@ -130,6 +132,14 @@ def probe_step(
         raise ValueError(f"chunk_size={chunk_size!r}; valid: a positive number of sequences per chunk")
     scored = scored_positions(sequences, attention_mask, scored)
     net = unwrap(model)
+    shapes = {n: p.shape for n, p in net.named_parameters()}
+    for name, v in direction.items():
+        if name in shapes and v.shape != shapes[name]:
+            raise ValueError(
+                f"direction[{name!r}] has shape {tuple(v.shape)}; the parameter's is {tuple(shapes[name])}"
+            )
+        if not bool(torch.isfinite(v).all()):
+            raise ValueError(f"direction[{name!r}] is not finite (a step that diverged?): there is no step to probe")
     half = sorted({str(p.dtype) for p in net.parameters() if p.dtype in (torch.float16, torch.bfloat16)})
     if precision == "model" and half:
         # ΔH of one step is ~1e-6 and below; half precision rounds it away and its derivatives overflow.
