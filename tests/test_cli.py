@@ -269,3 +269,10 @@ def test_a_sweep_without_a_tuned_lr_says_so(sweepable, tmp_path, capsys):
     argv = ["sweep", "synthetic", "--optimizers", "sgd,adam", "--seeds", "2", "--out", str(out), "--lrs", "0.1,1"]
     assert cli.main([*argv, "--diverge-above", "0.05"]) == cli.EXIT_DIVERGED
     assert "no tuned lr for sgd, adam: every trial diverged or missed" in capsys.readouterr().out
+
+
+def test_a_sweep_with_one_seed_prints_no_interval(sweepable, tmp_path, capsys):
+    out = tmp_path / "s"
+    assert cli.main(["sweep", "synthetic", "--optimizers", "sgd,adam", "--seeds", "1", "--out", str(out)]) == 0
+    summary = [line for line in capsys.readouterr().out.splitlines() if ": tuned lr " in line]
+    assert len(summary) == 2 and all(line.endswith("(one seed: no spread, no interval)") for line in summary)

@@ -282,10 +282,12 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     for name in results["ranking"]:
         t = results["optimizers"][name]
         low, high = t["interval"]
-        console.print(
-            f"  {name}: tuned lr {t['tuned_lr']:g}, {t['mean']:.4g} ± {t['std']:.2g} (95% CI {low:.4g} … {high:.4g})",
-            highlight=False,
+        spread = (
+            f"{t['mean']:.4g} ± {t['std']:.2g} (95% CI {low:.4g} … {high:.4g})"
+            if len(t["values"]) > 1
+            else f"{t['mean']:.4g} (one seed: no spread, no interval)"
         )
+        console.print(f"  {name}: tuned lr {t['tuned_lr']:g}, {spread}", highlight=False)
     untuned = [name for name, t in results["optimizers"].items() if name not in results["ranking"]]
     if untuned:  # every trial at +∞ (diverged, or the target never reached): no tuned lr to compare
         console.print(
