@@ -11,7 +11,7 @@ optimizer, built on Hessian-vector products (reverse-over-reverse on a gradient 
 """
 
 from .directional import directional_curvature
-from .hvp import HessianOperator, batch_statistics, map_tensors, running_statistics_kept, tensors_in
+from .hvp import HessianOperator, batch_statistics, check_dtype, map_tensors, running_statistics_kept, tensors_in
 from .lanczos import LanczosResult, lanczos
 from .noise import gradient_noise_scale, noise_scale_from_norms, rank_gradients
 from .sharpness import sharpness
@@ -23,6 +23,7 @@ __all__ = [
     "LanczosResult",
     "Stability",
     "batch_statistics",
+    "check_dtype",
     "directional_curvature",
     "gradient_noise_scale",
     "hessian_trace",

@@ -80,6 +80,20 @@ def tensors_in(obj: Any) -> list[Tensor]:
     return found
 
 
+def check_dtype(dtype: Any, who: str) -> None:
+    """A floating torch.dtype or None, else a ValueError naming ``who``'s bad value."""
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"{who}: dtype={dtype!r}; give a floating torch.dtype (e.g. torch.float64) or None")
+
+
+@contextlib.contextmanager
+def gradients_on() -> Iterator[None]:
+    """Autograd on for the duration, even inside the caller's ``torch.no_grad`` or ``inference_mode`` (a
+    measurement taken from an evaluation loop)."""
+    with torch.inference_mode(False), torch.enable_grad():
+        yield
+
+
 def cast_floats(obj: Any, dtype: torch.dtype) -> Any:
     """``obj`` (as ``map_tensors`` takes it) with its floating tensors cast to ``dtype``."""
     return map_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, obj)
@@ -190,8 +204,7 @@ class HessianOperator:
         dtype: torch.dtype | None = None,
         params: list[Tensor] | None = None,
     ) -> None:
-        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-            raise ValueError(f"curvature: dtype={dtype!r}; give a floating torch.dtype (e.g. torch.float64) or None")
+        check_dtype(dtype, "curvature")
         self.model = unwrap(model)
         self.module = _Loss(self.model, loss_fn)
         self.cast = dtype
@@ -199,9 +212,9 @@ class HessianOperator:
         if any(t.ndim >= 1 and t.shape[0] == 0 for t in tensors_in(self.batch)):
             raise ValueError("curvature: the batch is empty (a tensor with 0 rows); give at least one example")
         named = list(self.model.named_parameters())
-        chosen = {id(p) for p in params} if params is not None else {id(p) for _, p in named if p.requires_grad}
-        self.params = [p for _, p in named if id(p) in chosen and p.requires_grad]
-        self.names = [n for n, p in named if id(p) in chosen and p.requires_grad]
+        chosen = None if params is None else {id(p) for p in params}
+        taken = [(n, p) for n, p in named if p.requires_grad and (chosen is None or id(p) in chosen)]
+        self.names, self.params = [n for n, _ in taken], [p for _, p in taken]
         if not self.params:
             raise ValueError("curvature: the model has no parameter that requires grad (to take the Hessian over)")
         cast = (lambda t: t.detach()) if dtype is None else (lambda t: cast_floats(t.detach(), dtype))
@@ -257,17 +270,21 @@ class HessianOperator:
     def prepare(self, batch: Any) -> Any:
         """``batch`` with its floating tensors in the operator's dtype (when one was asked for), and copies of
         tensors made under ``torch.inference_mode`` (autograd cannot save those for the backward pass)."""
-        with torch.inference_mode(False):
-            batch = map_tensors(lambda t: t.clone() if t.is_inference() else t, batch)
-        return batch if self.cast is None else cast_floats(batch, self.cast)
+
+        def prepared(t: Tensor) -> Tensor:
+            if t.is_inference():
+                with torch.inference_mode(False):
+                    t = t.clone()
+            return t.to(self.cast) if self.cast is not None and t.is_floating_point() else t
+
+        return map_tensors(prepared, batch)
 
     def loss(self, batch: Any = None) -> float:
         with evaluating(self.model), torch.no_grad():
             return float(self._loss(self.theta, self.batch if batch is None else self.prepare(batch)))
 
     def _gradient(self, batch: Any, create_graph: bool) -> tuple[list[Tensor], list[Tensor]]:
-        # gradients even where the caller is under torch.no_grad or inference_mode (an evaluation loop)
-        with torch.inference_mode(False), torch.enable_grad(), evaluating(self.model):
+        with gradients_on(), evaluating(self.model):
             leaves = [t.detach().requires_grad_(True) for t in self.theta.values()]
             loss = self._loss(dict(zip(self.theta, leaves, strict=True)), batch)
             if not (isinstance(loss, Tensor) and loss.numel() == 1 and loss.is_floating_point()):
@@ -308,7 +325,7 @@ class HessianOperator:
         hv: tuple[Tensor | None, ...] = (None,) * len(leaves)
         if pairs:
             outputs, tangents = zip(*pairs, strict=True)
-            with torch.inference_mode(False), torch.enable_grad():
+            with gradients_on():
                 hv = torch.autograd.grad(outputs, leaves, grad_outputs=tangents, retain_graph=True, allow_unused=True)
         self.hvps += 1
         return self.flatten([torch.zeros_like(p) if h is None else h for h, p in zip(hv, leaves, strict=True)])

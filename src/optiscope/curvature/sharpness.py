@@ -25,24 +25,21 @@ from .lanczos import lanczos
 from .thresholds import Stability, inverse_preconditioner, stability_threshold
 
 
-def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> list[Tensor] | None:
+def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer, preconditioned: bool) -> list[Tensor]:
     """The parameters whose stability the optimizer's threshold speaks of: those it moves — in its param
-    groups and, for an Adam-family optimizer that has stepped, holding its state (a parameter that never
-    had a gradient, an unused head, is not moved). None (every parameter that requires grad) without an
-    optimizer, or before an Adam-family optimizer's first step."""
-    if optimizer is None:
-        return None
+    groups, requiring grad, and, for a ``preconditioned`` (Adam-family) optimizer that has stepped, holding
+    its state (a parameter that never had a gradient, an unused head, is not moved). Before the first step
+    no parameter has state, and all of the optimizer's are returned (``operator`` then measures H)."""
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-    mine = {id(p) for p in unwrap(model).parameters()}
+    inner = unwrap(model)
+    mine = {id(p) for p in inner.parameters()}
     if not any(id(p) in mine for p in params):
         raise ValueError(
             f"curvature: none of the {type(optimizer).__name__}'s parameters that require grad is a parameter of "
-            f"the model ({type(unwrap(model)).__name__}); give the optimizer that trains this model"
+            f"the model ({type(inner).__name__}); give the optimizer that trains this model"
         )
-    if stability_threshold(optimizer).preconditioned:
-        stepped = [p for p in params if "exp_avg_sq" in optimizer.state.get(p, {})]
-        return stepped or None  # before the first step: no P, so H over all (``operator``)
-    return params
+    stepped = [p for p in params if "exp_avg_sq" in optimizer.state.get(p, {})] if preconditioned else []
+    return stepped or params
 
 
 def operator(
@@ -54,8 +51,9 @@ def operator(
 ) -> tuple[HessianOperator, Any, Tensor | None, Stability]:
     """(H over the parameters the optimizer moves, v ↦ A v, D or None, stability), where A = D H D with
     D = P^{-1/2} for a preconditioned optimizer that has stepped, else A = H."""
-    op = HessianOperator(model, loss_fn, batch, dtype=dtype, params=moved_parameters(model, optimizer))
     stability = stability_threshold(optimizer)
+    params = None if optimizer is None else moved_parameters(model, optimizer, stability.preconditioned)
+    op = HessianOperator(model, loss_fn, batch, dtype=dtype, params=params)
     if optimizer is None or not stability.preconditioned:
         return op, op, None, stability
     try:

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from ..curvature import (
     HessianOperator,
     batch_statistics,
+    check_dtype,
     gradient_noise_scale,
     hessian_trace,
     map_tensors,
@@ -105,10 +106,7 @@ class Curvature:
             raise ValueError(
                 f"Curvature: directions={self.directions!r}; give a tuple of {DIRECTIONS} (or () for none)"
             )
-        if self.dtype is not None and not (isinstance(self.dtype, torch.dtype) and self.dtype.is_floating_point):
-            raise ValueError(
-                f"Curvature: dtype={self.dtype!r}; give a floating torch.dtype (e.g. torch.float64) or None"
-            )
+        check_dtype(self.dtype, "Curvature")
         if not 0 < self.tol < 1:
             raise ValueError(f"Curvature: tol={self.tol!r} must be in (0, 1)")
         if self.micro_batches == 1:
