@@ -420,9 +420,6 @@ def main(argv: list[str] | None = None) -> int:
         hint = _unknown_options_hint(parser, argv) if "unrecognized arguments" in str(e) else ""
         _error(f"{e}{hint}")
         return EXIT_BAD_INPUT
-    if getattr(args, "resume", False) and getattr(args, "force", False):
-        _error(f"{args.command}: --resume continues the run in --out and --force replaces it; give one of them")
-        return EXIT_BAD_INPUT
     command = {
         "list": lambda: cmd_list(console),
         "run": lambda: cmd_run(args, console),

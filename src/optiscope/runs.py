@@ -226,10 +226,12 @@ def open_run(
       opens the same directory fail at once.
     * A directory that holds another run is refused unless ``resume`` (continue it: the stored
       configuration must equal ``config`` except in the keys ``ignored``, which do not change results)
-      or ``force`` (first remove every file the run owns: ``OWNED`` plus ``owned``).
+      or ``force`` (first remove every file the run owns: ``OWNED`` plus ``owned``); both at once are refused.
     * ``config.json`` is written when the run starts. If the block fails with a ``UserError`` before
       anything else was written, it is removed again: the directory never describes a run it does not hold.
     """
+    if resume and force:
+        raise RunDirError("--resume continues the run in --out and --force replaces it; give one of them")
     path = check_out(out)
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--out {path} exists and is not a directory")
@@ -333,11 +335,9 @@ def _remove(path: Path) -> None:
         for found in path.rglob(pattern):
             if found.is_file() or found.is_symlink():
                 found.unlink()
-    for folder in sorted((d for d in path.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
-        if not any(folder.iterdir()):
+    for folder in sorted([path, *(d for d in path.rglob("*") if d.is_dir())], key=lambda d: -len(d.parts)):
+        if not any(folder.iterdir()):  # deepest first, so a folder emptied of folders goes too
             folder.rmdir()
-    if not any(path.iterdir()):
-        path.rmdir()
 
 
 def write_error_log(directory: Path | None, what: str, text: str) -> Path:

@@ -29,9 +29,8 @@ class Diverged(RuntimeError):
 
     def __init__(self, record: dict[str, Any]) -> None:
         self.record = record
-        diagnosis = record.get("curvature_diagnosis") or ""
-        # the diagnosis is a sentence of its own ("diverged at step N; …"): here the step is said once
-        diagnosis = diagnosis.removeprefix(f"diverged at step {record['step']}; ")
+        # the diagnosis is a sentence of its own, opening with the step: here the step is said once
+        diagnosis = (record.get("curvature_diagnosis") or "").removeprefix(_diverged_at(record["step"]))
         super().__init__(
             f"diverged at step {record['step']}: {record['reason']} (loss {record['loss']}); "
             f"{exploded_summary(record.get('exploded_first', []))}{f'; {diagnosis}' if diagnosis else ''}"
@@ -102,9 +101,14 @@ def curvature_diagnosis(step: int, history: list[tuple[int, float | None, str, b
             if r <= 1:
                 break
             since = s
-        return f"diverged at step {step}; {what} {last:.3g}× its {label} threshold since step {since}"
+        return f"{_diverged_at(step)}{what} {last:.3g}× its {label} threshold since step {since}"
     worst_step, worst = max(((s, r) for s, r, _, _ in known), key=lambda sr: sr[1])
     return (
-        f"diverged at step {step}; {what} stayed below its {label} threshold "
+        f"{_diverged_at(step)}{what} stayed below its {label} threshold "
         f"({last:.3g}× at step {last_step}, at most {worst:.3g}× at step {worst_step})"
     )
+
+
+def _diverged_at(step: int) -> str:
+    """How a curvature diagnosis opens (and what ``Diverged`` drops from it, having said the step)."""
+    return f"diverged at step {step}; "

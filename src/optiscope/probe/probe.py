@@ -48,7 +48,7 @@ MODES = ("fixed", "policy")
 
 
 def check_etas(etas: Sequence[float]) -> list[float]:
-    if isinstance(etas, int | float | Tensor) and not (isinstance(etas, Tensor) and etas.ndim > 0):
+    if isinstance(etas, int | float) or (isinstance(etas, Tensor) and etas.ndim == 0):
         raise ValueError(f"etas={float(etas)!r} is one number; give the η grid as a list, e.g. [{float(etas)!r}]")
     etas = [float(e) for e in etas]
     if not etas or any(not math.isfinite(e) or e <= 0 for e in etas):
