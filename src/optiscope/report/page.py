@@ -135,11 +135,11 @@ MONITORED = "monitored training"  # the section of directories a Monitor wrote w
 
 
 def section_of(run: RunDir) -> str | None:
-    """The run's experiment; ``MONITORED`` for a Monitor's directory (a callback's: metrics.jsonl only,
-    no config.json); None when nothing in it can be shown."""
+    """The run's experiment; ``MONITORED`` for a Monitor's directory with records; None when nothing in it
+    can be shown."""
     if run.experiment is not None:
         return run.experiment
-    return MONITORED if run.metrics and run.config is None else None
+    return MONITORED if run.monitored and run.metrics else None
 
 
 def section_head(experiment: str | None, group: list[RunDir]) -> str:

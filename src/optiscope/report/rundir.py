@@ -30,6 +30,7 @@ class RunDir:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    monitored: bool = False  # a Monitor's directory (its JSONL sink, the callbacks'): metrics.jsonl, no config.json
 
     @property
     def name(self) -> str:
@@ -42,9 +43,8 @@ def read_run(path: Path) -> RunDir:
         raise UserError(f"{path} is not a run directory (give directories written by `optiscope run`)")
     run = RunDir(path)
     run.config = _read_object(path / runs.CONFIG, run.problems)
-    # a Monitor's directory (its sinks, the callbacks) has metrics.jsonl only: no results.json is expected there
-    expected = (path / runs.CONFIG).exists() or not (path / runs.METRICS).exists()
-    run.results = _read_results(path / runs.RESULTS, run.problems, expected)
+    run.monitored = (path / runs.METRICS).exists() and not (path / runs.CONFIG).exists()
+    run.results = _read_results(path / runs.RESULTS, run.problems, expected=not run.monitored)
     run.metrics = read_metrics(path / runs.METRICS, run.problems)
     run.figures = sorted((path / runs.FIGURES).glob("*.png"))
     named = [d.get("experiment") for d in (run.results, run.config) if isinstance(d, dict)]
