@@ -147,13 +147,32 @@ def test_micro_batches_too_small_for_batch_norms_are_refused_at_construction():
     with_norm = nn.Sequential(nn.Linear(3, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 2)).double()
     before = copy.deepcopy(with_norm.state_dict())
     opt = torch.optim.SGD(with_norm.parameters(), lr=0.1)
-    with pytest.raises(ValueError, match=r"micro_batches=20 cuts the batch into micro-batches of 1 example\(s\)"):
+    with pytest.raises(ValueError):  # the oracle: torch itself refuses one example
+        copy.deepcopy(with_norm)(batch[0][:1])
+    message = r"micro_batches=20 cuts the batch into micro-batches of 1 example\(s\), .* batch norm '1' \(BatchNorm1d"
+    with pytest.raises(ValueError, match=message):
         Monitor(with_norm, opt, curvature=Curvature(batch, loss_fn, micro_batches=20))
     assert all(torch.equal(before[k], v) for k, v in with_norm.state_dict().items())
     for model, parts in ((with_norm, 10), (mlp_problem(0)[0], 20)):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         monitor = Monitor(model, opt, curvature=Curvature(batch, loss_fn, every=1, micro_batches=parts))
         assert "noise_scale" in train(model, opt, monitor, loss_fn, batch, 1)[-1]
+
+
+def test_one_image_per_micro_batch_is_measured_where_torch_accepts_it():
+    """A BatchNorm2d normalises over the batch and the pixels: one image of 2 × 2 pixels has 4 values per
+    channel, which torch accepts (the oracle), so micro-batches of one image are measured."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(8, 1)).double()
+    x, y = torch.randn(4, 1, 4, 4, dtype=torch.float64), torch.randn(4, 1, dtype=torch.float64)
+    model(x[:1])  # torch's own check passes
+
+    def loss_fn(m, batch):
+        return nn.functional.mse_loss(m(batch[0]), batch[1])
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = Monitor(model, opt, curvature=Curvature((x, y), loss_fn, every=1, micro_batches=4))
+    assert "noise_scale" in train(model, opt, monitor, loss_fn, (x, y), 1)[-1]
 
 
 def test_noise_over_ranks_needs_a_ddp_model():

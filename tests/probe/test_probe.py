@@ -10,7 +10,7 @@ from torch import nn
 
 from optiscope.optim import Adam
 from optiscope.probe import entropy_per_sequence, prediction_curves, probe_step, sample_sequences, update_direction
-from tiny_lm import E, T, lm_loss, setup
+from tiny_lm import VOCAB, E, T, lm_loss, setup
 
 
 def mean_entropy_at(model, direction, eta, data):
@@ -225,6 +225,13 @@ def test_bad_input_is_named():
         probe_step(reg, {"lin.weight": torch.ones(1, 1, dtype=torch.float64)}, data, [1e-3])
     with pytest.raises(ValueError, match="not parameters of the model"):
         probe_step(model, {"nope": torch.ones(1)}, data, [1e-3])
+    vocabulary = VOCAB
+    with pytest.raises(ValueError, match=rf"sequences\[2, 3\] = {vocabulary} is not a token id .* 0..{vocabulary - 1}"):
+        probe_step(model, v, data.index_put((torch.tensor(2), torch.tensor(3)), torch.tensor(vocabulary)), [1e-3])
+    with pytest.raises(ValueError, match=r"sequences\[0, 0\] = -1 is not a token id"):
+        probe_step(model, v, data.index_put((torch.tensor(0), torch.tensor(0)), torch.tensor(-1)), [1e-3])
+    with pytest.raises(ValueError, match="sequences must be integer token ids, got dtype torch.float32"):
+        probe_step(model, v, data.float(), [1e-3])
     with pytest.raises(ValueError, match=r"sequences is empty \(E = 0\)"):
         probe_step(model, v, data[:0], [1e-3])
     with pytest.raises(ValueError, match="chunk_size=0; valid: a positive number"):

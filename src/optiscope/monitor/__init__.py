@@ -10,7 +10,7 @@ sharpness against the optimizer's stability threshold (``optiscope.curvature``) 
 from .curvature import Curvature
 from .divergence import Diverged, DivergenceGuard, safe_perplexity
 from .monitor import Monitor
-from .names import clean_name
+from .names import own_names
 from .sinks import ConsoleSink, JSONLSink, TensorBoardSink, run_directory_sinks
 
 __all__ = [
@@ -21,7 +21,7 @@ __all__ = [
     "JSONLSink",
     "Monitor",
     "TensorBoardSink",
+    "own_names",
     "run_directory_sinks",
-    "clean_name",
     "safe_perplexity",
 ]

@@ -45,6 +45,7 @@ from ..curvature import (
     sharpness,
     tensors_in,
 )
+from ..curvature.hvp import unwrap
 
 KEYS = (
     "sharpness",
@@ -168,21 +169,32 @@ def check_micro_batches(config: Curvature, model: nn.Module) -> None:
     """Fails now, not at the first measurement, where ``config.micro_batches`` cuts the batch into micro-batches
     too small for the model's batch norms: in a measurement those that train normalise by the micro-batch's
     own statistics, which torch refuses for one value per channel (a BatchNorm1d on one example). One forward
-    pass of one micro-batch, with nothing of the model changed (``evaluating``), and only for such models."""
-    if not (config.micro_batches and any(batch_statistics(m) for m in model.modules())):
+    pass of one micro-batch, with nothing of the model changed (``evaluating``), and only for such models;
+    each such norm checks its input's values per channel before torch does."""
+    norms = [(name, m) for name, m in unwrap(model).named_modules() if batch_statistics(m)]
+    if not (config.micro_batches and norms):
         return
     op = HessianOperator(model, config.loss_fn, config.batch, dtype=config.dtype)
     part = split_batch(config.batch, config.micro_batches)[0]
+
+    def refuse_one_value(name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            x = args[0]
+            if isinstance(x, Tensor) and x.ndim >= 2 and x.numel() == x.shape[1]:
+                raise ValueError(
+                    f"Curvature: micro_batches={config.micro_batches} cuts the batch into micro-batches of "
+                    f"{_batch_size(part)} example(s), too few for the model's training batch norm {name!r} "
+                    f"({type(module).__name__} sees one value per channel); give fewer micro_batches"
+                )
+
+        return hook
+
+    hooks = [m.register_forward_pre_hook(refuse_one_value(name)) for name, m in norms]
     try:
         op.loss(part)
-    except ValueError as error:
-        if "value per channel" not in str(error):  # torch's words for this case; anything else is not ours to name
-            raise
-        raise ValueError(
-            f"Curvature: micro_batches={config.micro_batches} cuts the batch into micro-batches of "
-            f"{_batch_size(part)} example(s), too few for the model's training batch norms ({error}); "
-            "give fewer micro_batches"
-        ) from error
+    finally:
+        for h in hooks:
+            h.remove()
 
 
 def measure(

@@ -42,11 +42,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..curvature.hvp import unwrap
 from . import stats
 from .accumulation_noise import AccumulationNoise
 from .curvature import Curvature, check_micro_batches, measure
 from .divergence import Diverged, DivergenceGuard, curvature_diagnosis
-from .names import clean_name, under_compile
+from .names import is_own_name, own_names, under_compile
 from .rank_noise import RankNoise
 
 DEFAULT_GUARD = DivergenceGuard()
@@ -72,17 +73,21 @@ def parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[
 
     Where the optimizer was given named parameters (``model.named_parameters()`` or (name, tensor) pairs;
     torch.optim keeps them in each group's ``param_names``) those names are used, so records, sinks and
-    the optimizer's ``state_dict`` agree; otherwise the model's name, else ``group{i}.param{j}``. Wrapper
-    prefixes are dropped (``clean_name``). A name given to two tensors falls back to the model's name
-    (or the position), so no tensor's statistics overwrite another's.
+    the optimizer's ``state_dict`` agree; otherwise the model's name, else ``group{i}.param{j}``. The model's
+    names are those inside its wrappers (``own_names``), and a given name that is one of them under wrapper
+    prefixes (``module.x`` from a DDP model) is that name. A name given to two tensors falls back to the
+    model's name (or the position), so no tensor's statistics overwrite another's.
     """
-    from_model = {id(p): clean_name(n) for n, p in model.named_parameters()}
+    from_model = own_names(model)
     names: dict[int, str] = {}
     for gi, group in enumerate(optimizer.param_groups):
         given = group.get("param_names")
         for pi, p in enumerate(group["params"]):
-            fallback = from_model.get(id(p), f"group{gi}.param{pi}")
-            names[id(p)] = clean_name(given[pi]) if given is not None else fallback
+            own = from_model.get(id(p))
+            if given is not None and not (own is not None and is_own_name(given[pi], own)):
+                names[id(p)] = given[pi]
+            else:
+                names[id(p)] = own if own is not None else f"group{gi}.param{pi}"
     counts: dict[str, int] = {}
     for name in names.values():
         counts[name] = counts.get(name, 0) + 1
@@ -438,11 +443,13 @@ class Monitor:
             if embedding is not None and embedding.ndim != 2:
                 raise ValueError(f"Monitor: embedding must be a 2-D matrix, got shape {tuple(embedding.shape)}")
             return embedding
-        named = {clean_name(n): p for n, p in model.named_parameters()}
+        # the name as the records give it, as the model inside its wrappers has it, or as the wrapper has it
+        named = {n: p for n, p in model.named_parameters()}
+        named.update({n: p for n, p in unwrap(model).named_parameters()})
         named.update({names[id(p)]: p for group in optimizer.param_groups for p in group["params"]})
-        if clean_name(embedding) not in named:
+        if embedding not in named:
             raise ValueError(f"Monitor: embedding={embedding!r} is not a parameter name; names: {sorted(named)[:8]} …")
-        return named[clean_name(embedding)]
+        return named[embedding]
 
     def row_updates(self) -> Tensor | None:
         """Mean ‖Δ row‖ of the tracked embedding over the measured steps (one value per row)."""

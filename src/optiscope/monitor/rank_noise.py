@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .curvature import SmallBatchNorms
-from .names import clean_name, under_compile
+from .names import own_names, under_compile
 
 
 class RankNoise:
@@ -53,7 +53,8 @@ class RankNoise:
             )
         ignored = getattr(ddp, "parameters_to_ignore", set())  # not synchronised by DDP
         named = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad and n not in ignored]
-        self.names = [clean_name(n) for n, _ in named]
+        own = own_names(ddp)
+        self.names = [own[id(p)] for _, p in named]
         self.params = [p for _, p in named]
         self.batch_size, self.due, self.active = batch_size, due, True
         self.local: dict[int, Tensor] = {}  # |G_r,p|² of this rank

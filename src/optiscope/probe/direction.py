@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..curvature import running_statistics_kept
-from ..monitor import clean_name
+from ..monitor import own_names
 from ..optim import clip_grad_norm
 
 
@@ -76,7 +76,7 @@ def update_direction(
     loop that clips would. Parameters the step does not move are left out (their v is zero).
     """
     grads = gradients(model, loss_fn, batch)
-    named = {id(p): clean_name(n) for n, p in model.named_parameters()}
+    named = own_names(model)
     params = (
         {id(p): p for g in optimizer.param_groups for p in g["params"]}
         if optimizer is not None

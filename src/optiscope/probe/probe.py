@@ -153,6 +153,7 @@ def probe_step(
     net.eval()
     try:
         with forward_mode_attention(net):
+            check_token_ids(net, sequences)
             return _probe(
                 net,
                 direction,
@@ -168,6 +169,24 @@ def probe_step(
             )
     finally:
         net.train(was_training)
+
+
+def check_token_ids(net: nn.Module, sequences: Tensor) -> None:
+    """``sequences`` must hold integer ids the model has logits for: an id outside the vocabulary would fail
+    deep inside an embedding or a gather. The vocabulary is read from the logits of one token (id 0)."""
+    if sequences.is_floating_point() or sequences.is_complex() or sequences.dtype == torch.bool:
+        raise ValueError(f"sequences must be integer token ids, got dtype {sequences.dtype}")
+    device = next(net.parameters()).device
+    with torch.no_grad():
+        one = torch.zeros((1, 1), dtype=torch.long, device=device)
+        vocabulary = check_logits(net(one, **call_kwargs(net, None))).shape[-1]
+    bad = (sequences < 0) | (sequences >= vocabulary)
+    if bool(bad.any()):
+        i, t = (int(j) for j in bad.nonzero()[0])
+        raise ValueError(
+            f"sequences[{i}, {t}] = {int(sequences[i, t])} is not a token id of the model: valid ids are "
+            f"0..{vocabulary - 1}"
+        )
 
 
 def scored_positions(sequences: Tensor, attention_mask: Tensor | None, scored: Tensor | None) -> Tensor | None:
