@@ -8,6 +8,7 @@ from figure_checks import assert_figures_drawn_and_replotted
 from optiscope import cli, contracts, runs
 from optiscope.experiments import ConfigError
 from optiscope.experiments import edge_of_stability as eos
+from optiscope.figures import edge_of_stability as figures
 
 FIGURES = ["sharpness.png", "preconditioned.png"]
 
@@ -58,6 +59,18 @@ def test_weight_decay_reaches_adamw_only(tmp_path):
         assert (adam["loss"] == adamw["loss"]) is (decay == 0.0)
 
 
+def test_a_diverged_run_has_no_equilibrium_and_its_title_says_so(tmp_path):
+    """momentum@5 leaves its (2 + 2β)/η at once and diverges: its ratio above the edge is no equilibrium, so
+    results.json holds none and the figure's title names the divergence instead of a median."""
+    tiny = dict(optimizers="momentum@5", steps=40, measure_every=10, examples=16, width=8, quiet=True)
+    results = eos.run(eos.Config(**tiny), tmp_path)
+    (run,) = results["runs"]
+    assert run["status"] == "diverged" and run["max_ratio"] > 1  # it did pass its threshold
+    assert run["equilibrium"] is None
+    step = run["divergence"]["step"]
+    assert f"momentum@5 (diverged at step {step})" in figures.sharpness(results).texts[0].get_text()
+
+
 def test_teacher_data_is_deterministic_and_normalised():
     config = eos.Config(examples=64)
     (x1, y1), (x2, y2) = eos.teacher_data(config), eos.teacher_data(config)
@@ -82,7 +95,8 @@ def test_summarize_finds_the_edge_and_the_median_after_it():
         ({"tol": 2.0}, "tol"),
         ({"edge": 0.0}, "edge"),
         ({"steps": 5}, "--measure-every=20 exceeds --steps=5"),
-        ({"examples": 1}, "--examples=1 must be >= 2"),
+        ({"examples": 1}, "--examples=1 must be an integer >= 2"),
+        ({"examples": 0}, "--examples=0 must be an integer >= 2"),
         ({"weight_decay": -0.1}, "--weight-decay=-0.1 must be >= 0"),
     ],
 )

@@ -71,8 +71,9 @@ class Config:
 
     def __post_init__(self) -> None:
         runs_of(self)
-        counts = ("steps", "measure_every", "examples", "inputs", "outputs", "width", "teacher_width", "threads")
+        counts = ("steps", "measure_every", "inputs", "outputs", "width", "teacher_width", "threads")
         require_counts(self, *counts)
+        require_counts(self, "examples", minimum=2)  # the targets are scaled by their std
         require(self.weight_decay >= 0, f"--weight-decay={self.weight_decay!r} must be >= 0")
         require(0 < self.tol < 1, f"--tol={self.tol!r} must be in (0, 1)")
         require(0 < self.edge <= 1, f"--edge={self.edge!r} must be in (0, 1]")
@@ -80,7 +81,6 @@ class Config:
             self.measure_every <= self.steps,
             f"--measure-every={self.measure_every} exceeds --steps={self.steps}: nothing would be measured",
         )
-        require(self.examples >= 2, f"--examples={self.examples} must be >= 2 (the targets are scaled by their std)")
 
 
 QUICK = dict(optimizers="sgd@0.3,sgd@0.5,momentum@0.3,adam@0.01", steps=700, measure_every=10)
@@ -189,6 +189,8 @@ def train_one(config: Config, spec: RunSpec, data: tuple[Tensor, Tensor], run_di
     h = train.train(run, FullBatch(data), train.Plan(config.steps), checkpoint, progress=progress)
     c = h["curvature"]
     edge_step, equilibrium, max_ratio = summarize(c["step"], c["ratio"], config.edge)
+    if h["status"] == "diverged":
+        equilibrium = None  # a run that left its edge for good has no equilibrium there
     return {
         "label": spec.label,
         "optimizer": spec.optimizer,

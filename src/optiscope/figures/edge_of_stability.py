@@ -4,7 +4,8 @@
   run's threshold (2/η, 3.8/η) dashed in its colour, and the training loss below.
 * ``preconditioned.png`` — runs judged by λ₁(P⁻¹H) (Adam): the same with 38/η.
 
-Titles carry the measured equilibrium ratio (median sharpness/threshold after a run first reached its edge).
+Titles carry the measured equilibrium ratio (median sharpness/threshold after a run first reached its edge),
+or say where a run diverged.
 """
 
 from __future__ import annotations
@@ -22,11 +23,16 @@ if TYPE_CHECKING:
 
 
 def _title(runs: list[RunResults], what: str, edge: float) -> str:
-    reached = [r for r in runs if r["equilibrium"] is not None]
-    if not reached:
+    parts = [
+        f"{r['label']} {style.fmt(r['equilibrium'], '.2f')}×"
+        if r["equilibrium"] is not None
+        else f"{r['label']}{_status(r)}"
+        for r in runs
+        if r["equilibrium"] is not None or r["status"] == "diverged"
+    ]
+    if not parts:
         return f"{what}: no run reached {edge:g}× its threshold"
-    ratios = ", ".join(f"{r['label']} {style.fmt(r['equilibrium'], '.2f')}×" for r in reached)
-    return f"{what} against its threshold\nmedian sharpness/threshold once at {edge:g}× or more: {ratios}"
+    return f"{what} against its threshold\nmedian sharpness/threshold once at {edge:g}× or more: {', '.join(parts)}"
 
 
 def _panel(results: Results, preconditioned: bool, what: str) -> Figure:
@@ -42,8 +48,9 @@ def _panel(results: Results, preconditioned: bool, what: str) -> Figure:
     for run, color in zip(chosen, shades, strict=True):
         steps, sharp, loss = style.finite(run["step"]), style.finite(run["sharpness"]), style.finite(run["loss"])
         n = min(len(steps), len(sharp), len(loss))
-        top.plot(steps[:n], sharp[:n], color=color, lw=1.6, label=f"{run['label']}{_status(run)}")
-        bottom.plot(steps[:n], loss[:n], color=color, lw=1.2)
+        marker = "o" if n == 1 else None  # one measurement before a divergence draws no line
+        top.plot(steps[:n], sharp[:n], color=color, lw=1.6, marker=marker, ms=4, label=f"{run['label']}{_status(run)}")
+        bottom.plot(steps[:n], loss[:n], color=color, lw=1.2, marker=marker, ms=4)
         sharp_values.append(sharp)
         if run["threshold"] is not None and np.isfinite(run["threshold"]) and abs(run["threshold"]) < style.DRAWABLE:
             top.axhline(run["threshold"], color=color, ls="--", lw=1)
@@ -62,7 +69,7 @@ def _panel(results: Results, preconditioned: bool, what: str) -> Figure:
             top.axvline(run["edge_step"], color=color, lw=0.6, alpha=0.4)
     top.set_ylabel("preconditioned sharpness λ₁(P⁻¹H)" if preconditioned else "sharpness λ₁(H)")
     style.log_scale(top, "y", *sharp_values)
-    top.legend(loc="lower right")
+    top.legend(loc="best")  # clear of the curves and the dashed thresholds
     bottom.set_ylabel("training loss (full batch)")
     bottom.set_xlabel("step")
     style.log_scale(bottom, "y", *[r["loss"] for r in chosen])
