@@ -10,6 +10,7 @@ or say where a run diverged.
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 import matplotlib.pyplot as plt
@@ -32,12 +33,20 @@ def _title(runs: list[RunResults], what: str, edge: float) -> str:
     ]
     if not parts:
         return f"{what}: no run reached {edge:g}× its threshold"
-    return f"{what} against its threshold\nmedian sharpness/threshold once at {edge:g}× or more: {', '.join(parts)}"
+    lines = textwrap.wrap(f"median sharpness/threshold once at {edge:g}× or more: {', '.join(parts)}", 110)
+    return "\n".join([f"{what} against its threshold", *lines])
 
 
 def _panel(results: Results, preconditioned: bool, what: str) -> Figure:
     chosen = [r for r in results["runs"] if r["preconditioned"] is preconditioned]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=[3, 2])
+    fig, (top, bottom) = plt.subplots(
+        2,
+        1,
+        figsize=(9, 7),
+        sharex=True,
+        height_ratios=[3, 2],
+        layout="constrained",  # room for title and legend
+    )
     fig.suptitle(_title(chosen, what, results["edge"]), fontsize=10)
     if not chosen:
         style.nothing_to_show(top, "no run of this kind in these results")
@@ -69,7 +78,8 @@ def _panel(results: Results, preconditioned: bool, what: str) -> Figure:
             top.axvline(run["edge_step"], color=color, lw=0.6, alpha=0.4)
     top.set_ylabel("preconditioned sharpness λ₁(P⁻¹H)" if preconditioned else "sharpness λ₁(H)")
     style.log_scale(top, "y", *sharp_values)
-    top.legend(loc="best")  # clear of the curves and the dashed thresholds
+    # above the panel, clear of the curves and the dashed thresholds
+    top.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(len(chosen), 4), frameon=False, fontsize=8)
     bottom.set_ylabel("training loss (full batch)")
     bottom.set_xlabel("step")
     style.log_scale(bottom, "y", *[r["loss"] for r in chosen])
