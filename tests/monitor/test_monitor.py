@@ -277,11 +277,93 @@ def test_adam_at_sgds_learning_rate_trips_the_default_guard_on_a_word_level_lm()
     assert "4 x its lowest value" in record["reason"] and record["exploded_first"]
 
 
+def nan_at(step, monitor, model, opt, x, y, steps=30):
+    """Trains ``model`` on (x, y) with a NaN loss at ``step``; returns the Diverged record."""
+    with pytest.raises(Diverged) as info:
+        for i in range(1, steps + 1):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y) * (math.nan if i == step else 1.0)
+            loss.backward()
+            opt.step()
+            monitor.step(loss)
+    return info.value.record
+
+
+def test_a_large_first_update_that_settles_is_no_explosion():
+    """u/w of a linear regression under SGD falls from its first step on (read from the records): no parameter
+    is named as having exploded, although the first step's u/w is far above the later ones' median."""
+    torch.manual_seed(0)
+    model = nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    rec = Recorder()
+    monitor = Monitor(model, opt, every=10, sinks=[rec])
+    x = torch.randn(256, 16)
+    record = nan_at(25, monitor, model, opt, x, x @ torch.randn(16, 1))
+    ratios = [r["params"]["weight"]["u_over_w"] for r in rec.records if "params" in r]
+    assert ratios[0] > 10 * ratios[1] > 100 * ratios[2]  # the premise: u/w falls steeply
+    assert all(row["first_step"] is None for row in record["exploded_first"])
+    assert "no parameter's u/w exploded" in str(Diverged(record))
+
+
+def test_an_update_ratio_that_jumps_at_the_third_measurement_exploded_there():
+    """Early measurements are judged against those before them: a learning rate raised 100-fold for the third
+    step makes u/w jump about 100-fold there (the measured records are the oracle)."""
+    torch.manual_seed(0)
+    model = nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    rec = Recorder()
+    monitor = Monitor(model, opt, every=1, sinks=[rec], on_divergence="record")
+    x = torch.randn(64, 16)
+    y = x @ torch.randn(16, 1)
+    for step in range(1, 4):
+        if step == 3:
+            opt.param_groups[0]["lr"] = 1e-2
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        monitor.step(loss)
+    ratios = [r["params"]["weight"]["u_over_w"] for r in rec.records]
+    assert ratios[2] > 10 * max(ratios[:2])
+    monitor.diverge(3, 1.0, "by hand")
+    assert {r["name"]: r["first_step"] for r in monitor.diverged["exploded_first"]} == {"weight": 3, "bias": 3}
+
+
+def test_a_float64_loss_below_float32s_range_keeps_the_guard_working():
+    """GD on ½w² at η = 0.9 shrinks the loss by 0.01 a step, to 1e-59 (0 in float32); at η = 3.5 = 1.75 × 2/λ
+    it then grows 6.25-fold a step. The guard trips once the loss is 4 × its lowest and above the first
+    loss, which the float64 losses themselves (the oracle) first are at the step computed here."""
+    model = nn.Linear(1, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.9)
+    monitor = Monitor(model, opt, every=1000)
+    x = torch.ones(1, 1, dtype=torch.float64)
+    losses = []
+    with pytest.raises(Diverged) as info:
+        for step in range(1, 400):
+            if step == 31:
+                opt.param_groups[0]["lr"] = 3.5
+            opt.zero_grad()
+            loss = 0.5 * (model(x) ** 2).sum()
+            losses.append(loss.item())
+            loss.backward()
+            opt.step()
+            monitor.step(loss)
+    expected = next(
+        i + 1 for i, v in enumerate(losses) if i + 1 > 20 and v > 4 * min(losses[: i + 1]) and v > losses[0]
+    )
+    assert min(losses) < 1e-50 and info.value.record["step"] == expected
+    assert "4 x its lowest value" in info.value.record["reason"]
+
+
 def test_guard_ignores_noise_near_zero_loss():
     guard = DivergenceGuard(factor=4.0, warmup=0)
     assert guard.reason(100, 4e-4, lowest=1e-5, first=2.3) is None  # spiky but far better than the start
     assert guard.reason(100, 5.0, lowest=1.0, first=4.2) is not None
     assert guard.reason(1, math.nan, lowest=math.inf, first=math.nan) == "loss is nan"
+    assert guard.reason(100, 5.0, lowest=0.0, first=4.2) is not None  # a loss that reached 0 is still guarded
+    assert guard.reason(100, 4.0, lowest=0.0, first=4.2) is None
 
 
 def test_safe_perplexity_never_raises():

@@ -75,7 +75,9 @@ class DivergenceGuard:
         """Why this loss counts as divergence, or None."""
         if not math.isfinite(loss):
             return f"loss is {loss}"
-        if step > self.warmup and lowest > 0 and loss > self.factor * lowest and loss > self.first_factor * first:
+        # lowest ≥ 0: a factor of a negative lowest loss (a log-likelihood's) means nothing; at 0, any loss above
+        # the first is worse than the start
+        if step > self.warmup and lowest >= 0 and loss > self.factor * lowest and loss > self.first_factor * first:
             above = "above the first loss" if self.first_factor == 1 else f"> {self.first_factor:g} x the first loss"
             return f"loss {loss:.4g} > {self.factor:g} x its lowest value {lowest:.4g} and {above} {first:.4g}"
         return None

@@ -358,7 +358,11 @@ class Monitor:
     def _global_loss(self, loss: float | Tensor | None) -> float | None:
         if loss is None:
             return None
-        value = loss.detach().float().mean() if isinstance(loss, Tensor) else torch.tensor(float(loss))
+        # float64: a float64 loss that falls below float32's range must not read as 0 (the guard's lowest loss)
+        if isinstance(loss, Tensor):
+            value = loss.detach().to(torch.float64).mean()
+        else:
+            value = torch.tensor(float(loss), dtype=torch.float64)
         if dist.is_available() and dist.is_initialized():
             device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
             if dist.get_backend() == "gloo":
@@ -373,17 +377,21 @@ class Monitor:
             self._ratio_history.setdefault(name, []).append((step, entry["u_over_w"]))
 
     def exploded_first(self, limit: int = 5) -> list[dict[str, Any]]:
-        """Parameters ordered by the first measured step at which u/w exceeded ``alarm_growth`` times its
-        early level (median of its first three measurements); those that never did follow, by growth."""
+        """Parameters ordered by the first measured step at which u/w was not finite or exceeded ``alarm_growth``
+        times its level before (the median of its first three measurements, of those before it while there are
+        fewer: a large first step that settles is no explosion); those that never did follow, by growth since
+        that early level."""
         rows = []
         for name, history in self._ratio_history.items():
-            finite = [r for _, r in history if math.isfinite(r)]
-            early = sorted(finite[:3])[len(finite[:3]) // 2] if finite else math.nan
-            latest_step, latest = history[-1]
-            first = next(
-                (s for s, r in history if not math.isfinite(r) or (early > 0 and r > self.alarm_growth * early)),
-                None,
-            )
+            early = _median([r for _, r in history if math.isfinite(r)][:3])
+            first, before = None, []
+            for s, r in history:
+                level = _median(before[:3])
+                if not math.isfinite(r) or (before and level > 0 and r > self.alarm_growth * level):
+                    first = s
+                    break
+                before.append(r)
+            latest = history[-1][1]
             growth = stats.safe_ratio(latest, early) if math.isfinite(latest) else math.inf
             rows.append({"name": name, "first_step": first, "u_over_w": latest, "early": early, "growth": growth})
         rows.sort(key=lambda r: (r["first_step"] is None, r["first_step"] or 0, -_finite_or_big(r["growth"])))
@@ -511,6 +519,11 @@ def _refuse_ddp_join(model: nn.Module) -> None:
 def _aggregate(g: Tensor, w: Tensor, u: Tensor) -> dict[str, float]:
     total_g, total_w, total_u = stats.combined_norm(g), stats.combined_norm(w), stats.combined_norm(u)
     return {"g": total_g, "w": total_w, "u": total_u, "u_over_w": stats.safe_ratio(total_u, total_w), "n": len(g)}
+
+
+def _median(values: list[float]) -> float:
+    """The (upper) median of ``values``; NaN for none."""
+    return sorted(values)[len(values) // 2] if values else math.nan
 
 
 def _finite_or_big(x: float) -> float:
