@@ -97,7 +97,8 @@ def test_summarize_finds_the_edge_and_the_median_after_it():
         ({"steps": 5}, "--measure-every=20 exceeds --steps=5"),
         ({"examples": 1}, "--examples=1 must be an integer >= 2"),
         ({"examples": 0}, "--examples=0 must be an integer >= 2"),
-        ({"weight_decay": -0.1}, "--weight-decay=-0.1 must be >= 0"),
+        ({"weight_decay": -0.1}, "--weight-decay=-0.1 must be a finite number >= 0"),
+        ({"weight_decay": float("inf")}, "--weight-decay=inf must be a finite number >= 0"),
     ],
 )
 def test_bad_options_are_refused(kwargs, named):

@@ -117,7 +117,8 @@ def test_trains_its_own_model_when_given_no_checkpoint(tmp_path, text):  # noqa:
     "extra, message",
     [
         (["--E", "100000"], "need at least"),
-        (["--eta-decades", "1"], "must be >= 2"),
+        (["--eta-decades", "1"], "--eta-decades=1.0 must be a finite number >= 2"),
+        (["--eta-decades", "inf"], "--eta-decades=inf must be a finite number >= 2"),
         (["--optimizers", "adam,newton"], "unknown optimizer 'newton'"),
         (["--seq-len", "999"], "must be <= the model's context"),
         (["--mode", "sampled"], "valid: fixed, policy"),
@@ -167,3 +168,23 @@ def test_a_pretrained_model_with_lora_adapters_end_to_end(tmp_path, text):  # no
     fit = entropy.true_change_fit(probe["true"]["entries"][:3])
     assert fit["slope"] == pytest.approx(1.0, abs=0.1)  # small steps change H linearly
     assert sorted(p.name for p in (out / "figures").glob("*.png"))
+
+
+def test_a_pretrained_model_whose_text_is_too_short_or_untokenised_is_a_one_line_error(tmp_path, capsys):
+    """A 🤗 directory without its tokenizer's files, or a text too short for one window, is bad input (exit 2,
+    one line), as it is for the GPT the experiment trains itself."""
+    pytest.importorskip("transformers")
+    import tiny_hf
+
+    model_dir = tiny_hf.save("qwen2", tmp_path / "model")
+    short = tmp_path / "short.txt"
+    short.write_text("abc")
+    bare = tmp_path / "bare"
+    tiny_hf.model("qwen2", 0).save_pretrained(bare)  # weights and config, no tokenizer files
+    capsys.readouterr()  # 🤗's saving progress bars
+    for model, message in ((model_dir, "each needs at least"), (bare, "its tokenizer encodes the text to no tokens")):
+        out = tmp_path / f"run-{model.name}"
+        args = ["run", "entropy", "--hf-model", str(model), "--text", str(short), "--quick", "--out", str(out)]
+        assert cli.main([*args, "--quiet"]) == cli.EXIT_BAD_INPUT
+        err = capsys.readouterr().err  # 🤗's loading progress bars come first
+        assert message in err.strip().splitlines()[-1] and "Traceback" not in err

@@ -234,13 +234,13 @@ def test_seed_claims_read_the_statistics():
         ({"optimizers": "sgd,muon"}, "muon is not offered here (θ is a 2-vector"),
         ({"optimizers": "sgd,adagrad"}, "unknown optimizer 'adagrad'; valid: sgd, momentum, nesterov"),
         ({"steps": -5}, "--steps=-5 must be an integer >= 1"),
-        ({"lrs": (0.1, -1.0)}, "lrs=(0.1, -1.0): give one or more finite numbers > 0"),
-        ({"lrs": ()}, "lrs=(): give one or more"),
-        ({"condition_number": 0.5}, "condition_number=0.5 must be a finite number >= 1"),
+        ({"lrs": (0.1, -1.0)}, "--lrs=(0.1, -1.0): give one or more finite numbers > 0"),
+        ({"lrs": ()}, "--lrs=(): give one or more"),
+        ({"condition_number": 0.5}, "--condition-number=0.5 must be a finite number >= 1"),
         ({"tolerance": 0.0}, "tolerance=0.0 must be a finite number > 0"),
         ({"bias_lr": float("inf")}, "bias_lr=inf must be a finite number > 0"),
-        ({"bias_start": 0.0}, "bias_start=0.0 must be a finite number other than 0"),
-        ({"group_scales": (1.0, 0.0)}, "group_scales=(1.0, 0.0)"),
+        ({"bias_start": 0.0}, "--bias-start=0.0 must be a finite number other than 0"),
+        ({"group_scales": (1.0, 0.0)}, "--group-scales=(1.0, 0.0)"),
     ],
 )
 def test_bad_config_names_the_value_and_what_is_valid(overrides, message):

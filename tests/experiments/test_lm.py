@@ -80,7 +80,9 @@ def test_a_certain_divergence_is_reported_and_the_comparison_goes_on(tmp_path, t
         (["--optimizers", "adam@-1"], "the learning rate must be a finite number > 0"),
         (["--n-embd", "15"], "--n-embd=15 must be divisible by --n-head=2"),
         (["--prompts", "ZQ"], "'ZQ' cannot be encoded"),
-        (["--block-size", "100000"], "each needs at least --block-size + 1"),
+        (["--block-size", "100000"], "at least 100001 (a window of 100000 + 1): use a longer text or a smaller"),
+        (["--clip", "inf"], "--clip=inf must be a finite number > 0"),
+        (["--weight-decay", "inf"], "--weight-decay=inf must be a finite number >= 0"),
     ],
 )
 def test_bad_settings_are_clean_errors(tmp_path, text, capsys, args, message):

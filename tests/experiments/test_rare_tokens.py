@@ -157,11 +157,11 @@ def test_effective_lr_is_larger_for_rarer_tokens(seed_results):
     [
         ({"optimizers": "sgd,adam,adagrad"}, "unknown optimizer 'adagrad'; valid: sgd, momentum"),
         ({"steps": 0}, "--steps=0 must be an integer >= 1"),
-        ({"lr": -0.1}, "lr=-0.1 must be a finite number > 0"),
-        ({"lr": float("nan")}, "lr=nan must be a finite number > 0"),
+        ({"lr": -0.1}, "--lr=-0.1 must be a finite number > 0"),
+        ({"lr": float("nan")}, "--lr=nan must be a finite number > 0"),
         ({"frequencies": (0.5, 0.4)}, "frequencies sum to 0.9; they must sum to 1"),
         ({"frequencies": (1.5, -0.5)}, "[-0.5] are not finite numbers > 0"),
-        ({"sweep_lrs": (0.1, 0.0)}, "sweep_lrs=(0.1, 0.0)"),
+        ({"sweep_lrs": (0.1, 0.0)}, "--sweep-lrs=(0.1, 0.0)"),
         ({"batch_size": 2.5}, "--batch-size=2.5 must be an integer >= 1"),
     ],
 )

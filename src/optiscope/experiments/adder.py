@@ -44,6 +44,7 @@ from . import (
     require_counts,
     torch_threads,
 )
+from .checks import finite, positive
 
 SUMMARY = "tiny transformers that add 10-digit numbers: trained, scored on the 10,010-case suite, explained"
 
@@ -77,7 +78,7 @@ def preset_for_budget(budget: int) -> tuple[str, AdderConfig]:
     sizes = preset_sizes()
     fitting = [name for name, n in sizes.items() if n <= budget]
     if not fitting:
-        raise ConfigError(f"params_budget={budget} is below the smallest model ({min(sizes.values())} parameters)")
+        raise ConfigError(f"--params-budget={budget} is below the smallest model ({min(sizes.values())} parameters)")
     name = max(fitting, key=sizes.get)
     return name, PRESETS[name]
 
@@ -121,19 +122,22 @@ class Config:
     def __post_init__(self) -> None:
         require_counts(self, "params_budget", "batch_size", "steps", "eval_every", "log_every", "threads")
         require_counts(self, "warmup_steps", "curriculum_steps", "carry_steps", minimum=0)
-        require(self.warmup_steps < self.steps, f"warmup_steps={self.warmup_steps} must be < steps={self.steps}")
+        require(self.warmup_steps < self.steps, f"--warmup-steps={self.warmup_steps} must be < --steps={self.steps}")
         runs_of(self)
-        require(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
-        require(self.weight_decay >= 0, f"weight_decay={self.weight_decay} must be >= 0")
-        require(self.clip > 0, f"clip={self.clip} must be > 0")
+        require(0 <= self.min_lr_ratio <= 1, f"--min-lr-ratio={self.min_lr_ratio} must be in [0, 1]")
+        require(
+            finite(self.weight_decay) and self.weight_decay >= 0,
+            f"--weight-decay={self.weight_decay} must be a finite number >= 0",
+        )
+        require(positive(self.clip), f"--clip={self.clip} must be a finite number > 0")
         require(
             1 <= self.curriculum_digits <= N_DIGITS,
-            f"curriculum_digits={self.curriculum_digits} must be in 1 … {N_DIGITS}",
+            f"--curriculum-digits={self.curriculum_digits} must be in 1 … {N_DIGITS}",
         )
         for name in ("carry_start", "carry_end"):
             value = getattr(self, name)
-            require(0 <= value <= 1, f"{name}={value} must be a fraction in [0, 1]")
-        require(len(set(self.seed_list)) == len(self.seed_list), f"seeds={self.seeds} repeats a seed")
+            require(0 <= value <= 1, f"--{name.replace('_', '-')}={value} must be a fraction in [0, 1]")
+        require(len(set(self.seed_list)) == len(self.seed_list), f"--seeds={self.seeds} repeats a seed")
         preset_for_budget(self.params_budget)
 
     @property

@@ -33,13 +33,14 @@ from rich.console import Console
 from torch import Tensor, nn
 
 from .. import runs, train
-from ..data import CorpusError, load_corpus, sample_batch, train_val_split
+from ..data import CorpusError, load_corpus, sample_batch
 from ..models import GPT
 from ..models.pretrained import add_lora, context_length, load_causal_lm
 from ..monitor.stats import loglog_fit
 from ..optim import build_optimizer
 from ..probe import MODES, prediction_curves, probe_step, sample_sequences, subset_errors, update_direction
 from . import ConfigError, RunSpec, execute, lm, parse_runs, require, require_counts
+from .checks import finite
 
 SUMMARY = "One optimizer step's true vs predicted (linear, quadratic) change of a GPT's entropy and loss"
 #: The lm run trained here when no --checkpoint is given lives in DIR/lm.
@@ -107,8 +108,8 @@ class Config:
         require_counts(self, "warm_steps", minimum=0)
         require_counts(self, "n_etas", minimum=3)  # a slope needs points
         require(
-            self.eta_decades >= 2,
-            f"--eta-decades={self.eta_decades} must be >= 2 (the grid spans at least two decades)",
+            finite(self.eta_decades) and self.eta_decades >= 2,
+            f"--eta-decades={self.eta_decades} must be a finite number >= 2 (the grid spans at least two decades)",
         )
         require(self.subset_size <= self.E, f"--subset-size={self.subset_size} must be <= --E={self.E}")
 
@@ -300,7 +301,12 @@ def pretrained_subject(config: Config, console: Console) -> Subject:
     except CorpusError as e:
         raise ConfigError(str(e)) from e
     ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
-    train_ids, val = train_val_split(ids, 0.1)
+    require(
+        len(ids) > 0 or not text,
+        f"--hf-model {config.hf_model}: its tokenizer encodes the text to no tokens (does the directory hold "
+        "the tokenizer's files?)",
+    )
+    train_ids, val = lm.split_windows(ids, lm_config.block_size, "use a longer --text")
     counts = torch.bincount(train_ids, minlength=len(tokenizer))
     data = lm.Corpus(tokenizer, train_ids, val, counts, config.text or "shakespeare", len(text))
     description = f"{config.hf_model} ({type(model).__name__})"

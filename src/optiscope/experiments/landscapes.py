@@ -72,21 +72,21 @@ class Config:
             require(positive(value), f"{name}={value!r} must be a finite number > 0")
         require(
             finite(self.condition_number) and self.condition_number >= 1,
-            f"condition_number={self.condition_number!r} must be a finite number >= 1",
+            f"--condition-number={self.condition_number!r} must be a finite number >= 1",
         )
         require(
             finite(self.bias_start) and self.bias_start != 0,
-            f"bias_start={self.bias_start!r} must be a finite number other than 0 (the minimum)",
+            f"--bias-start={self.bias_start!r} must be a finite number other than 0 (the minimum)",
         )
         for name in ("weight_decay", "decay_lambda"):
             value = getattr(self, name)
             require(finite(value) and value >= 0, f"{name}={value!r} must be a finite number >= 0")
         self.lrs = tuple(self.lrs)
         bad = [lr for lr in self.lrs if not positive(lr)]
-        require(self.lrs and not bad, f"lrs={self.lrs!r}: give one or more finite numbers > 0")
+        require(self.lrs and not bad, f"--lrs={self.lrs!r}: give one or more finite numbers > 0")
         self.group_scales = tuple(self.group_scales)
         bad = [s for s in self.group_scales if not positive(s)]
-        require(self.group_scales and not bad, f"group_scales={self.group_scales!r}: give finite numbers > 0")
+        require(self.group_scales and not bad, f"--group-scales={self.group_scales!r}: give finite numbers > 0")
         names = [item.strip().partition("@")[0] for item in str(self.optimizers).split(",")]
         require(
             not any(n.startswith("muon") for n in names),

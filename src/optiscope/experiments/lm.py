@@ -37,6 +37,7 @@ from ..monitor.curvature import DIRECTIONS
 from ..monitor.stats import spearman, update_ratio_by
 from ..optim import RECIPES, Schedule, as_lambda_lr, build_optimizer
 from . import ConfigError, Objective, RunSpec, checkpoint_name, only_run, parse_runs, require, require_counts
+from .checks import finite, positive
 
 SUMMARY = "A small GPT on real text with each optimizer: loss curves, u/w per layer, rare-token rows, divergence"
 
@@ -133,8 +134,11 @@ class Config:
             f"--warmup-steps={self.warmup_steps} must be in [0, --steps={self.steps})",
         )
         require(0 <= self.min_lr_ratio <= 1, f"--min-lr-ratio={self.min_lr_ratio} must be in [0, 1]")
-        require(self.weight_decay >= 0, f"--weight-decay={self.weight_decay} must be >= 0")
-        require(self.clip > 0, f"--clip={self.clip} must be > 0")
+        require(
+            finite(self.weight_decay) and self.weight_decay >= 0,
+            f"--weight-decay={self.weight_decay} must be a finite number >= 0",
+        )
+        require(positive(self.clip), f"--clip={self.clip} must be a finite number > 0")
         require(0 <= self.dropout < 1, f"--dropout={self.dropout} must be in [0, 1)")
         require(self.sample_tokens >= 0, f"--sample-tokens={self.sample_tokens} must be >= 0")
         require(self.text is None or self.url is None, "give --text or --url, not both")
@@ -250,6 +254,19 @@ class Corpus:
     characters: int
 
 
+def split_windows(ids: Tensor, block_size: int, remedy: str) -> tuple[Tensor, Tensor]:
+    """The corpus's training and validation ids (``train_val_split``, 10 % validation), each long enough for one
+    window of ``block_size`` + 1 tokens; else a ``ConfigError`` that ends with ``remedy``."""
+    need = block_size + 1
+    train_ids, val = train_val_split(ids, 0.1) if len(ids) >= 2 else (ids, ids[:0])
+    require(
+        len(val) >= need and len(train_ids) >= need,
+        f"the corpus gives {len(train_ids)} training and {len(val)} validation tokens; each needs at least "
+        f"{need} (a window of {block_size} + 1): {remedy}",
+    )
+    return train_ids, val
+
+
 def load_data(config: Config) -> Corpus:
     try:
         text = load_corpus(text_path=config.text, url=config.url, sha256=config.sha256)
@@ -258,13 +275,7 @@ def load_data(config: Config) -> Corpus:
     kind = TOKENIZERS[config.tokenizer]
     tokenizer = kind.from_text(text, max_vocab=config.vocab_cap) if config.tokenizer == "word" else kind.from_text(text)
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
-    train_ids, val = train_val_split(ids, 0.1)
-    need = config.block_size + 1
-    require(
-        len(val) >= need and len(train_ids) >= need,
-        f"the corpus gives {len(train_ids)} training and {len(val)} validation tokens; each needs at least "
-        f"--block-size + 1 = {need}: use a longer text or a smaller --block-size",
-    )
+    train_ids, val = split_windows(ids, config.block_size, "use a longer text or a smaller --block-size")
     for prompt in config.prompts:
         try:
             tokenizer.encode(prompt)
