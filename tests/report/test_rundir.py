@@ -3,10 +3,14 @@ show (exit 0), a path that is not a directory a one-line error (exit 2); never a
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 
+import torch
+
 from optiscope import cli
+from optiscope.monitor import Curvature, JSONLSink, Monitor
 from optiscope.report import read_metrics, read_run
 
 from .browser import load
@@ -60,3 +64,44 @@ def test_a_path_that_is_not_a_directory_is_one_line_exit_2(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "nowhere")]) == cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not a run directory" in err[0]
+
+
+def test_an_out_that_cannot_hold_the_page_is_one_line_exit_2(tiny_runs, tmp_path, capsys):
+    """--out naming a directory, or a path under a file, is bad input, and nothing is written into the run."""
+    run = tiny_runs["lm"]
+    before = sorted(p.name for p in run.iterdir())
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    for out, said in ((run, "is a directory; give the page's file name"), (a_file / "x.html", "cannot write the page")):
+        assert cli.main(["report", str(run), "--out", str(out)]) == cli.EXIT_BAD_INPUT
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0] and str(out) in err[0], err
+    assert sorted(p.name for p in run.iterdir()) == before  # no error.log, no page
+
+
+def test_the_page_gives_the_curvature_diagnosis_of_a_divergence(tmp_path):
+    """A monitored run that diverges with curvature measured: the page says what its record says."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    x, y = torch.randn(32, 4), torch.randn(32, 1)
+
+    def loss_fn(m, batch):
+        return torch.nn.functional.mse_loss(m(batch[0]), batch[1])
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    curvature = Curvature((x, y), loss_fn, every=1, directions=())
+    sink = JSONLSink(tmp_path / "metrics.jsonl")
+    monitor = Monitor(model, opt, every=1, sinks=[sink], curvature=curvature, on_divergence="record")
+    for step in range(1, 6):
+        opt.zero_grad()
+        loss = loss_fn(model, (x, y)) * (float("nan") if step == 5 else 1.0)
+        loss.backward()
+        opt.step()
+        monitor.step(loss)
+    monitor.close()
+    record = monitor.diverged
+    finding = record["curvature_diagnosis"].removeprefix(f"diverged at step {record['step']}; ")
+    assert "threshold" in finding
+    out = tmp_path / "page.html"
+    assert cli.main(["report", str(tmp_path), "--out", str(out)]) == 0
+    assert html.escape(finding) in out.read_text()

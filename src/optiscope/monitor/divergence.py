@@ -29,12 +29,17 @@ class Diverged(RuntimeError):
 
     def __init__(self, record: dict[str, Any]) -> None:
         self.record = record
-        # the diagnosis is a sentence of its own, opening with the step: here the step is said once
-        diagnosis = (record.get("curvature_diagnosis") or "").removeprefix(_diverged_at(record["step"]))
+        diagnosis = curvature_finding(record)
         super().__init__(
             f"diverged at step {record['step']}: {record['reason']} (loss {record['loss']}); "
             f"{exploded_summary(record.get('exploded_first', []))}{f'; {diagnosis}' if diagnosis else ''}"
         )
+
+
+def curvature_finding(record: dict[str, Any]) -> str:
+    """A divergence record's curvature diagnosis without its opening ("diverged at step N; "), for a sentence
+    that has said the step already ("" without one)."""
+    return (record.get("curvature_diagnosis") or "").removeprefix(_diverged_at(record.get("step")))
 
 
 def exploded_summary(rows: list[dict[str, Any]]) -> str:
@@ -111,6 +116,6 @@ def curvature_diagnosis(step: int, history: list[tuple[int, float | None, str, b
     )
 
 
-def _diverged_at(step: int) -> str:
+def _diverged_at(step: int | None) -> str:
     """How a curvature diagnosis opens (and what ``Diverged`` drops from it, having said the step)."""
     return f"diverged at step {step}; "

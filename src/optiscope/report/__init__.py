@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import runs
+from ..errors import UserError
 from .page import Page, build
 from .rundir import RunDir, read_metrics, read_run
 
@@ -42,5 +43,10 @@ def _common_parts(parts: list[tuple[str, ...]]) -> tuple[str, ...]:
 def write(dirs: Sequence[Path], out: Path | None = None) -> Path:
     """Read ``dirs``, build the page and write it atomically to ``out`` (default: ``default_out``)."""
     out = Path(out) if out is not None else default_out(dirs)
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory; give the page's file name, e.g. {out / REPORT}")
     page = build([read_run(d) for d in dirs])
-    return runs.atomic_write_text(out, page.html)
+    try:
+        return runs.atomic_write_text(out, page.html)
+    except OSError as e:  # a place the user named that cannot hold the page: a file as a folder, no such device
+        raise UserError(f"cannot write the page to {out} ({e.strerror or e}); give --out a writable file path") from e

@@ -22,6 +22,7 @@ from bokeh.models import Tabs
 from bokeh.resources import Resources
 
 from .. import __version__, sweep
+from ..monitor.divergence import curvature_finding
 from . import headlines, series
 from .charts import Sources
 from .rundir import RunDir
@@ -215,6 +216,8 @@ def divergence_lines(run: RunDir) -> list[str]:
         )
         text = f"{series.run_label(d)} diverged at step {d.get('step')}: {d.get('reason', 'no reason recorded')}"
         text += f"; u/w grew first in {first}" if first else ""
+        finding = curvature_finding(d)
+        text += f"; {finding}" if finding else ""
         out.append(f'<p class="status-bad">{html.escape(text)}.</p>')
     return out
 
