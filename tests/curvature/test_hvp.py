@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from curvature_support import exact_hessian, mlp_problem
-from optiscope.curvature import HessianOperator, hessian_trace, sharpness
+from optiscope.curvature import HessianOperator, directional_curvature, hessian_trace, sharpness
 
 
 def top_eigenvalue(model, loss_fn, batch):
@@ -112,6 +112,11 @@ def test_an_empty_batch_a_bad_dtype_and_a_misshapen_direction_are_refused():
     transposed = {"0.weight": model[0].weight.detach().T.clone()}
     with pytest.raises(ValueError, match=r"for 0.weight has shape \(3, 6\); the parameter's is \(6, 3\)"):
         sharpness(model, loss_fn, (x, y), along={"update": transposed})
+    other, _, _ = mlp_problem(1)
+    with pytest.raises(ValueError, match="none of the direction's 4 keys is a parameter H is taken over"):
+        directional_curvature(model, loss_fn, (x, y), {id(p): torch.ones_like(p) for p in other.parameters()})
+    with pytest.raises(ValueError, match="a direction keyed by a Parameter; key it by parameter name or by id"):
+        directional_curvature(model, loss_fn, (x, y), {model[0].weight: torch.ones_like(model[0].weight)})
 
 
 @pytest.mark.parametrize("dim", [0, 1, None])

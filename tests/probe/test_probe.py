@@ -206,6 +206,9 @@ def test_direction_for_our_adam_includes_the_moments():
 
 def test_bad_input_is_named():
     model, opt, data, batch = setup()
+    other, other_opt, _, _ = setup(seed=1)
+    with pytest.raises(ValueError, match="none of the AdamW's parameters is a parameter of the model"):
+        update_direction(model, other_opt, lm_loss, batch)
     v = update_direction(model, opt, lm_loss, batch)
     with pytest.raises(ValueError, match=r"η grid \[0.0, 0.001\] must be a non-empty list of finite step sizes > 0"):
         probe_step(model, v, data, [0.0, 1e-3])

@@ -143,14 +143,24 @@ def direction_vector(op: HessianOperator, direction: dict[Any, Tensor] | str) ->
             "by parameter name or id(param)"
         )
     by_name = dict(zip(op.names, op.params, strict=True))
+    ids = {id(p) for p in op.params}
     by_id = {}
     for key, t in direction.items():
         if isinstance(key, str):
             if key not in by_name:
                 raise ValueError(f"curvature: {key!r} is not a trainable parameter; names: {op.names[:5]} …")
             by_id[id(by_name[key])] = t
+        elif isinstance(key, int) and not isinstance(key, bool):
+            by_id[key] = t  # ids of tensors H is not taken over (another module's, a frozen one's) count as 0
         else:
-            by_id[key] = t
+            raise ValueError(
+                f"curvature: a direction keyed by a {type(key).__name__}; key it by parameter name or by id(param)"
+            )
+    if direction and not ids & by_id.keys():  # nothing of it lies in the space H acts on: no direction at all
+        raise ValueError(
+            f"curvature: none of the direction's {len(direction)} keys is a parameter H is taken over (those the "
+            "optimizer moves, requiring grad); are they another model's?"
+        )
     return op.flatten_by_param(by_id)
 
 

@@ -75,8 +75,13 @@ def update_direction(
     the plain negative gradient, v = −∇L. ``max_grad_norm`` clips the gradients first, as a training
     loop that clips would. Parameters the step does not move are left out (their v is zero).
     """
-    grads = gradients(model, loss_fn, batch)
     named = own_names(model)
+    if optimizer is not None and not named.keys() & {id(p) for g in optimizer.param_groups for p in g["params"]}:
+        raise ValueError(
+            f"update_direction: none of the {type(optimizer).__name__}'s parameters is a parameter of the model "
+            f"({type(model).__name__}); give the optimizer that trains this model"
+        )
+    grads = gradients(model, loss_fn, batch)
     params = (
         {id(p): p for g in optimizer.param_groups for p in g["params"]}
         if optimizer is not None
