@@ -77,3 +77,7 @@ def test_noise_scale_needs_two_batches():
     with pytest.raises(ValueError, match="at least 2"):
         gradient_noise_scale([[torch.ones(2)]], 4)
     assert math.isnan(gradient_noise_scale([[torch.ones(2)], [torch.ones(2)]], 4)["noise_scale"]) is False
+    with pytest.raises(ValueError, match=r"hold \[1, 2\] tensors; each must hold one per parameter"):
+        gradient_noise_scale([[torch.ones(2)], [torch.ones(2), torch.ones(3)]], 4)
+    with pytest.raises(ValueError, match="batch_size=True must be an integer >= 1"):
+        gradient_noise_scale([[torch.ones(2)], [torch.ones(2)]], True)

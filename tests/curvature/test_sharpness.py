@@ -303,7 +303,7 @@ def test_the_search_settings_are_checked_against_the_problem():
         sharpness(model, loss_fn, batch, k=n + 1)
     with pytest.raises(ValueError, match="max_hvps=0 must be an integer >= k=1"):
         sharpness(model, loss_fn, batch, max_hvps=0)
-    with pytest.raises(ValueError, match=r"tol=5 must be in \(0, 1\)"):
+    with pytest.raises(ValueError, match=r"tol=5 must be a number in \(0, 1\)"):
         sharpness(model, loss_fn, batch, tol=5)
 
 

@@ -310,3 +310,18 @@ def test_lr_and_threshold_are_those_of_the_step_taken_wherever_the_scheduler_ste
             assert record["lr"] == [pytest.approx(0.1 / t)]
             assert record["threshold"] == pytest.approx(2 / (0.1 / t))
             assert opt.param_groups[0]["lr"] == pytest.approx(0.1 / (t + 1))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"loss_fn": "mse"}, "loss_fn='mse' must be a function"),
+        ({"every": True}, "every=True must be an integer >= 1"),
+        ({"k": 30, "max_hvps": 20}, "k=30 eigenvalues need max_hvps >= k"),
+        ({"tol": "0.01"}, r"tol='0.01' must be a number in \(0, 1\)"),
+    ],
+)
+def test_settings_are_checked_when_the_curvature_is_built(kwargs, message):
+    _, loss_fn, batch = mlp_problem(0)
+    with pytest.raises(ValueError, match=message):
+        Curvature(batch, **{"loss_fn": loss_fn, **kwargs})

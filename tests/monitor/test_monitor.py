@@ -364,6 +364,14 @@ def test_guard_ignores_noise_near_zero_loss():
     assert guard.reason(1, math.nan, lowest=math.inf, first=math.nan) == "loss is nan"
     assert guard.reason(100, 5.0, lowest=0.0, first=4.2) is not None  # a loss that reached 0 is still guarded
     assert guard.reason(100, 4.0, lowest=0.0, first=4.2) is None
+    with pytest.raises(ValueError, match="factor='4' must be a number > 1"):
+        DivergenceGuard(factor="4")
+
+
+def test_alarm_growth_is_checked_when_the_monitor_is_built():
+    model, _ = tiny_lm()
+    with pytest.raises(ValueError, match="alarm_growth='10' must be a number > 1"):
+        Monitor(model, SGD(model.parameters(), lr=0.1), alarm_growth="10")
 
 
 def test_safe_perplexity_never_raises():

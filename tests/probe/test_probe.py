@@ -237,6 +237,8 @@ def test_bad_input_is_named():
         probe_step(model, v, data.float(), [1e-3])
     with pytest.raises(ValueError, match=r"sequences is empty \(E = 0\)"):
         probe_step(model, v, data[:0], [1e-3])
+    with pytest.raises(ValueError, match="log_ratio_clip=nan; valid: a number > 0"):
+        probe_step(model, v, data, [1e-3], log_ratio_clip=math.nan)
     with pytest.raises(ValueError, match="chunk_size=0; valid: a positive number"):
         probe_step(model, v, data, [1e-3], chunk_size=0)
     with pytest.raises(ValueError, match=r"etas=0.001 is one number; give the η grid as a list, e.g. \[0.001\]"):

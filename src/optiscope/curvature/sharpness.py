@@ -96,8 +96,8 @@ def sharpness(
     """
     if isinstance(k, bool) or not (isinstance(k, int) and k >= 1):
         raise ValueError(f"sharpness: k={k!r} must be an integer >= 1")
-    if not 0 < tol < 1:
-        raise ValueError(f"sharpness: tol={tol!r} must be in (0, 1) (a relative residual)")
+    if isinstance(tol, bool) or not (isinstance(tol, int | float) and 0 < tol < 1):
+        raise ValueError(f"sharpness: tol={tol!r} must be a number in (0, 1) (a relative residual)")
     if isinstance(max_hvps, bool) or not (isinstance(max_hvps, int) and max_hvps >= k):
         raise ValueError(f"sharpness: max_hvps={max_hvps!r} must be an integer >= k={k}")
     op, matvec, scale, stability = operator(model, loss_fn, batch, optimizer, dtype)

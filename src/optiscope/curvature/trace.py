@@ -26,7 +26,7 @@ def hessian_trace(
     dtype: torch.dtype | None = None,
 ) -> dict[str, Any]:
     """tr H of ``loss_fn(model, batch)``: ``{"trace", "std_error", "probes"}`` (``std_error`` is NaN for one probe)."""
-    if not (isinstance(probes, int) and probes >= 1):
+    if isinstance(probes, bool) or not (isinstance(probes, int) and probes >= 1):
         raise ValueError(f"hessian_trace: probes={probes!r} must be an integer >= 1")
     op = HessianOperator(model, loss_fn, batch, dtype=dtype)
     generator = torch.Generator().manual_seed(seed)

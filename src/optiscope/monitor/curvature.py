@@ -95,21 +95,22 @@ class Curvature:
     accumulation_batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("every", "k", "max_hvps"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
-                raise ValueError(f"Curvature: {name}={value!r} must be an integer >= 1")
-        for name in ("trace_probes", "micro_batches"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 0):
-                raise ValueError(f"Curvature: {name}={value!r} must be an integer >= 0")
+        if not callable(self.loss_fn):
+            raise ValueError(f"Curvature: loss_fn={self.loss_fn!r} must be a function loss_fn(model, batch) -> loss")
+        for names, least in ((("every", "k", "max_hvps"), 1), (("trace_probes", "micro_batches"), 0)):
+            for name in names:
+                value = getattr(self, name)
+                if isinstance(value, bool) or not (isinstance(value, int) and value >= least):
+                    raise ValueError(f"Curvature: {name}={value!r} must be an integer >= {least}")
+        if self.k > self.max_hvps:
+            raise ValueError(f"Curvature: k={self.k} eigenvalues need max_hvps >= k, got max_hvps={self.max_hvps}")
         if not (isinstance(self.directions, tuple | list) and set(self.directions) <= set(DIRECTIONS)):
             raise ValueError(
                 f"Curvature: directions={self.directions!r}; give a tuple of {DIRECTIONS} (or () for none)"
             )
         check_dtype(self.dtype, "Curvature")
-        if not 0 < self.tol < 1:
-            raise ValueError(f"Curvature: tol={self.tol!r} must be in (0, 1)")
+        if isinstance(self.tol, bool) or not (isinstance(self.tol, int | float) and 0 < self.tol < 1):
+            raise ValueError(f"Curvature: tol={self.tol!r} must be a number in (0, 1)")
         if self.micro_batches == 1:
             raise ValueError("Curvature: micro_batches=1 cannot estimate a noise scale; give 0 (off) or >= 2")
         for name, what in (

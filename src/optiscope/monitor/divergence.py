@@ -36,6 +36,11 @@ class Diverged(RuntimeError):
         )
 
 
+def _real(x: Any) -> bool:
+    """A real number (not a bool)."""
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
 def curvature_finding(record: dict[str, Any]) -> str:
     """A divergence record's curvature diagnosis without its opening ("diverged at step N; "), for a sentence
     that has said the step already ("" without one)."""
@@ -69,10 +74,10 @@ class DivergenceGuard:
     first_factor: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (self.factor > 1):
-            raise ValueError(f"DivergenceGuard: factor={self.factor!r} must be > 1")
-        if not (self.first_factor >= 1):
-            raise ValueError(f"DivergenceGuard: first_factor={self.first_factor!r} must be >= 1")
+        if not (_real(self.factor) and self.factor > 1):
+            raise ValueError(f"DivergenceGuard: factor={self.factor!r} must be a number > 1")
+        if not (_real(self.first_factor) and self.first_factor >= 1):
+            raise ValueError(f"DivergenceGuard: first_factor={self.first_factor!r} must be a number >= 1")
         if not (isinstance(self.warmup, int) and self.warmup >= 0):
             raise ValueError(f"DivergenceGuard: warmup={self.warmup!r} must be an integer >= 0")
 

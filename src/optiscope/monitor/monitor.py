@@ -141,8 +141,10 @@ class Monitor:
         context: dict[str, Any] | None = None,
         curvature: Curvature | None = None,
     ) -> None:
-        if not (isinstance(every, int) and every >= 1):
+        if isinstance(every, bool) or not (isinstance(every, int) and every >= 1):
             raise ValueError(f"Monitor: every={every!r} must be an integer >= 1")
+        if isinstance(alarm_growth, bool) or not (isinstance(alarm_growth, int | float) and alarm_growth > 1):
+            raise ValueError(f"Monitor: alarm_growth={alarm_growth!r} must be a number > 1 (a multiple of u/w)")
         if on_divergence not in ("raise", "record"):
             raise ValueError(f"Monitor: on_divergence={on_divergence!r} must be 'raise' or 'record'")
         if batch_tokens is not None and not (isinstance(batch_tokens, int) and batch_tokens > 0):

@@ -130,6 +130,8 @@ def probe_step(
         raise ValueError("sequences is empty (E = 0): the probe needs at least one sequence")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size={chunk_size!r}; valid: a positive number of sequences per chunk")
+    if isinstance(log_ratio_clip, bool) or not (isinstance(log_ratio_clip, int | float) and log_ratio_clip > 0):
+        raise ValueError(f"log_ratio_clip={log_ratio_clip!r}; valid: a number > 0 (inf: no clipping)")
     scored = scored_positions(sequences, attention_mask, scored)
     net = unwrap(model)
     shapes = {n: p.shape for n, p in net.named_parameters()}
