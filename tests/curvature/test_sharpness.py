@@ -35,6 +35,20 @@ def test_float32_model_in_float64_and_frozen_parameters_are_left_out():
     assert model32[0].weight.dtype == torch.float32  # the model itself is untouched
 
 
+def test_a_group_frozen_at_lr_0_is_left_out_of_h():
+    """A group the optimizer holds at lr 0 is not moved: H is taken over the other group's parameters (the
+    exact Hessian's block over them is the oracle), and the other group's threshold holds."""
+    model, loss_fn, batch = mlp_problem(3)
+    first = list(model[0].parameters())
+    rest = [p for p in model.parameters() if all(p is not q for q in first)]
+    opt = torch.optim.SGD([{"params": first, "lr": 0.0}, {"params": rest}], lr=0.1)
+    n0 = sum(p.numel() for p in first)
+    exact = torch.linalg.eigvalsh(exact_hessian(model, loss_fn, batch)[n0:, n0:]).flip(0)[:2]
+    out = sharpness(model, loss_fn, batch, opt, k=2, tol=1e-10)
+    torch.testing.assert_close(torch.tensor(out["eigenvalues"], dtype=torch.float64), exact, rtol=1e-6, atol=0)
+    assert out["threshold"] == pytest.approx(2 / 0.1)
+
+
 def batch_norm_problem(norm):
     """An MLP with a batch norm whose running statistics (from other inputs) are far from the batch's, and
     its loss written out with either set of statistics: (model, loss_fn, batch, oracle_loss(flat, batch_stats))."""

@@ -118,3 +118,8 @@ def test_a_tensor_learning_rate_is_read_as_its_value_and_a_frozen_group_does_not
     frozen = [nn.Parameter(torch.zeros(2), requires_grad=False)]
     opt = torch.optim.SGD([{"params": params()}, {"params": frozen, "lr": 0.0}], lr=LR)
     assert stability_threshold(opt).threshold == pytest.approx(2 / LR)
+    # frozen by lr 0 alone (a common way to freeze): the same; with every group at lr 0, no threshold
+    opt = torch.optim.SGD([{"params": params()}, {"params": params(), "lr": 0.0}], lr=LR)
+    assert stability_threshold(opt).threshold == pytest.approx(2 / LR)
+    opt = torch.optim.SGD([{"params": params(), "lr": 0.0}, {"params": params(), "lr": 0.0}], lr=LR)
+    assert stability_threshold(opt).threshold is None and "lr=0.0" in stability_threshold(opt).reason

@@ -22,15 +22,16 @@ from torch import Tensor, nn
 
 from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
-from .thresholds import Stability, inverse_preconditioner, stability_threshold
+from .thresholds import Stability, inverse_preconditioner, moving_groups, stability_threshold
 
 
 def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer, preconditioned: bool) -> list[Tensor]:
     """The parameters whose stability the optimizer's threshold speaks of: those it moves — in its param
-    groups, requiring grad, and, for a ``preconditioned`` (Adam-family) optimizer that has stepped, holding
-    its state (a parameter that never had a gradient, an unused head, is not moved). Before the first step
-    no parameter has state, and all of the optimizer's are returned (``operator`` then measures H)."""
-    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    groups at lr > 0 (``moving_groups``), requiring grad, and, for a ``preconditioned`` (Adam-family)
+    optimizer that has stepped, holding its state (a parameter that never had a gradient, an unused head, is
+    not moved). Before the first step no parameter has state, and all of those are returned (``operator``
+    then measures H)."""
+    params = [p for group in moving_groups(optimizer) for p in group["params"] if p.requires_grad]
     inner = unwrap(model)
     mine = {id(p) for p in inner.parameters()}
     if not any(id(p) in mine for p in params):

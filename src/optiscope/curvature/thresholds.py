@@ -57,12 +57,11 @@ def _one(values: set, what: str, name: str) -> tuple[object | None, str | None]:
 
 def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
     """The threshold of ``optimizer`` from its current learning rate (schedules included; a tensor lr is read
-    as its value) and betas, over the param groups that hold a parameter requiring grad."""
+    as its value) and betas, over the param groups a step moves (``moving_groups``)."""
     if optimizer is None:
         return Stability(None, "", False, "no optimizer given")
     name = type(optimizer).__name__
-    # the groups that move something: a frozen group (its own lr, often 0) moves nothing a step can destabilise
-    groups = [g for g in optimizer.param_groups if any(p.requires_grad for p in g["params"])]
+    groups = moving_groups(optimizer)
     if isinstance(optimizer, _SGD_TYPES):
         setting, why = _one(
             {(float(g["lr"]), float(g["momentum"]), float(g["dampening"]), g["nesterov"]) for g in groups},
@@ -91,6 +90,14 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
         coef = (2 + 2 * beta1) / (1 - beta1)
         return Stability(coef / lr, f"{coef:.3g}/η", True)
     return Stability(None, "", False, f"no known stability threshold for {name}")
+
+
+def moving_groups(optimizer: torch.optim.Optimizer) -> list[dict]:
+    """The param groups a step moves: holding a parameter that requires grad, at lr > 0. A frozen group, or one
+    at lr 0 (a way to freeze), moves nothing a step could destabilise. When no group has lr > 0 (a warm-up's
+    first step from 0) all that hold a trainable parameter are returned."""
+    trainable = [g for g in optimizer.param_groups if any(p.requires_grad for p in g["params"])]
+    return [g for g in trainable if float(g.get("lr", 1.0)) > 0] or trainable
 
 
 def inverse_preconditioner(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor:
