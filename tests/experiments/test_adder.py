@@ -41,9 +41,9 @@ def test_curriculum_and_carry_schedules():
     [
         (dict(optimizers="adagrad"), "unknown optimizer 'adagrad'; valid: sgd, momentum, nesterov"),
         (dict(optimizers="muon"), "unknown optimizer 'muon'"),
-        (dict(params_budget=10), "params_budget=10 is below the smallest model"),
+        (dict(params_budget=10), "--params-budget=10 is below the smallest model"),
         (dict(seeds=(1, 1)), "repeats a seed"),
-        (dict(carry_start=1.5), "carry_start=1.5 must be a fraction"),
+        (dict(carry_start=1.5), "--carry-start=1.5 must be a fraction"),
         (dict(steps=100, warmup_steps=100), "--warmup-steps=100 must be < --steps=100"),
         (dict(clip=float("inf")), "--clip=inf must be a finite number > 0"),
         (dict(weight_decay=float("inf")), "--weight-decay=inf must be a finite number >= 0"),
