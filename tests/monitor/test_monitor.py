@@ -368,8 +368,10 @@ def test_guard_ignores_noise_near_zero_loss():
         DivergenceGuard(factor="4")
 
 
-def test_alarm_growth_is_checked_when_the_monitor_is_built():
+def test_alarm_growth_and_context_are_checked_when_the_monitor_is_built():
     model, _ = tiny_lm()
+    with pytest.raises(ValueError, match=r"context names \['lr'\], fields of the monitor's own records"):
+        Monitor(model, SGD(model.parameters(), lr=0.1), context={"run": "a", "lr": 0.1})
     with pytest.raises(ValueError, match="alarm_growth='10' must be a number > 1"):
         Monitor(model, SGD(model.parameters(), lr=0.1), alarm_growth="10")
 

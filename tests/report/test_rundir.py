@@ -10,10 +10,11 @@ import shutil
 import torch
 
 from optiscope import cli
-from optiscope.monitor import Curvature, JSONLSink, Monitor
-from optiscope.report import read_metrics, read_run
+from optiscope.monitor import JSONLSink, Monitor
+from optiscope.report import read_metrics, read_run, series
 
 from .browser import load
+from .monitored import diverging_run
 
 
 def test_a_half_written_last_line_is_left_out_and_said(tmp_path):
@@ -81,27 +82,67 @@ def test_an_out_that_cannot_hold_the_page_is_one_line_exit_2(tiny_runs, tmp_path
 
 def test_the_page_gives_the_curvature_diagnosis_of_a_divergence(tmp_path):
     """A monitored run that diverges with curvature measured: the page says what its record says."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    x, y = torch.randn(32, 4), torch.randn(32, 1)
-
-    def loss_fn(m, batch):
-        return torch.nn.functional.mse_loss(m(batch[0]), batch[1])
-
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    curvature = Curvature((x, y), loss_fn, every=1, directions=())
-    sink = JSONLSink(tmp_path / "metrics.jsonl")
-    monitor = Monitor(model, opt, every=1, sinks=[sink], curvature=curvature, on_divergence="record")
-    for step in range(1, 6):
-        opt.zero_grad()
-        loss = loss_fn(model, (x, y)) * (float("nan") if step == 5 else 1.0)
-        loss.backward()
-        opt.step()
-        monitor.step(loss)
-    monitor.close()
-    record = monitor.diverged
+    record = diverging_run(tmp_path / "metrics.jsonl", nan_step=5, curvature_every=1)
     finding = record["curvature_diagnosis"].removeprefix(f"diverged at step {record['step']}; ")
     assert "threshold" in finding
     out = tmp_path / "page.html"
     assert cli.main(["report", str(tmp_path), "--out", str(out)]) == 0
     assert html.escape(finding) in out.read_text()
+
+
+def monitored_dir(path, contexts, steps=3):
+    """Two Monitors (one per context) writing to one metrics.jsonl in ``path``: {context: [losses]}."""
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 3), torch.randn(16, 1)
+    losses = {}
+    for context in contexts:
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=context["eta"])
+        monitor = Monitor(model, opt, every=1, sinks=[JSONLSink(path / "metrics.jsonl")], context=context)
+        seen = losses.setdefault(json.dumps(context), [])
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            monitor.step(loss)
+            seen.append(loss.item())
+    return losses
+
+
+def test_runs_told_apart_by_their_context_are_separate_runs(tmp_path):
+    """Two Monitors that share "run" and differ in another context field: two runs, each its own records."""
+    contexts = [{"run": "sgd", "eta": 0.1}, {"run": "sgd", "eta": 0.01}]
+    losses = monitored_dir(tmp_path, contexts)
+    runs_found = series.by_run(read_run(tmp_path).metrics)
+    assert list(runs_found) == ["sgd eta=0.1", "sgd eta=0.01"]
+    for context, label in zip(contexts, runs_found, strict=True):
+        assert [r["loss"] for r in runs_found[label]] == losses[json.dumps(context)]
+
+
+def test_a_foreign_config_json_leaves_a_monitors_directory_monitored(tmp_path):
+    """🤗's save_model writes the model's config.json next to the callback's metrics.jsonl: still a Monitor's
+    directory (its charts), and that config.json is not shown as the run's; an empty metrics.jsonl is said."""
+    monitored_dir(tmp_path, [{"eta": 0.1}])
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
+    run = read_run(tmp_path)
+    assert run.monitored and run.config is None and run.metrics and not run.problems
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metrics.jsonl").write_text("")
+    assert any("holds no record yet" in p for p in read_run(empty).problems)
+
+
+def test_records_of_the_wrong_shape_are_skipped_and_said(tmp_path, capsys):
+    good = {"step": 2, "loss": 1.0, "params": {"w": {"u_over_w": 0.1}}}
+    bad = [
+        {"step": 1, "params": None},
+        {"step": 1, "params": [1, 2]},
+        {"step": 1, "params": {"a": 5}},
+        {"step": 4, "diverged": True, "exploded_first": 5},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*bad, good]))
+    problems = []
+    assert read_metrics(tmp_path / "metrics.jsonl", problems) == [good]
+    assert problems == ["metrics.jsonl: 4 line(s) that are not monitor records were skipped"]
+    assert cli.main(["report", str(tmp_path)]) == 0 and capsys.readouterr().err == ""

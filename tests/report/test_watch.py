@@ -9,6 +9,7 @@ from optiscope import cli
 from optiscope.report import watch
 
 from .browser import load
+from .monitored import diverging_run
 
 POINTS = "() => Bokeh.documents[0].get_model_by_name('e0-loss').renderers[0].data_source.get_length()"
 
@@ -54,3 +55,39 @@ def test_ctrl_c_stops_the_server_and_exits_0(tiny_runs, monkeypatch, capsys):
 def test_watch_takes_one_directory(tiny_runs, capsys):
     assert cli.main(["report", "--watch", str(tiny_runs["lm"]), str(tiny_runs["adder"])]) == cli.EXIT_BAD_INPUT
     assert "exactly one run directory" in capsys.readouterr().err
+
+
+def monitored_records(tmp_path):
+    """A Monitor's metrics.jsonl lines: steps 1–7 with the sharpness first measured at step 4, then a divergence
+    record at step 7."""
+    path = tmp_path / "source.jsonl"
+    diverging_run(path, nan_step=7, curvature_every=4)
+    lines = path.read_text().splitlines(keepends=True)
+    assert ["sharpness" in line for line in lines[:6]] == [False] * 3 + [True] + [False] * 2
+    assert '"diverged": true' in lines[7]  # after step 7's own record
+    return lines
+
+
+TITLES = "() => [...document.querySelectorAll('.chart h4')].map(h => h.textContent)"
+
+
+def test_a_chart_or_a_divergence_that_appears_mid_run_reloads_the_page(page, tmp_path):
+    """The sharpness charts appear at the first measurement: the open page reloads (its charts' data would
+    otherwise be polled under keys that now name other charts' columns); so it does at the divergence."""
+    lines = monitored_records(tmp_path)
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "metrics.jsonl").write_text("".join(lines[:3]))
+    server = watch.serve([live], interval_ms=250)
+    try:
+        load(page, f"http://127.0.0.1:{server.server_address[1]}/", idle=False)
+        assert not any("Sharpness" in t for t in page.evaluate(TITLES))
+        with (live / "metrics.jsonl").open("a") as f:
+            f.write("".join(lines[3:6]))
+        page.wait_for_function(f"() => ({TITLES})().some(t => t.includes('Sharpness'))", timeout=20_000)
+        with (live / "metrics.jsonl").open("a") as f:
+            f.write("".join(lines[6:]))
+        page.wait_for_function("() => document.body.innerText.includes('diverged at step 7')", timeout=20_000)
+        assert page.errors == [] and page.external == [], page.errors
+    finally:
+        server.shutdown()

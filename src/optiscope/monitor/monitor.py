@@ -45,12 +45,18 @@ from torch import Tensor, nn
 from ..curvature.hvp import unwrap
 from . import stats
 from .accumulation_noise import AccumulationNoise
-from .curvature import Curvature, check_micro_batches, measure
+from .curvature import KEYS, Curvature, check_micro_batches, measure
 from .divergence import Diverged, DivergenceGuard, curvature_diagnosis
 from .names import is_own_name, own_names, under_compile
 from .rank_noise import RankNoise
 
 DEFAULT_GUARD = DivergenceGuard()
+
+#: the fields the monitor's own records (measured steps, a divergence) hold; a context may not reuse them
+RECORD_FIELDS = frozenset(
+    {"step", "loss", "grad_norm", "lr", "tokens_per_s", "params", "groups", "total", "embedding", "curvature"}
+    | {"context", "diverged", "reason", "exploded_first", "last_measured_step", "curvature_diagnosis", *KEYS}
+)
 
 
 @contextlib.contextmanager
@@ -115,7 +121,8 @@ class Monitor:
         histograms: add a log10 histogram of each parameter's effective learning rate to records.
         alarm_growth: u/w above this multiple of its early level counts as having exploded.
         start_step: steps already taken (when resuming), so step numbers continue.
-        context: fields added to every record (e.g. ``{"run": "adam@1e-3"}`` when several runs share a file).
+        context: fields added to every record (e.g. ``{"run": "adam@1e-3"}`` when several runs share a file),
+            with their names under ``context``.
         curvature: a ``Curvature`` config: sharpness / threshold and the rest every ``curvature.every`` steps.
             With ``rank_batch_size`` the model must be a ``DistributedDataParallel`` with world size >= 2
             and no communication hook of its own (DDP takes one): the monitor registers its own, which
@@ -154,6 +161,12 @@ class Monitor:
         self.batch_tokens, self.guard, self.on_divergence = batch_tokens, guard, on_divergence
         self.histograms, self.alarm_growth = histograms, alarm_growth
         self.context = dict(context or {})
+        clash = sorted(RECORD_FIELDS & self.context.keys())
+        if clash:
+            raise ValueError(
+                f"Monitor: context names {clash}, fields of the monitor's own records that would overwrite it; "
+                "name them otherwise (e.g. {'run': 'sgd@0.1'} or {'eta': 0.1})"
+            )
         self.curvature = curvature
         self._curvature_vector: Tensor | None = None  # the warm start: last top eigenvector
         self._curvature_history: list[tuple[int, float | None, str, bool]] = []
@@ -312,7 +325,7 @@ class Monitor:
         record = None
         if measured is not None:
             record = {
-                **self.context,
+                **self._context_fields(),
                 "step": step,
                 "loss": loss_value,
                 "grad_norm": measured["total"]["g"],
@@ -399,12 +412,17 @@ class Monitor:
         rows.sort(key=lambda r: (r["first_step"] is None, r["first_step"] or 0, -_finite_or_big(r["growth"])))
         return rows[:limit]
 
+    def _context_fields(self) -> dict[str, Any]:
+        """The context's fields, and under ``context`` their names: what tells this run's records apart from
+        other runs' in a shared file (the report labels runs by them)."""
+        return {**self.context, "context": list(self.context)} if self.context else {}
+
     def diverge(self, step: int, loss: float | None, reason: str) -> None:
         """Declare divergence at ``step``: build the record (with the parameters whose u/w exploded
         first), send it to the sinks, and raise ``Diverged`` (or, with ``on_divergence="record"``, keep
         it in ``self.diverged``). A training loop calls this itself when it stops *before* a step."""
         record = {
-            **self.context,
+            **self._context_fields(),
             "diverged": True,
             "step": step,
             "loss": loss,

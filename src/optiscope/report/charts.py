@@ -11,7 +11,9 @@ data; under ``optiscope report --watch`` the sources of charts drawn from ``metr
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 from bokeh.models import (
@@ -36,25 +38,29 @@ PALETTE = "Viridis256"
 
 
 class Sources:
-    """Makes every data source of one page; ``live`` ones (metrics) poll ``/data?key=…`` when watching."""
+    """Makes every data source of one page; ``live`` ones (metrics) poll ``/data?key=…`` when watching.
+
+    A live source's key names what it holds (its chart, and its line), not its place among the page's sources:
+    a page rebuilt with a chart more (the sharpness at the first measurement) keeps every other source's key,
+    so an open page never polls one chart's columns into another's glyphs before it reloads."""
 
     def __init__(self, watch: bool = False, interval_ms: int = 1000) -> None:
         self.watch, self.interval_ms = watch, interval_ms
         self.live: dict[str, dict[str, Any]] = {}
-        self._count = 0
 
-    def make(self, data: dict[str, Any], live: bool = False) -> ColumnDataSource:
-        self._count += 1
+    def make(self, data: dict[str, Any], live: bool = False, key: str = "") -> ColumnDataSource:
+        """A source of ``data``; a ``live`` one under ``key`` (the chart's name, with its line's label)."""
         if not live:
             return ColumnDataSource(data)
-        key = f"s{self._count}"
+        candidates = itertools.chain([key], (f"{key}#{i}" for i in itertools.count(2)))  # a name used twice
+        key = next(k for k in candidates if k not in self.live)
         self.live[key] = data
         if not self.watch:
             return ColumnDataSource(data, name=key)
         return AjaxDataSource(
             data=data,
             name=key,
-            data_url=f"/data?key={key}",
+            data_url=f"/data?key={quote(key)}",
             method="GET",
             polling_interval=self.interval_ms,
             mode="replace",
@@ -124,7 +130,7 @@ def lines(
         c = color(label, i)
         dash = DASHES[seen.get(c, 0) % len(DASHES)]
         seen[c] = seen.get(c, 0) + 1
-        source = sources.make(pts, live=live)
+        source = sources.make(pts, live=live, key=f"{name}/{label}")
         if line:
             p.line("x", "y", source=source, color=c, line_dash=dash, line_width=1.8, legend_label=label, name=label)
         if markers or not line or len(pts["x"]) == 1:
@@ -157,7 +163,7 @@ def many_lines(
         "color": [_cycle(i) for i in range(len(series))],
     }
     p = _figure(name, title, x_label, y_label, y_log=y_log)
-    p.multi_line("xs", "ys", source=sources.make(data, live=live), line_color="color", line_width=1.4)
+    p.multi_line("xs", "ys", source=sources.make(data, live=live, key=name), line_color="color", line_width=1.4)
     p.add_tools(HoverTool(tooltips=[("", "@label"), (x_label, "$x{0}"), (y_label, "$y")]))
     return p
 
@@ -176,7 +182,7 @@ def bands(sources: Sources, name: str, title: str, series: dict[str, dict[str, l
         "color": [_cycle(i) for i in range(len(series))],
     }
     p = _figure(name, title, "step", "η/(√v̂ + ε)", y_log=True)
-    source = sources.make(data, live=live)
+    source = sources.make(data, live=live, key=name)
     p.patches("xs", "ys", source=source, fill_color="color", fill_alpha=0.12, line_alpha=0)
     p.multi_line("mx", "my", source=source, line_color="color", line_width=1.4)
     p.add_tools(HoverTool(tooltips=[("", "@label"), ("step", "$x{0}"), ("η_eff", "$y")]))
@@ -212,7 +218,7 @@ def heatmap(sources: Sources, name: str, title: str, cells: dict[str, Any] | Non
         "y",
         "w",
         1,
-        source=sources.make(data, live=live),
+        source=sources.make(data, live=live, key=name),
         fill_color={"field": "v", "transform": mapper},
         line_width=0,
     )

@@ -60,9 +60,15 @@ class Page:
     signature: str = ""
 
 
-def signature(run_dirs: Sequence[RunDir]) -> str:
-    """What decides which charts a page has: each directory's results and runs (not their lengths)."""
-    shape = [(str(r.path), r.results is not None, sorted(series.by_run(r.metrics))) for r in run_dirs]
+def signature(run_dirs: Sequence[RunDir], titles: Sequence[str], live: dict[str, dict[str, Any]]) -> str:
+    """What an open page cannot follow by polling its data: each directory's results, runs and divergences, the
+    charts drawn and the columns of each chart's live data (a chart that appears mid-run, e.g. the sharpness
+    at the first measurement, changes them) — not the lengths of the series."""
+    shape = [
+        [(str(r.path), r.results is not None, sorted(series.by_run(r.metrics)), divergence_lines(r)) for r in run_dirs],
+        list(titles),
+        {key: sorted(data) for key, data in live.items()},
+    ]
     return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
 
 
@@ -70,6 +76,7 @@ def build(run_dirs: Sequence[RunDir], watch: bool = False, interval_ms: int = 10
     sources = Sources(watch=watch, interval_ms=interval_ms)
     body: list[str] = []
     models: dict[str, Any] = {}
+    titles: list[str] = []
     groups: dict[str | None, list[RunDir]] = {}
     for run in run_dirs:
         groups.setdefault(section_of(run), []).append(run)
@@ -85,6 +92,7 @@ def build(run_dirs: Sequence[RunDir], watch: bool = False, interval_ms: int = 10
             )
             for j, (title, chart) in enumerate((t, c) for t, c in found if c is not None):
                 models[f"c{k}_{j}"] = chart
+                titles.append(title)
                 body.append(f'<div class="chart"><h4>{html.escape(title)}</h4>@@{f"c{k}_{j}"}@@</div>')
             for run in group:
                 body.append(figures_of(run))
@@ -93,10 +101,11 @@ def build(run_dirs: Sequence[RunDir], watch: bool = False, interval_ms: int = 10
     text = "\n".join(body)
     for name, div in divs.items():
         text = text.replace(f"@@{name}@@", div)
-    sig = signature(run_dirs)
+    sig = signature(run_dirs, titles, sources.live)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        '<link rel="icon" href="data:,">',  # no favicon request: the page asks nothing of any host
         f"<title>optiscope report: {html.escape(', '.join(r.name for r in run_dirs))}</title>",
         f"<style>{STYLE}</style>",
         resources(models.values()) if models else "",

@@ -42,10 +42,16 @@ def read_run(path: Path) -> RunDir:
     if not path.is_dir():
         raise UserError(f"{path} is not a run directory (give directories written by `optiscope run`)")
     run = RunDir(path)
-    run.config = _read_object(path / runs.CONFIG, run.problems)
-    run.monitored = (path / runs.METRICS).exists() and not (path / runs.CONFIG).exists()
+    config = _read_object(path / runs.CONFIG, run.problems)
+    # a config.json that is not an optiscope run's (a 🤗 model's, saved next to the callback's metrics.jsonl)
+    # is not this directory's config
+    foreign = config is not None and not (isinstance(config.get("experiment"), str) and "config" in config)
+    run.config = None if foreign else config
+    run.monitored = (path / runs.METRICS).exists() and (foreign or not (path / runs.CONFIG).exists())
     run.results = _read_results(path / runs.RESULTS, run.problems, expected=not run.monitored)
     run.metrics = read_metrics(path / runs.METRICS, run.problems)
+    if run.monitored and not run.metrics:
+        run.problems.append(f"{runs.METRICS} holds no record yet (the monitor writes one every `every` steps)")
     run.figures = sorted((path / runs.FIGURES).glob("*.png"))
     named = [d.get("experiment") for d in (run.results, run.config) if isinstance(d, dict)]
     run.experiment = next((n for n in named if sweep.results_contract(n) is not None), None)
@@ -124,10 +130,21 @@ def read_metrics(path: Path, problems: list[str] | None = None) -> list[dict[str
         except json.JSONDecodeError:
             bad += 1
             continue
-        if isinstance(record, dict) and isinstance(record.get("step"), int | float) and math.isfinite(record["step"]):
+        if is_monitor_record(record):
             records.append(record)
         else:
             bad += 1
     if bad:
         problems.append(f"{path.name}: {bad} line(s) that are not monitor records were skipped")
     return records
+
+
+def is_monitor_record(record: Any) -> bool:
+    """An object with a finite ``step`` whose fields the report reads have a monitor record's shape."""
+    if not (isinstance(record, dict) and isinstance(record.get("step"), int | float) and math.isfinite(record["step"])):
+        return False
+    params = record.get("params", {})
+    if not (isinstance(params, dict) and all(isinstance(v, dict) for v in params.values())):
+        return False
+    first = record.get("exploded_first", [])
+    return isinstance(first, list) and all(isinstance(e, dict) for e in first)

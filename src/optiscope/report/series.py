@@ -49,9 +49,17 @@ def drawable(value: Any, positive: bool = False) -> bool:
 
 
 def run_label(record: dict[str, Any]) -> str:
-    """The run a record belongs to: its ``run`` (``"run"`` when unnamed), with its seed when it has one."""
+    """The run a record belongs to: its ``run`` (``"run"`` when unnamed), with its seed when it has one and
+    the other fields of the monitor's ``context`` (named in the record's ``context``), e.g. "sgd lr=0.01"."""
     label = str(record.get("run", "run"))
-    return f"{label} seed {record['seed']}" if "seed" in record else label
+    label = f"{label} seed {record['seed']}" if "seed" in record else label
+    names = record.get("context")
+    extra = (
+        [k for k in names if isinstance(k, str) and k not in ("run", "seed") and k in record]
+        if isinstance(names, list)
+        else []
+    )
+    return " ".join([label, *(f"{k}={record[k]}" for k in extra)])
 
 
 def by_run(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
