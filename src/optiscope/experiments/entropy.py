@@ -288,7 +288,7 @@ def gpt_subject(config: Config, run_dir: Path, console: Console) -> Subject:
 def pretrained_subject(config: Config, console: Console) -> Subject:
     """The 🤗 model of ``--hf-model`` (LoRA adapters with ``--lora-rank``) and the text, encoded by its tokenizer."""
     try:
-        model, tokenizer = load_causal_lm(config.hf_model)
+        model, tokenizer = load_causal_lm(config.hf_model, quiet=config.quiet)
     except (OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(

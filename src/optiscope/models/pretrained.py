@@ -14,14 +14,23 @@ from typing import Any
 from torch import nn
 
 
-def load_causal_lm(directory: Path | str) -> tuple[nn.Module, Any]:
-    """(model, tokenizer) from a local ``from_pretrained`` directory; the model in training mode."""
+def load_causal_lm(directory: Path | str, quiet: bool = False) -> tuple[nn.Module, Any]:
+    """(model, tokenizer) from a local ``from_pretrained`` directory; the model in training mode. ``quiet``:
+    without 🤗's loading progress bars (its setting is restored after)."""
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
     except ImportError as e:
         raise ImportError("a 🤗 model needs transformers: pip install 'optiscope[hf]'") from e
-    model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    bars = hf_logging.is_progress_bar_enabled()
+    if quiet:
+        hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     return model.train(), tokenizer
 
 
