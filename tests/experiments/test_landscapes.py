@@ -238,7 +238,7 @@ def test_seed_claims_read_the_statistics():
         ({"lrs": ()}, "--lrs=(): give one or more"),
         ({"condition_number": 0.5}, "--condition-number=0.5 must be a finite number >= 1"),
         ({"tolerance": 0.0}, "tolerance=0.0 must be a finite number > 0"),
-        ({"bias_lr": float("inf")}, "bias_lr=inf must be a finite number > 0"),
+        ({"bias_lr": float("inf")}, "--bias-lr=inf must be a finite number > 0"),
         ({"bias_start": 0.0}, "--bias-start=0.0 must be a finite number other than 0"),
         ({"group_scales": (1.0, 0.0)}, "--group-scales=(1.0, 0.0)"),
     ],

@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from ..checks import is_count
+
 
 def gradient_noise_scale(small: Sequence[Sequence[Tensor]], batch_size: int) -> dict[str, Any]:
     """B_simple from ``small``: n ≥ 2 gradients (each a list of per-parameter tensors, in the same
@@ -39,7 +41,7 @@ def gradient_noise_scale(small: Sequence[Sequence[Tensor]], batch_size: int) -> 
     n = len(small)
     if n < 2:
         raise ValueError(f"gradient_noise_scale: needs at least 2 small-batch gradients, got {n}")
-    if isinstance(batch_size, bool) or not (isinstance(batch_size, int) and batch_size >= 1):
+    if not is_count(batch_size):
         raise ValueError(f"gradient_noise_scale: batch_size={batch_size!r} must be an integer >= 1")
     lengths = sorted({len(grads) for grads in small})
     if len(lengths) > 1:
@@ -80,9 +82,9 @@ def noise_scale_from_norms(
     summed over p for B_simple = tr(Σ)/|G|² (NaN when |G|² ≤ 0), and snr_p = |G_p|² / (tr(Σ_p)/b) (inf when
     tr(Σ_p) ≤ 0; NaN where a norm is NaN). Returns the keys of ``gradient_noise_scale``.
     """
-    if isinstance(count, bool) or not (isinstance(count, int) and count >= 2):
+    if not is_count(count, 2):
         raise ValueError(f"noise_scale_from_norms: count={count!r} must be an integer >= 2 (small batches)")
-    if isinstance(batch_size, bool) or not (isinstance(batch_size, int) and batch_size >= 1):
+    if not is_count(batch_size):
         raise ValueError(f"noise_scale_from_norms: batch_size={batch_size!r} must be an integer >= 1")
     b, big = batch_size, count * batch_size
     grad_sq, trace_sigma, snr = 0.0, 0.0, []

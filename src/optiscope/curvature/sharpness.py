@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..checks import is_count, is_number
 from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
 from .thresholds import Stability, inverse_preconditioner, moving_groups, stability_threshold
@@ -95,11 +96,11 @@ def sharpness(
     ``residuals``, ``converged``, ``vector`` (the top eigenvector of A, for the next warm start) and,
     with ``along``, ``along``: ``{name: {"curvature", "ratio"}}``.
     """
-    if isinstance(k, bool) or not (isinstance(k, int) and k >= 1):
+    if not is_count(k):
         raise ValueError(f"sharpness: k={k!r} must be an integer >= 1")
-    if isinstance(tol, bool) or not (isinstance(tol, int | float) and 0 < tol < 1):
+    if not (is_number(tol) and 0 < tol < 1):
         raise ValueError(f"sharpness: tol={tol!r} must be a number in (0, 1) (a relative residual)")
-    if isinstance(max_hvps, bool) or not (isinstance(max_hvps, int) and max_hvps >= k):
+    if not is_count(max_hvps, k):
         raise ValueError(f"sharpness: max_hvps={max_hvps!r} must be an integer >= k={k}")
     op, matvec, scale, stability = operator(model, loss_fn, batch, optimizer, dtype)
     if k > op.size:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..checks import is_count
 from .hvp import HessianOperator, LossFn
 
 
@@ -26,7 +27,7 @@ def hessian_trace(
     dtype: torch.dtype | None = None,
 ) -> dict[str, Any]:
     """tr H of ``loss_fn(model, batch)``: ``{"trace", "std_error", "probes"}`` (``std_error`` is NaN for one probe)."""
-    if isinstance(probes, bool) or not (isinstance(probes, int) and probes >= 1):
+    if not is_count(probes):
         raise ValueError(f"hessian_trace: probes={probes!r} must be an integer >= 1")
     op = HessianOperator(model, loss_fn, batch, dtype=dtype)
     generator = torch.Generator().manual_seed(seed)

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from .. import __version__, runs
+from ..checks import is_count, non_negative, positive
 from ..errors import ConfigError
 from ..optim import RunSpec, parse_runs
 from ..runs import checkpoint_name
@@ -103,12 +104,30 @@ def require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def flag(name: str) -> str:
+    """The command-line option of a Config field: ``weight_decay`` -> ``--weight-decay``."""
+    return "--" + name.replace("_", "-")
+
+
 def require_counts(config: Any, *names: str, minimum: int = 1) -> None:
     """Each named field of ``config`` is an integer (not a bool) >= ``minimum``."""
     for name in names:
         value = getattr(config, name)
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-        require(ok, f"--{name.replace('_', '-')}={value!r} must be an integer >= {minimum}")
+        require(is_count(value, minimum), f"{flag(name)}={value!r} must be an integer >= {minimum}")
+
+
+def require_positive(config: Any, *names: str) -> None:
+    """Each named field of ``config`` is a finite number > 0."""
+    for name in names:
+        value = getattr(config, name)
+        require(positive(value), f"{flag(name)}={value!r} must be a finite number > 0")
+
+
+def require_non_negative(config: Any, *names: str) -> None:
+    """Each named field of ``config`` is a finite number >= 0."""
+    for name in names:
+        value = getattr(config, name)
+        require(non_negative(value), f"{flag(name)}={value!r} must be a finite number >= 0")
 
 
 # --------------------------------------------------------------------------------------------- running

@@ -38,13 +38,15 @@ from . import (
     Objective,
     RunSpec,
     checkpoint_name,
+    flag,
     only_run,
     parse_runs,
     require,
     require_counts,
+    require_non_negative,
+    require_positive,
     torch_threads,
 )
-from .checks import finite, positive
 
 SUMMARY = "tiny transformers that add 10-digit numbers: trained, scored on the 10,010-case suite, explained"
 
@@ -125,18 +127,15 @@ class Config:
         require(self.warmup_steps < self.steps, f"--warmup-steps={self.warmup_steps} must be < --steps={self.steps}")
         runs_of(self)
         require(0 <= self.min_lr_ratio <= 1, f"--min-lr-ratio={self.min_lr_ratio} must be in [0, 1]")
-        require(
-            finite(self.weight_decay) and self.weight_decay >= 0,
-            f"--weight-decay={self.weight_decay} must be a finite number >= 0",
-        )
-        require(positive(self.clip), f"--clip={self.clip} must be a finite number > 0")
+        require_non_negative(self, "weight_decay")
+        require_positive(self, "clip")
         require(
             1 <= self.curriculum_digits <= N_DIGITS,
             f"--curriculum-digits={self.curriculum_digits} must be in 1 … {N_DIGITS}",
         )
         for name in ("carry_start", "carry_end"):
             value = getattr(self, name)
-            require(0 <= value <= 1, f"--{name.replace('_', '-')}={value} must be a fraction in [0, 1]")
+            require(0 <= value <= 1, f"{flag(name)}={value} must be a fraction in [0, 1]")
         require(len(set(self.seed_list)) == len(self.seed_list), f"--seeds={self.seeds} repeats a seed")
         preset_for_budget(self.params_budget)
 

@@ -38,8 +38,7 @@ from .. import runs, train
 from ..curvature import stability_threshold
 from ..monitor import Curvature, Monitor, run_directory_sinks
 from ..optim import RECIPES, build_optimizer
-from . import RunSpec, checkpoint_name, parse_runs, require, require_counts, torch_threads
-from .checks import finite
+from . import RunSpec, checkpoint_name, parse_runs, require, require_counts, require_non_negative, torch_threads
 
 SUMMARY = "Full-batch GD, momentum and Adam: (preconditioned) sharpness against 2/η, 3.8/η, 38/η (edge of stability)"
 
@@ -75,10 +74,7 @@ class Config:
         counts = ("steps", "measure_every", "inputs", "outputs", "width", "teacher_width", "threads")
         require_counts(self, *counts)
         require_counts(self, "examples", minimum=2)  # the targets are scaled by their std
-        require(
-            finite(self.weight_decay) and self.weight_decay >= 0,
-            f"--weight-decay={self.weight_decay!r} must be a finite number >= 0",
-        )
+        require_non_negative(self, "weight_decay")
         require(0 < self.tol < 1, f"--tol={self.tol!r} must be in (0, 1)")
         require(0 < self.edge <= 1, f"--edge={self.edge!r} must be in (0, 1]")
         require(

@@ -33,6 +33,7 @@ from rich.console import Console
 from torch import Tensor, nn
 
 from .. import runs, train
+from ..checks import finite
 from ..data import CorpusError, load_corpus, sample_batch
 from ..models import GPT
 from ..models.pretrained import add_lora, context_length, load_causal_lm
@@ -40,7 +41,6 @@ from ..monitor.stats import loglog_fit
 from ..optim import build_optimizer
 from ..probe import MODES, prediction_curves, probe_step, sample_sequences, subset_errors, update_direction
 from . import ConfigError, RunSpec, execute, lm, parse_runs, require, require_counts
-from .checks import finite
 
 SUMMARY = "One optimizer step's true vs predicted (linear, quadratic) change of a GPT's entropy and loss"
 #: The lm run trained here when no --checkpoint is given lives in DIR/lm.

@@ -20,10 +20,10 @@ from typing import Any, TypedDict
 import numpy as np
 import torch
 
+from ..checks import finite, positive
 from ..optim import RECIPES
-from . import Objective, RunSpec, only_run, parse_runs, require, require_counts
+from . import Objective, RunSpec, only_run, parse_runs, require, require_counts, require_non_negative, require_positive
 from .bias_correction import bias_correction_story
-from .checks import finite, positive
 from .descent import best_run, descend, log_sampled, thin_path
 from .surfaces import Surface, surfaces
 from .weight_decay import weight_decay_story
@@ -67,9 +67,7 @@ class Config:
 
     def __post_init__(self) -> None:
         require_counts(self, "steps", "bias_steps", "decay_steps", "weights_per_group")
-        for name in ("tolerance", "bias_lr", "decay_lr"):
-            value = getattr(self, name)
-            require(positive(value), f"{name}={value!r} must be a finite number > 0")
+        require_positive(self, "tolerance", "bias_lr", "decay_lr")
         require(
             finite(self.condition_number) and self.condition_number >= 1,
             f"--condition-number={self.condition_number!r} must be a finite number >= 1",
@@ -78,9 +76,7 @@ class Config:
             finite(self.bias_start) and self.bias_start != 0,
             f"--bias-start={self.bias_start!r} must be a finite number other than 0 (the minimum)",
         )
-        for name in ("weight_decay", "decay_lambda"):
-            value = getattr(self, name)
-            require(finite(value) and value >= 0, f"{name}={value!r} must be a finite number >= 0")
+        require_non_negative(self, "weight_decay", "decay_lambda")
         self.lrs = tuple(self.lrs)
         bad = [lr for lr in self.lrs if not positive(lr)]
         require(self.lrs and not bad, f"--lrs={self.lrs!r}: give one or more finite numbers > 0")

@@ -36,8 +36,18 @@ from ..monitor import Curvature, DivergenceGuard, Monitor, run_directory_sinks, 
 from ..monitor.curvature import DIRECTIONS
 from ..monitor.stats import spearman, update_ratio_by
 from ..optim import RECIPES, Schedule, as_lambda_lr, build_optimizer
-from . import ConfigError, Objective, RunSpec, checkpoint_name, only_run, parse_runs, require, require_counts
-from .checks import finite, positive
+from . import (
+    ConfigError,
+    Objective,
+    RunSpec,
+    checkpoint_name,
+    only_run,
+    parse_runs,
+    require,
+    require_counts,
+    require_non_negative,
+    require_positive,
+)
 
 SUMMARY = "A small GPT on real text with each optimizer: loss curves, u/w per layer, rare-token rows, divergence"
 
@@ -134,11 +144,8 @@ class Config:
             f"--warmup-steps={self.warmup_steps} must be in [0, --steps={self.steps})",
         )
         require(0 <= self.min_lr_ratio <= 1, f"--min-lr-ratio={self.min_lr_ratio} must be in [0, 1]")
-        require(
-            finite(self.weight_decay) and self.weight_decay >= 0,
-            f"--weight-decay={self.weight_decay} must be a finite number >= 0",
-        )
-        require(positive(self.clip), f"--clip={self.clip} must be a finite number > 0")
+        require_non_negative(self, "weight_decay")
+        require_positive(self, "clip")
         require(0 <= self.dropout < 1, f"--dropout={self.dropout} must be in [0, 1)")
         require(self.sample_tokens >= 0, f"--sample-tokens={self.sample_tokens} must be >= 0")
         require(self.text is None or self.url is None, "give --text or --url, not both")

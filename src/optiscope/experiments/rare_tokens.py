@@ -27,10 +27,10 @@ from typing import Any, TypedDict
 import torch
 from torch import Tensor
 
+from ..checks import positive
 from ..monitor.stats import loglog_fit
 from ..optim import RECIPES, build_optimizer
-from . import Objective, RunSpec, only_run, parse_runs, require, require_counts
-from .checks import finite, positive
+from . import Objective, RunSpec, only_run, parse_runs, require, require_counts, require_non_negative, require_positive
 
 SUMMARY = "SGD vs Adam (and every optimizer) on rare tokens: frequency bias, effective LR, an LR sweep"
 
@@ -88,21 +88,15 @@ class Config:
 
     def __post_init__(self) -> None:
         require_counts(self, "steps", "batch_size")
-        require(positive(self.lr), f"--lr={self.lr!r} must be a finite number > 0")
-        require(
-            finite(self.label_noise) and self.label_noise >= 0,
-            f"--label-noise={self.label_noise!r} must be a finite number >= 0",
-        )
+        require_positive(self, "lr")
+        require_non_negative(self, "label_noise")
         self.frequencies = tuple(self.frequencies)
         require(len(self.frequencies) >= 2, f"--frequencies={self.frequencies!r}: give at least two tokens")
         bad = [p for p in self.frequencies if not positive(p)]
         require(not bad, f"frequencies: {bad} are not finite numbers > 0; every token needs a frequency in (0, 1]")
         total = math.fsum(self.frequencies)
         require(abs(total - 1) <= 1e-6, f"frequencies sum to {total:.7g}; they must sum to 1 (within 1e-6)")
-        require(
-            finite(self.weight_decay) and self.weight_decay >= 0,
-            f"--weight-decay={self.weight_decay!r} must be a finite number >= 0",
-        )
+        require_non_negative(self, "weight_decay")
         runs_of(self)
         self.sweep_lrs = tuple(self.sweep_lrs)
         bad = [lr for lr in self.sweep_lrs if not positive(lr)]

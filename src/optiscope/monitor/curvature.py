@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..checks import is_count, is_number
 from ..curvature import (
     HessianOperator,
     batch_statistics,
@@ -100,7 +101,7 @@ class Curvature:
         for names, least in ((("every", "k", "max_hvps"), 1), (("trace_probes", "micro_batches"), 0)):
             for name in names:
                 value = getattr(self, name)
-                if isinstance(value, bool) or not (isinstance(value, int) and value >= least):
+                if not is_count(value, least):
                     raise ValueError(f"Curvature: {name}={value!r} must be an integer >= {least}")
         if self.k > self.max_hvps:
             raise ValueError(f"Curvature: k={self.k} eigenvalues need max_hvps >= k, got max_hvps={self.max_hvps}")
@@ -109,7 +110,7 @@ class Curvature:
                 f"Curvature: directions={self.directions!r}; give a tuple of {DIRECTIONS} (or () for none)"
             )
         check_dtype(self.dtype, "Curvature")
-        if isinstance(self.tol, bool) or not (isinstance(self.tol, int | float) and 0 < self.tol < 1):
+        if not (is_number(self.tol) and 0 < self.tol < 1):
             raise ValueError(f"Curvature: tol={self.tol!r} must be a number in (0, 1)")
         if self.micro_batches == 1:
             raise ValueError("Curvature: micro_batches=1 cannot estimate a noise scale; give 0 (off) or >= 2")
@@ -118,7 +119,7 @@ class Curvature:
             ("accumulation_batch_size", "training examples per backward pass"),
         ):
             size = getattr(self, name)
-            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            if size is not None and not is_count(size):
                 raise ValueError(f"Curvature: {name}={size!r} must be a positive integer ({what}) or None")
         sources = {
             "micro_batches": self.micro_batches or None,

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks import is_count, is_number
+
 # exp(x) overflows a float64 above this
 _MAX_EXP = math.log(1.7976931348623157e308)
 
@@ -34,11 +36,6 @@ class Diverged(RuntimeError):
             f"diverged at step {record['step']}: {record['reason']} (loss {record['loss']}); "
             f"{exploded_summary(record.get('exploded_first', []))}{f'; {diagnosis}' if diagnosis else ''}"
         )
-
-
-def _real(x: Any) -> bool:
-    """A real number (not a bool)."""
-    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 def curvature_finding(record: dict[str, Any]) -> str:
@@ -74,11 +71,11 @@ class DivergenceGuard:
     first_factor: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (_real(self.factor) and self.factor > 1):
+        if not (is_number(self.factor) and self.factor > 1):
             raise ValueError(f"DivergenceGuard: factor={self.factor!r} must be a number > 1")
-        if not (_real(self.first_factor) and self.first_factor >= 1):
+        if not (is_number(self.first_factor) and self.first_factor >= 1):
             raise ValueError(f"DivergenceGuard: first_factor={self.first_factor!r} must be a number >= 1")
-        if not (isinstance(self.warmup, int) and self.warmup >= 0):
+        if not is_count(self.warmup, 0):
             raise ValueError(f"DivergenceGuard: warmup={self.warmup!r} must be an integer >= 0")
 
     def reason(self, step: int, loss: float, lowest: float, first: float) -> str | None:

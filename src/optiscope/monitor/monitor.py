@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..checks import is_count, is_number
 from ..curvature.hvp import unwrap
 from . import stats
 from .accumulation_noise import AccumulationNoise
@@ -148,9 +149,9 @@ class Monitor:
         context: dict[str, Any] | None = None,
         curvature: Curvature | None = None,
     ) -> None:
-        if isinstance(every, bool) or not (isinstance(every, int) and every >= 1):
+        if not is_count(every):
             raise ValueError(f"Monitor: every={every!r} must be an integer >= 1")
-        if isinstance(alarm_growth, bool) or not (isinstance(alarm_growth, int | float) and alarm_growth > 1):
+        if not (is_number(alarm_growth) and alarm_growth > 1):
             raise ValueError(f"Monitor: alarm_growth={alarm_growth!r} must be a number > 1 (a multiple of u/w)")
         if on_divergence not in ("raise", "record"):
             raise ValueError(f"Monitor: on_divergence={on_divergence!r} must be 'raise' or 'record'")

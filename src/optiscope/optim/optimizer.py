@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import copy
 import math
-import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from ..checks import finite, is_number
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Rule:
             if x.numel() != 1:
                 return RuntimeError
             return TypeError if self.kind == "number" and self.ok(x.item()) else ValueError
-        if self.kind == "number" and not isinstance(x, Tensor) and not _is_number(x):
+        if self.kind == "number" and not isinstance(x, Tensor) and not is_number(x):
             return TypeError
         return ValueError
 
@@ -63,26 +64,18 @@ class Rule:
 FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
-
-def _is_real(x: Any) -> bool:
-    return _is_number(x) and math.isfinite(x)
-
-
 def non_negative() -> Rule:
-    return Rule(lambda x: _is_real(x) and x >= 0, "a finite number >= 0", kind="number")
+    return Rule(lambda x: finite(x) and x >= 0, "a finite number >= 0", kind="number")
 
 
 def positive() -> Rule:
-    return Rule(lambda x: _is_real(x) and x > 0, "a finite number > 0", kind="number")
+    return Rule(lambda x: finite(x) and x > 0, "a finite number > 0", kind="number")
 
 
 def unit_interval(closed_right: bool = False) -> Rule:
     if closed_right:
-        return Rule(lambda x: _is_real(x) and 0 <= x <= 1, "a number in [0, 1]", kind="number")
-    return Rule(lambda x: _is_real(x) and 0 <= x < 1, "a number in [0, 1)", kind="number")
+        return Rule(lambda x: finite(x) and 0 <= x <= 1, "a number in [0, 1]", kind="number")
+    return Rule(lambda x: finite(x) and 0 <= x < 1, "a number in [0, 1)", kind="number")
 
 
 def learning_rate() -> Rule:
@@ -91,12 +84,12 @@ def learning_rate() -> Rule:
     def ok(x: Any) -> bool:
         if isinstance(x, Tensor):
             return x.numel() == 1 and not x.is_complex() and bool(torch.isfinite(x).all()) and float(x) >= 0
-        return _is_real(x) and x >= 0
+        return finite(x) and x >= 0
 
     def classify(x: Any) -> type[Exception] | None:
         if ok(x):
             return None
-        return ValueError if isinstance(x, Tensor) or _is_number(x) else TypeError
+        return ValueError if isinstance(x, Tensor) or is_number(x) else TypeError
 
     return Rule(ok, "a finite number >= 0 or a 1-element tensor holding one", classify=classify)
 
@@ -122,7 +115,7 @@ def betas_rule() -> Rule:
             return TypeError
         if len(b) < 2:
             return IndexError
-        if not all(_is_number(x) or isinstance(x, Tensor) for x in b[:2]):
+        if not all(is_number(x) or isinstance(x, Tensor) for x in b[:2]):
             return TypeError
         return ValueError
 

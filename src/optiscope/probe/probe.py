@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from ..checks import is_count, is_number
 from .calls import call_kwargs, forward_mode_attention, logits_of
 from .functionals import check_logits, per_sequence
 from .terms import along, derivatives, gradient_dot, hessian_quadratic, unwrap
@@ -128,9 +129,9 @@ def probe_step(
         raise ValueError(f"sequences must be token ids of shape (E, T+1) with T >= 1, got {tuple(sequences.shape)}")
     if len(sequences) == 0:
         raise ValueError("sequences is empty (E = 0): the probe needs at least one sequence")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+    if not is_count(chunk_size):
         raise ValueError(f"chunk_size={chunk_size!r}; valid: a positive number of sequences per chunk")
-    if isinstance(log_ratio_clip, bool) or not (isinstance(log_ratio_clip, int | float) and log_ratio_clip > 0):
+    if not (is_number(log_ratio_clip) and log_ratio_clip > 0):
         raise ValueError(f"log_ratio_clip={log_ratio_clip!r}; valid: a number > 0 (inf: no clipping)")
     scored = scored_positions(sequences, attention_mask, scored)
     net = unwrap(model)

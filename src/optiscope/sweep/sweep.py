@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import experiments, runs
+from ..checks import is_count
 from ..errors import ConfigError
 from . import grid
 from .backends import BACKENDS, open_backend
@@ -67,9 +68,9 @@ def check(config: SweepConfig) -> Plan:
     objective = config.objective or next(iter(declared))
     if objective not in declared:
         raise ConfigError(f"--objective {objective!r}; {config.experiment} declares: {', '.join(declared)}")
-    if isinstance(config.seeds, bool) or not isinstance(config.seeds, int) or config.seeds < 1:
+    if not is_count(config.seeds):
         raise ConfigError(f"--seeds {config.seeds!r} must be an integer >= 1")
-    if isinstance(config.workers, bool) or not isinstance(config.workers, int) or config.workers < 1:
+    if not is_count(config.workers):
         raise ConfigError(f"--workers {config.workers!r} must be an integer >= 1")
     if config.backend not in BACKENDS:
         raise ConfigError(f"--backend {config.backend!r}; valid: {', '.join(BACKENDS)}")

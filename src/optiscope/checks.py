@@ -1,0 +1,33 @@
+"""Predicates for validating what a user passes in (each layer words its own error around them).
+
+A bool is an int to Python but never a number or a count here: ``every=True`` is a mistake, not 1.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+
+def is_number(x: Any) -> bool:
+    """A real number (not a bool); it may be infinite or NaN."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def finite(x: Any) -> bool:
+    """A real number (not a bool) that is neither infinite nor NaN."""
+    return is_number(x) and math.isfinite(x)
+
+
+def positive(x: Any) -> bool:
+    return finite(x) and x > 0
+
+
+def non_negative(x: Any) -> bool:
+    return finite(x) and x >= 0
+
+
+def is_count(x: Any, least: int = 1) -> bool:
+    """An integer (not a bool) >= ``least``."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= least
