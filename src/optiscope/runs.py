@@ -288,11 +288,20 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+def is_run_config(stored: Any) -> bool:
+    """Whether ``stored`` (a config.json's content) is an optiscope run's: ``{"experiment", "config"}``."""
+    return (
+        isinstance(stored, dict)
+        and isinstance(stored.get("experiment"), str)
+        and isinstance(stored.get("config"), dict)
+    )
+
+
 def _stored_config(path: Path) -> dict[str, Any] | None:
     if not (path / CONFIG).exists():
         return None
     stored = read_json(path / CONFIG)
-    if not isinstance(stored, dict) or "experiment" not in stored or not isinstance(stored.get("config"), dict):
+    if not is_run_config(stored):
         raise RunDirError(f"{path / CONFIG} is not an optiscope run configuration; use --force to replace the run")
     return stored
 

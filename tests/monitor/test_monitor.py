@@ -7,7 +7,17 @@ import pytest
 import torch
 from torch import nn
 
-from optiscope.monitor import ConsoleSink, Diverged, DivergenceGuard, JSONLSink, Monitor, safe_perplexity
+from optiscope.monitor import (
+    ConsoleSink,
+    Curvature,
+    Diverged,
+    DivergenceGuard,
+    JSONLSink,
+    Monitor,
+    safe_perplexity,
+)
+from optiscope.monitor.curvature import DIRECTIONS
+from optiscope.monitor.monitor import RECORD_FIELDS
 from optiscope.optim import SGD, Adam, AdamW, Lion
 
 
@@ -366,6 +376,39 @@ def test_guard_ignores_noise_near_zero_loss():
     assert guard.reason(100, 4.0, lowest=0.0, first=4.2) is None
     with pytest.raises(ValueError, match="factor='4' must be a number > 1"):
         DivergenceGuard(factor="4")
+
+
+def test_every_field_a_record_can_hold_is_one_a_context_may_not_take():
+    """RECORD_FIELDS (what a context may not reuse) against the records themselves, with every optional part on:
+    curvature along both directions, its trace and noise scale, tokens/s, the embedding, a divergence."""
+    model, data = tiny_lm()
+    opt = Adam(model.parameters(), lr=1e-2)
+
+    def loss_fn(m, batch):
+        return nn.functional.cross_entropy(m(batch[0]), batch[1])
+
+    curvature = Curvature(data, loss_fn, every=1, directions=DIRECTIONS, trace_probes=2, micro_batches=2)
+    context = {"run": "a", "seed": 1}
+    monitor = Monitor(
+        model,
+        opt,
+        every=1,
+        batch_tokens=96,
+        histograms=True,
+        embedding="0.weight",
+        context=context,
+        curvature=curvature,
+        on_divergence="record",
+    )
+    records = []
+    for _ in range(2):
+        loss = train_step(model, opt, data)
+        opt.step()
+        records.append(monitor.step(loss))
+    monitor.diverge(2, 1.0, "by hand")
+    written = set().union(*records, monitor.diverged) - context.keys()
+    assert {"tokens_per_s", "embedding", "noise_scale", "curvature/gradient", "curvature_diagnosis"} <= written
+    assert written <= RECORD_FIELDS, written - RECORD_FIELDS
 
 
 def test_alarm_growth_and_context_are_checked_when_the_monitor_is_built():

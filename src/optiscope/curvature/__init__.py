@@ -14,7 +14,7 @@ from .directional import directional_curvature
 from .hvp import HessianOperator, batch_statistics, check_dtype, map_tensors, running_statistics_kept, tensors_in
 from .lanczos import LanczosResult, lanczos
 from .noise import gradient_noise_scale, noise_scale_from_norms, rank_gradients
-from .sharpness import sharpness
+from .sharpness import require_optimizer_of, sharpness
 from .thresholds import Stability, inverse_preconditioner, stability_threshold
 from .trace import hessian_trace
 
@@ -32,6 +32,7 @@ __all__ = [
     "map_tensors",
     "noise_scale_from_norms",
     "rank_gradients",
+    "require_optimizer_of",
     "running_statistics_kept",
     "sharpness",
     "stability_threshold",

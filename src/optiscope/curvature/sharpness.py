@@ -33,15 +33,23 @@ def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer, precond
     not moved). Before the first step no parameter has state, and all of those are returned (``operator``
     then measures H)."""
     params = [p for group in moving_groups(optimizer) for p in group["params"] if p.requires_grad]
+    require_optimizer_of(model, optimizer, params, "curvature", "parameters that require grad")
+    stepped = [p for p in params if "exp_avg_sq" in optimizer.state.get(p, {})] if preconditioned else []
+    return stepped or params
+
+
+def require_optimizer_of(
+    model: nn.Module, optimizer: torch.optim.Optimizer, params: list[Tensor], who: str, what: str = "parameters"
+) -> None:
+    """A ValueError (from ``who``) when none of ``params`` (``optimizer``'s ``what``) is a parameter of
+    ``model`` inside its wrappers: the optimizer of another model would measure nothing."""
     inner = unwrap(model)
     mine = {id(p) for p in inner.parameters()}
     if not any(id(p) in mine for p in params):
         raise ValueError(
-            f"curvature: none of the {type(optimizer).__name__}'s parameters that require grad is a parameter of "
-            f"the model ({type(inner).__name__}); give the optimizer that trains this model"
+            f"{who}: none of the {type(optimizer).__name__}'s {what} is a parameter of the model "
+            f"({type(inner).__name__}); give the optimizer that trains this model"
         )
-    stepped = [p for p in params if "exp_avg_sq" in optimizer.state.get(p, {})] if preconditioned else []
-    return stepped or params
 
 
 def operator(

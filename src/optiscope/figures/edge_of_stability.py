@@ -24,13 +24,12 @@ if TYPE_CHECKING:
 
 
 def _title(runs: list[RunResults], what: str, edge: float) -> str:
-    parts = [
-        f"{r['label']} {style.fmt(r['equilibrium'], '.2f')}×"
-        if r["equilibrium"] is not None
-        else f"{r['label']}{_status(r)}"
-        for r in runs
-        if r["equilibrium"] is not None or r["status"] == "diverged"
-    ]
+    parts = []
+    for r in runs:
+        if r["equilibrium"] is not None:
+            parts.append(f"{r['label']} {style.fmt(r['equilibrium'], '.2f')}×")
+        elif r["status"] == "diverged":
+            parts.append(f"{r['label']}{_status(r)}")
     if not parts:
         return f"{what}: no run reached {edge:g}× its threshold"
     lines = textwrap.wrap(f"median sharpness/threshold once at {edge:g}× or more: {', '.join(parts)}", 110)

@@ -90,11 +90,9 @@ def parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[
     for gi, group in enumerate(optimizer.param_groups):
         given = group.get("param_names")
         for pi, p in enumerate(group["params"]):
-            own = from_model.get(id(p))
-            if given is not None and not (own is not None and is_own_name(given[pi], own)):
-                names[id(p)] = given[pi]
-            else:
-                names[id(p)] = own if own is not None else f"group{gi}.param{pi}"
+            own = from_model.get(id(p), f"group{gi}.param{pi}")
+            name = None if given is None else given[pi]
+            names[id(p)] = own if name is None or is_own_name(name, own) else name
     counts: dict[str, int] = {}
     for name in names.values():
         counts[name] = counts.get(name, 0) + 1
@@ -472,9 +470,8 @@ class Monitor:
             if embedding is not None and embedding.ndim != 2:
                 raise ValueError(f"Monitor: embedding must be a 2-D matrix, got shape {tuple(embedding.shape)}")
             return embedding
-        # the name as the records give it, as the model inside its wrappers has it, or as the wrapper has it
-        named = {n: p for n, p in model.named_parameters()}
-        named.update({n: p for n, p in unwrap(model).named_parameters()})
+        # the name as the wrapper has it, as the model inside its wrappers has it, or as the records give it
+        named = {**dict(model.named_parameters()), **dict(unwrap(model).named_parameters())}
         named.update({names[id(p)]: p for group in optimizer.param_groups for p in group["params"]})
         if embedding not in named:
             raise ValueError(f"Monitor: embedding={embedding!r} is not a parameter name; names: {sorted(named)[:8]} …")

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..curvature import running_statistics_kept
+from ..curvature import require_optimizer_of, running_statistics_kept
 from ..monitor import own_names
 from ..optim import clip_grad_norm
 
@@ -75,12 +75,11 @@ def update_direction(
     the plain negative gradient, v = −∇L. ``max_grad_norm`` clips the gradients first, as a training
     loop that clips would. Parameters the step does not move are left out (their v is zero).
     """
-    named = own_names(model)
-    if optimizer is not None and not named.keys() & {id(p) for g in optimizer.param_groups for p in g["params"]}:
-        raise ValueError(
-            f"update_direction: none of the {type(optimizer).__name__}'s parameters is a parameter of the model "
-            f"({type(model).__name__}); give the optimizer that trains this model"
+    if optimizer is not None:
+        require_optimizer_of(
+            model, optimizer, [p for g in optimizer.param_groups for p in g["params"]], "update_direction"
         )
+    named = own_names(model)
     grads = gradients(model, loss_fn, batch)
     params = (
         {id(p): p for g in optimizer.param_groups for p in g["params"]}

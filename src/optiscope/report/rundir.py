@@ -45,7 +45,7 @@ def read_run(path: Path) -> RunDir:
     config = _read_object(path / runs.CONFIG, run.problems)
     # a config.json that is not an optiscope run's (a 🤗 model's, saved next to the callback's metrics.jsonl)
     # is not this directory's config
-    foreign = config is not None and not (isinstance(config.get("experiment"), str) and "config" in config)
+    foreign = config is not None and not runs.is_run_config(config)
     run.config = None if foreign else config
     run.monitored = (path / runs.METRICS).exists() and (foreign or not (path / runs.CONFIG).exists())
     run.results = _read_results(path / runs.RESULTS, run.problems, expected=not run.monitored)

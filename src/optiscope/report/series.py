@@ -53,12 +53,8 @@ def run_label(record: dict[str, Any]) -> str:
     the other fields of the monitor's ``context`` (named in the record's ``context``), e.g. "sgd lr=0.01"."""
     label = str(record.get("run", "run"))
     label = f"{label} seed {record['seed']}" if "seed" in record else label
-    names = record.get("context")
-    extra = (
-        [k for k in names if isinstance(k, str) and k not in ("run", "seed") and k in record]
-        if isinstance(names, list)
-        else []
-    )
+    names = record.get("context") if isinstance(record.get("context"), list) else []
+    extra = [k for k in names if isinstance(k, str) and k not in ("run", "seed") and k in record]
     return " ".join([label, *(f"{k}={record[k]}" for k in extra)])
 
 
