@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 import matplotlib.pyplot as plt
+import torch
 
 from optiscope.experiments import ConfigError
 
@@ -16,7 +17,7 @@ class Config:
     rate: float = 0.5
     names: tuple[str, ...] = ("a", "b")
     diverge: bool = False
-    crash: str = field(default="", metadata={"help": "raise this kind of error inside the run: user, internal"})
+    crash: str = field(default="", metadata={"help": "raise this kind of error inside the run: user, internal, memory"})
     quiet: bool = field(default=False, metadata={"affects_results": False})
 
     def __post_init__(self):
@@ -37,6 +38,8 @@ def run(config, run_dir):
         raise ConfigError("the data for this run is missing: give --steps 1 to 5")
     if config.crash == "internal":
         raise ValueError("an internal computation failed")
+    if config.crash == "memory":  # torch's own failure: 2**50 floats (4 PiB) fit no machine's memory
+        torch.empty(2**50)
     results = {"squares": [i * i * config.rate for i in range(config.steps)], "names": list(config.names)}
     if config.diverge:
         results.update(status="diverged", divergence={"step": 1})

@@ -183,6 +183,14 @@ def test_an_internal_error_is_exit_1_with_the_traceback_saved(fake, tmp_path, ca
     assert "Traceback" in log and "an internal computation failed" in log
 
 
+def test_memory_that_runs_out_is_said_as_such_not_as_a_bug(fake, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["run", "fake", "--out", str(out), "--crash", "memory"]) == cli.EXIT_INTERNAL
+    lines = errors(capsys)
+    assert len(lines) == 1 and lines[0].startswith("optiscope: out of memory: ") and "bug" not in lines[0]
+    assert f"finished work is saved in {out}" in lines[0] and "Traceback" in (out / "error.log").read_text()
+
+
 def test_a_figure_that_fails_keeps_the_results(fake, tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["run", "fake", "--out", str(out), "--names", "boom"]) == cli.EXIT_INTERNAL

@@ -6,7 +6,8 @@ always lists exactly what the experiment accepts, with its defaults.
 
 Exit codes: 0 ok; 2 bad input (``UserError``: one line on stderr naming the value and what would be
 valid); 1 an internal error (one line, the traceback in ``DIR/error.log``), including a figure that could
-not be drawn from a finished run's results; 3 every run diverged; 130 interrupted (resume with --resume).
+not be drawn from a finished run's results, or memory that ran out (said as such: sizes too large for the
+machine, not a bug); 3 every run diverged; 130 interrupted (resume with --resume).
 ``report --watch`` runs until Ctrl-C, its normal way to stop, and then exits 0.
 """
 
@@ -22,6 +23,7 @@ import typing
 from pathlib import Path
 from typing import Any, NoReturn
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -443,9 +445,23 @@ def main(argv: list[str] | None = None) -> int:
         if where is not None and not runs.is_rank_zero():
             where = None
         log = runs.write_error_log(where, f"optiscope {' '.join(argv or sys.argv[1:])}", traceback.format_exc())
-        kind, message = sys.exc_info()[:2]
-        _error(f"internal error: {kind.__name__}: {message} (this is a bug in optiscope; traceback in {log})")
+        kind, error = sys.exc_info()[:2]
+        message = " ".join(str(error).split()) or kind.__name__
+        if out_of_memory(error):
+            saved = f"finished work is saved in {where}; " if args.command in ("run", "sweep") else ""
+            _error(f"out of memory: {message} (the sizes asked for need more memory; {saved}traceback in {log})")
+        else:
+            _error(f"internal error: {kind.__name__}: {message} (this is a bug in optiscope; traceback in {log})")
         return EXIT_INTERNAL
+
+
+def out_of_memory(error: BaseException | None) -> bool:
+    """Whether ``error`` is an allocation that failed: Python's ``MemoryError``, torch's ``OutOfMemoryError``
+    (an accelerator's; ``torch.cuda``'s name for it reaches back to torch 2.4), or the CPU allocator's, which
+    torch raises as a plain ``RuntimeError`` naming the allocator."""
+    if isinstance(error, MemoryError | torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(error, RuntimeError) and "DefaultCPUAllocator" in str(error)
 
 
 if __name__ == "__main__":
