@@ -2,6 +2,7 @@
 classified once (bad input: one line, exit 2; internal: exit 1 with the traceback in error.log)."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -50,6 +51,45 @@ def test_plot_redraws_from_results_alone(fake, tmp_path):
     assert (out / "figures" / "squares.png").read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    "option, value, said",
+    [
+        (
+            "--steps",
+            "99999999999999999999",
+            "99999999999999999999 is out of range; give an integer with |value| < 2**63",
+        ),
+        ("--names", "a,b", None),
+        ("--rate", "1,2", "invalid float value"),
+    ],
+)
+def test_integers_beyond_64_bits_are_bad_input(fake, tmp_path, capsys, option, value, said):
+    code = cli.main(["run", "fake", "--out", str(tmp_path / "r"), option, value])
+    if said is None:
+        assert code == 0
+        return
+    assert code == cli.EXIT_BAD_INPUT and said in errors(capsys)[0] and not (tmp_path / "r").exists()
+
+
+def test_a_list_option_that_is_not_a_list_names_what_it_takes(capsys, tmp_path):
+    code = cli.main(["run", "rare-tokens", "--out", str(tmp_path / "r"), "--frequencies", "0.5,abc"])
+    assert code == cli.EXIT_BAD_INPUT
+    assert errors(capsys) == [
+        "optiscope: run rare-tokens: argument --frequencies: '0.5,abc' is not a comma-separated list of numbers"
+    ]
+
+
+def test_plot_into_a_figures_path_that_is_a_file_is_bad_input(fake, tmp_path, capsys):
+    out = tmp_path / "run"
+    cli.main(["run", "fake", "--out", str(out)])
+    shutil.rmtree(out / "figures")
+    (out / "figures").write_text("notes")
+    assert cli.main(["plot", str(out)]) == cli.EXIT_BAD_INPUT
+    lines = errors(capsys)
+    assert len(lines) == 1 and f"cannot draw the figures into {out / 'figures'}" in lines[0]
+    assert (out / "figures").read_text() == "notes" and (out / "results.json").exists()
+
+
 def test_divergence_exits_3(fake, tmp_path):
     assert cli.main(["run", "fake", "--out", str(tmp_path / "d"), "--diverge"]) == cli.EXIT_DIVERGED
     assert runs.read_json(tmp_path / "d" / "results.json")["status"] == "diverged"
@@ -89,7 +129,14 @@ def test_bad_input_is_one_line_on_stderr(fake, tmp_path, capsys, argv, message):
 @pytest.mark.parametrize("command", ["run", "sweep"])
 def test_unknown_experiment_lists_valid_ones(fake, capsys, command):
     assert cli.main([command, "nope", "--out", "x", "--optimizers", "sgd"]) == cli.EXIT_BAD_INPUT
-    assert errors(capsys) == [f"optiscope: {command}: unknown experiment 'nope'; valid: fake"]
+    valid = "fake" if command == "run" else "none declares an objective"  # a sweep needs one to tune for
+    assert errors(capsys) == [f"optiscope: {command}: unknown experiment 'nope'; valid: {valid}"]
+
+
+def test_a_sweep_lists_only_experiments_that_declare_an_objective(capsys):
+    assert cli.main(["sweep", "nope", "--out", "x", "--optimizers", "sgd"]) == cli.EXIT_BAD_INPUT
+    valid = errors(capsys)[0].split("valid: ")[1].split(", ")
+    assert "lm" in valid and "entropy" not in valid and "edge-of-stability" not in valid
 
 
 @pytest.mark.parametrize(
@@ -220,7 +267,10 @@ def sweepable(fake, monkeypatch):
     [
         (["sweep", "synthetic", "--optimizers", "sgd,nope"], "unknown optimizer 'nope'"),
         (["sweep", "fake", "--optimizers", "sgd"], "experiment 'fake' declares no objective to tune for"),
-        (["sweep", "synthetic", "--optimizers", "sgd", "--seeds", "0"], "--seeds 0 must be an integer >= 1"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--seeds", "0"], "--seeds 0 must be an integer from 1 to"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--seeds", "10" * 10], f"--seeds {'10' * 10} must be an"),
+        (["sweep", "synthetic", "--optimizers", "sgd,"], "--optimizers 'sgd,' has an empty name between commas"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--objective="], "--objective ''; synthetic declares"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "0.1,abc"], "--lrs '0.1,abc': give auto or"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "-1"], "--lrs '-1': give auto or"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "0.1,0.1"], "names a learning rate twice"),

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -104,6 +105,55 @@ def test_open_run_refuses_another_experiments_dir_and_changed_options(tmp_path):
         tmp_path / "a", "rare-tokens", {"steps": 10, "quiet": True}, resume=True, ignored=["quiet"]
     ) as run:
         assert run.resuming
+
+
+@pytest.mark.parametrize("error", [MemoryError, ValueError, KeyboardInterrupt, runs.RunDirError])
+def test_a_run_that_wrote_nothing_leaves_the_directory_free(tmp_path, error):
+    """config.json goes again when the block fails before writing anything; an error.log (the traceback the
+    command line keeps) and a nested run's lock file hold no run."""
+    with pytest.raises(error), runs.open_run(tmp_path, "a", {"x": 1}, owned=["nested"]):
+        (tmp_path / "nested").mkdir()
+        (tmp_path / "nested" / runs.LOCK).write_text("pid 1")
+        runs.write_error_log(tmp_path, "a", "Traceback ...")
+        raise error("stopped")
+    assert not (tmp_path / "config.json").exists()
+    with runs.open_run(tmp_path, "b", {"x": 2}, owned=["nested"]):  # another run, no --force needed
+        pass
+    assert runs.read_json(tmp_path / "config.json")["experiment"] == "b"
+
+
+def test_a_run_that_wrote_something_keeps_its_config(tmp_path):
+    with pytest.raises(ValueError), runs.open_run(tmp_path, "a", {"x": 1}):
+        (tmp_path / "metrics.jsonl").write_text("{}\n")
+        raise ValueError("late")
+    with pytest.raises(runs.RunDirError, match="already holds a run of 'a'"), runs.open_run(tmp_path, "b", {}):
+        pass
+
+
+@pytest.mark.parametrize("content", ['{"model_type": "gpt2"}', "not json"])
+def test_another_programs_config_is_left_alone_even_with_force(tmp_path, content):
+    (tmp_path / "config.json").write_text(content)
+    for flags in ({}, {"force": True}, {"resume": True}):
+        refused = pytest.raises(runs.RunDirError, match="not an optiscope run configuration.*choose another --out")
+        with refused as e, runs.open_run(tmp_path, "a", {}, **flags):
+            pass
+        assert "--force" not in str(e.value)
+    assert (tmp_path / "config.json").read_text() == content
+
+
+def test_a_directory_that_cannot_be_written_is_bad_input(tmp_path):
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root writes anywhere: take a directory no one can write in
+            locked = Path("/proc/self")
+        with pytest.raises(runs.RunDirError, match="cannot write in the run directory"), runs.open_run(locked, "a", {}):
+            pass
+        log = runs.write_error_log(locked, "a", "Traceback ...")  # falls back to the temporary directory
+        assert log.parent != locked and "Traceback ..." in log.read_text()
+    finally:
+        (tmp_path / "ro").chmod(0o700)
 
 
 def test_the_lock_is_released_when_the_holder_dies(tmp_path):

@@ -53,11 +53,17 @@ def _converter(tp: Any, optional: bool):
 
         def convert_seq(text: str):
             items = [s.strip() for s in text.split(",") if s.strip()]
-            return tuple(inner(s) for s in items)
+            try:
+                return tuple(_in_range(inner(s)) for s in items)
+            except ValueError:
+                what = {int: "integers", float: "numbers"}.get(inner, f"{inner.__name__} values")
+                raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what}") from None
 
         base = convert_seq
     else:
-        base = tp
+
+        def base(text: str):
+            return _in_range(tp(text))
 
     def convert(text: str):
         if optional and text.lower() == "none":
@@ -66,6 +72,14 @@ def _converter(tp: Any, optional: bool):
 
     convert.__name__ = getattr(tp, "__name__", str(tp))
     return convert
+
+
+def _in_range(value: Any) -> Any:
+    """An integer option within the 64-bit range torch and the random generators take (checked here, so a
+    seed of 10**20 is bad input rather than an overflow deep inside a run)."""
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{value} is out of range; give an integer with |value| < 2**63")
+    return value
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, skip: tuple[str, ...] = ()) -> None:
@@ -149,7 +163,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     console.print(f"[bold]{args.name}[/bold] results: {args.out / runs.RESULTS}", highlight=False)
     code = report_figures(drawn, args.out, console)
     if results.get("status") == "diverged":
-        console.print("[bold red]every run diverged[/bold red]: see divergence in results.json", highlight=False)
+        console.print("[bold red]every run diverged[/bold red]: see where in results.json", highlight=False)
         return code or EXIT_DIVERGED
     return code
 
@@ -411,7 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     named = argv[1] if len(argv) > 1 and argv[0] in ("run", "sweep") and not argv[1].startswith("-") else None
     if named is not None and named not in experiments.EXPERIMENTS:  # one line, not argparse's usage block
-        _error(f"{argv[0]}: unknown experiment {named!r}; valid: {', '.join(sorted(experiments.EXPERIMENTS))}")
+        valid = sorted(experiments.EXPERIMENTS)
+        if argv[0] == "sweep":  # those that declare an objective to tune for
+            valid = [name for name in valid if getattr(experiments.load(name), "OBJECTIVES", None)]
+        _error(f"{argv[0]}: unknown experiment {named!r}; valid: {', '.join(valid) or 'none declares an objective'}")
         return EXIT_BAD_INPUT
     try:
         args = parser.parse_args(argv)

@@ -242,7 +242,7 @@ def open_run(
     owned = (*OWNED, *owned)
     with _locked(path):
         stored = _stored_config(path)
-        present = [name for name in owned if (path / name).exists()]
+        present = _present(path, owned)
         resuming = False
         if resume and stored is not None:
             _check_resumable(path, stored, experiment, config, set(ignored))
@@ -264,15 +264,32 @@ def open_run(
         atomic_write_json(path / CONFIG, {"experiment": experiment, "config": config})
         try:
             yield RunDir(path, experiment, resuming)
-        except UserError:
-            if not resuming and [n for n in owned if (path / n).exists()] == [CONFIG]:
+        except BaseException:
+            # bad input, memory that ran out or an interrupt before the run wrote anything: the directory is
+            # left free for the corrected command (an error.log alone holds no run)
+            if not resuming and _present(path, owned) == [CONFIG]:
                 (path / CONFIG).unlink()
             raise
 
 
+def _present(path: Path, owned: Iterable[str]) -> list[str]:
+    """The names in ``owned`` that hold something of a run in ``path``: a file other than ``error.log``, or a
+    folder with a file in it other than a lock (a nested run that stopped before it wrote anything)."""
+
+    def holds(entry: Path) -> bool:
+        if entry.is_dir() and not entry.is_symlink():
+            return any(f.name != LOCK for f in entry.rglob("*") if not f.is_dir())
+        return entry.exists() and entry.name != ERROR_LOG
+
+    return [name for name in owned if holds(path / name)]
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise RunDirError(f"cannot write in the run directory --out {path}: {e.strerror or e}") from e
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -298,11 +315,19 @@ def is_run_config(stored: Any) -> bool:
 
 
 def _stored_config(path: Path) -> dict[str, Any] | None:
+    """The run configuration in ``path``, None without one. Another program's config.json (a 🤗 model's, a
+    damaged file) is refused whatever the flags: ``--force`` removes a run's files, and this one is not."""
     if not (path / CONFIG).exists():
         return None
-    stored = read_json(path / CONFIG)
+    try:
+        stored = read_json(path / CONFIG)
+    except RunDirError:
+        stored = None
     if not is_run_config(stored):
-        raise RunDirError(f"{path / CONFIG} is not an optiscope run configuration; use --force to replace the run")
+        raise RunDirError(
+            f"{path / CONFIG} is not an optiscope run configuration (another program's file?) and optiscope leaves "
+            "it alone; choose another --out"
+        )
     return stored
 
 
@@ -352,12 +377,17 @@ def _remove(path: Path) -> None:
 def write_error_log(directory: Path | None, what: str, text: str) -> Path:
     """Append ``text`` (a traceback) under a dated heading to ``directory/error.log`` (the temporary
     directory when there is no run directory); returns the log's path."""
-    directory = Path(directory) if directory is not None and Path(directory).is_dir() else Path(tempfile.gettempdir())
-    log = directory / ERROR_LOG
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    with log.open("a", encoding="utf-8") as f:
-        f.write(f"== {stamp} {what}\n{text.rstrip()}\n\n")
-    return log
+    entry = f"== {time.strftime('%Y-%m-%d %H:%M:%S')} {what}\n{text.rstrip()}\n\n"
+    places = [Path(directory)] if directory is not None and Path(directory).is_dir() else []
+    for place in [*places, Path(tempfile.gettempdir())]:  # a directory that cannot be written: the temporary one
+        log = place / ERROR_LOG
+        try:
+            with log.open("a", encoding="utf-8") as f:
+                f.write(entry)
+            return log
+        except OSError:
+            continue
+    raise OSError(f"cannot write {ERROR_LOG} in {directory} or {tempfile.gettempdir()}")
 
 
 def is_rank_zero() -> bool:

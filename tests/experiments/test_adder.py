@@ -47,6 +47,7 @@ def test_curriculum_and_carry_schedules():
         (dict(steps=100, warmup_steps=100), "--warmup-steps=100 must be < --steps=100"),
         (dict(clip=float("inf")), "--clip=inf must be a finite number > 0"),
         (dict(weight_decay=float("inf")), "--weight-decay=inf must be a finite number >= 0"),
+        (dict(threads=10**10), r"--threads=10000000000 must be an integer from 1 to \d+ \(4 per CPU"),
     ],
 )
 def test_bad_config_is_a_config_error(kwargs, message):

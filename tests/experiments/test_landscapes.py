@@ -236,6 +236,7 @@ def test_seed_claims_read_the_statistics():
         ({"steps": -5}, "--steps=-5 must be an integer >= 1"),
         ({"lrs": (0.1, -1.0)}, "--lrs=(0.1, -1.0): give one or more finite numbers > 0"),
         ({"lrs": ()}, "--lrs=(): give one or more"),
+        ({"lrs": (0.1, 0.1)}, "--lrs=(0.1, 0.1) names a learning rate twice"),
         ({"condition_number": 0.5}, "--condition-number=0.5 must be a finite number >= 1"),
         ({"tolerance": 0.0}, "tolerance=0.0 must be a finite number > 0"),
         ({"bias_lr": float("inf")}, "--bias-lr=inf must be a finite number > 0"),

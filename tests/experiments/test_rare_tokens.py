@@ -162,6 +162,8 @@ def test_effective_lr_is_larger_for_rarer_tokens(seed_results):
         ({"frequencies": (0.5, 0.4)}, "frequencies sum to 0.9; they must sum to 1"),
         ({"frequencies": (1.5, -0.5)}, "[-0.5] are not finite numbers > 0"),
         ({"sweep_lrs": (0.1, 0.0)}, "--sweep-lrs=(0.1, 0.0)"),
+        ({"sweep_lrs": (0.1, 0.1)}, "--sweep-lrs=(0.1, 0.1) names a learning rate twice"),
+        ({"optimizers": "sgd,adam@"}, "'adam@' has no learning rate after '@'"),
         ({"batch_size": 2.5}, "--batch-size=2.5 must be an integer >= 1"),
     ],
 )
@@ -180,6 +182,19 @@ def test_cli_quick_run_then_plot_reproduces_the_figures(tmp_path):
     assert runs.read_json(out / "config.json")["config"]["steps"] == 300
     assert set(results["optimizers"]) == {"sgd", "adam", "lion", "muon"}
     assert_figures_drawn_and_replotted(out, ["sgd_vs_adam.png", "optimizers.png", "lr_sweep.png"])
+
+
+def test_every_run_diverged_exits_3(tmp_path):
+    """SGD and Adam at η = 1e30 blow up on any machine; the lr sweep's runs are not the experiment's runs."""
+    out = tmp_path / "rare"
+    options = ["--steps", "50", "--lr", "1e30", "--optimizers", "sgd,adam", "--sweep-lrs", "0.01"]
+    assert cli.main(["run", "rare-tokens", "--out", str(out), *options]) == cli.EXIT_DIVERGED
+    results = runs.read_json(out / "results.json")
+    assert results["status"] == "diverged" and all(r["diverged_at"] for r in results["optimizers"].values())
+    assert (
+        cli.main(["run", "rare-tokens", "--out", str(tmp_path / "one"), *options[:4], "--optimizers", "sgd,adam@0.01"])
+        == 0
+    )
 
 
 def test_cli_rejects_frequencies_that_do_not_sum_to_one(tmp_path, capsys):

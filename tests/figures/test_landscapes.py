@@ -45,10 +45,17 @@ def test_claim_lines_follow_the_measurement():
     contradicted = " ".join(weight_decay.claim_lines(story_with(-0.1, -0.14, 1.0, 1.2, 2.7, 2.6)))
     assert "AdamW symmetric, and Adam+L2 not skewed either" in contradicted
     assert "no clear difference in the tails" in contradicted
-    assert "max |w| 2.70 vs 2.60 (AdamW's is larger)" in contradicted
+    assert "max |w| 2.7 vs 2.6 (AdamW's is larger)" in contradicted
     confirmed = " ".join(weight_decay.claim_lines(story_with(0.0, 0.9, 0.2, 3.0, 2.0, 4.0)))
     assert "Adam+L2 skewed, as the seed says" in confirmed
     assert "Adam+L2's tails are heavier" in confirmed and "(Adam+L2's is larger)" in confirmed
+
+
+def test_a_diverged_run_tests_no_claim():
+    story = story_with(float("nan"), 0.9, float("nan"), 3.0, float("nan"), 4.0)
+    assert story["seed_claims"] is None
+    lines = " ".join(weight_decay.claim_lines(story))
+    assert "Not measured: AdamW (decoupled decay) diverged" in lines and "skewed" not in lines.split("Not")[1]
 
 
 def test_bias_title_reads_the_runs():

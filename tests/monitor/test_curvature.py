@@ -4,6 +4,7 @@ the divergence diagnosis, and exact resume of the warm start and history."""
 import collections
 import copy
 import io
+import math
 
 import pytest
 import torch
@@ -95,6 +96,15 @@ def test_the_diagnosis_sentence():
     calm = curvature_diagnosis(30, [(10, 0.5, "2/η", False), (20, 0.7, "2/η", False)])
     assert calm.startswith("diverged at step 30; sharpness stayed below its 2/η threshold")
     assert curvature_diagnosis(5, [(1, None, "", False)]) is None
+    # above the threshold all along but below it at the last measurement (taken at parameters already blowing up)
+    mostly_above = [(5, 0.69, "3.8/η", False), (10, 1.98, "3.8/η", False), (15, 5.57, "3.8/η", False)]
+    assert curvature_diagnosis(20, [*mostly_above, (20, 0.808, "3.8/η", False)]) == (
+        "diverged at step 20; sharpness above its 3.8/η threshold at 2 of 4 measurements "
+        "(at most 5.57× at step 15; 0.808× at step 20)"
+    )
+    ended = curvature_diagnosis(5, [(1, 0.5, "2/η", False), (2, math.inf, "2/η", False)])
+    assert ended.startswith("diverged at step 5; sharpness stayed below its 2/η threshold (0.5× at step 1")
+    assert ended.endswith("; not finite at step 2")
 
 
 def test_resume_continues_the_warm_start_and_history_exactly():

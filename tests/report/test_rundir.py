@@ -7,6 +7,7 @@ import html
 import json
 import shutil
 
+import pytest
 import torch
 
 from optiscope import cli
@@ -65,6 +66,18 @@ def test_a_path_that_is_not_a_directory_is_one_line_exit_2(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "nowhere")]) == cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not a run directory" in err[0]
+
+
+@pytest.mark.parametrize("content", [None, '{"model_type": "gpt2"}', "{broken"])
+def test_a_directory_without_a_run_is_one_line_exit_2_and_left_as_it_was(tmp_path, capsys, content):
+    """Empty, or holding only another program's (or a damaged) config.json: no page about nothing is written."""
+    if content is not None:
+        (tmp_path / "config.json").write_text(content)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(["report", str(tmp_path)]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{tmp_path} holds no optiscope run" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_an_out_that_cannot_hold_the_page_is_one_line_exit_2(tiny_runs, tmp_path, capsys):

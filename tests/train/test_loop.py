@@ -202,6 +202,42 @@ def test_the_guard_trips_after_a_step_that_blew_the_loss_up(tmp_path):
     assert run.history["status"] == "diverged" and "lowest value" in run.history["divergence"]["reason"]
 
 
+def test_a_record_at_the_step_the_guard_trips_reaches_the_history(tmp_path):
+    """The monitor writes the measured step's record and then raises: the run's history and the task see it too."""
+    seen = []
+
+    class Watching(Regression):
+        def on_record(self, run, record):
+            seen.append(record["step"])
+
+    run = make_run(tmp_path)
+    run.monitor.every = 1
+    run.monitor.guard = DivergenceGuard(factor=2, warmup=0)
+    run.optimizer.param_groups[0]["lr"] = 50.0
+    run.scheduler = None
+    train.train(run, Watching(), PLAN, tmp_path / "ckpt.pt")
+    step = run.history["divergence"]["step"]
+    measured = [r["step"] for r in runs.read_jsonl(tmp_path / "metrics.jsonl") if not r.get("diverged")]
+    assert measured[-1] == step and seen == measured == run.history["train"]["step"]
+
+
+def test_records_hold_the_gradient_norm_before_clipping_beside_the_clipped_one(tmp_path):
+    class Plain(Regression):  # a loss that draws nothing from torch's global generator
+        def loss(self, net, batch):
+            return nn.functional.mse_loss(net(batch[0]).squeeze(-1), batch[1])
+
+    run = make_run(tmp_path)
+    twin = make_run(tmp_path / "twin")  # the same model, optimizer and data: torch's own clipping as the oracle
+    clip = 1e-3  # far below any gradient here: every step clips
+    train.train(run, Plain(), train.Plan(1, clip=clip), tmp_path / "ckpt.pt")
+    (record,) = runs.read_jsonl(tmp_path / "metrics.jsonl")
+    twin.optimizer.zero_grad()
+    Plain().loss(twin.model, Plain().batch(1, twin.data)).backward()
+    expected = float(torch.nn.utils.clip_grad_norm_(twin.model.parameters(), clip))
+    assert record["grad_norm_before_clip"] == pytest.approx(expected, rel=1e-5)
+    assert record["grad_norm"] == pytest.approx(clip, rel=1e-4)
+
+
 @pytest.mark.parametrize(
     "damage, message",
     [

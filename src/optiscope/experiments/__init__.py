@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,6 +52,8 @@ __all__ = [
     "parse_runs",
     "require",
     "require_counts",
+    "require_rates",
+    "require_threads",
 ]
 
 EXPERIMENTS: dict[str, str] = {
@@ -114,6 +117,24 @@ def require_counts(config: Any, *names: str, minimum: int = 1) -> None:
     for name in names:
         value = getattr(config, name)
         require(is_count(value, minimum), f"{flag(name)}={value!r} must be an integer >= {minimum}")
+
+
+def require_threads(config: Any) -> None:
+    """``config.threads`` is a count torch can run: at most 4 per CPU of this machine (more only contend)."""
+    limit = 4 * (os.cpu_count() or 1)
+    require(
+        is_count(config.threads) and config.threads <= limit,
+        f"--threads={config.threads!r} must be an integer from 1 to {limit} (4 per CPU of this machine)",
+    )
+
+
+def require_rates(config: Any, name: str) -> tuple[float, ...]:
+    """The named field as a tuple of one or more distinct finite numbers > 0 (a list of learning rates)."""
+    rates = tuple(getattr(config, name))
+    bad = [rate for rate in rates if not positive(rate)]
+    require(bool(rates) and not bad, f"{flag(name)}={rates!r}: give one or more finite numbers > 0")
+    require(len(set(rates)) == len(rates), f"{flag(name)}={rates!r} names a learning rate twice")
+    return rates
 
 
 def require_positive(config: Any, *names: str) -> None:

@@ -45,6 +45,7 @@ from . import (
     require_counts,
     require_non_negative,
     require_positive,
+    require_threads,
     torch_threads,
 )
 
@@ -122,7 +123,8 @@ class Config:
     verbose: bool = field(default=False, metadata={"help": "per-parameter tables at evaluations", **NO_EFFECT})
 
     def __post_init__(self) -> None:
-        require_counts(self, "params_budget", "batch_size", "steps", "eval_every", "log_every", "threads")
+        require_counts(self, "params_budget", "batch_size", "steps", "eval_every", "log_every")
+        require_threads(self)
         require_counts(self, "warmup_steps", "curriculum_steps", "carry_steps", minimum=0)
         require(self.warmup_steps < self.steps, f"--warmup-steps={self.warmup_steps} must be < --steps={self.steps}")
         runs_of(self)

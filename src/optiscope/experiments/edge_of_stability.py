@@ -38,7 +38,16 @@ from .. import runs, train
 from ..curvature import stability_threshold
 from ..monitor import Curvature, Monitor, run_directory_sinks
 from ..optim import RECIPES, build_optimizer
-from . import RunSpec, checkpoint_name, parse_runs, require, require_counts, require_non_negative, torch_threads
+from . import (
+    RunSpec,
+    checkpoint_name,
+    parse_runs,
+    require,
+    require_counts,
+    require_non_negative,
+    require_threads,
+    torch_threads,
+)
 
 SUMMARY = "Full-batch GD, momentum and Adam: (preconditioned) sharpness against 2/η, 3.8/η, 38/η (edge of stability)"
 
@@ -71,8 +80,9 @@ class Config:
 
     def __post_init__(self) -> None:
         runs_of(self)
-        counts = ("steps", "measure_every", "inputs", "outputs", "width", "teacher_width", "threads")
+        counts = ("steps", "measure_every", "inputs", "outputs", "width", "teacher_width")
         require_counts(self, *counts)
+        require_threads(self)
         require_counts(self, "examples", minimum=2)  # the targets are scaled by their std
         require_non_negative(self, "weight_decay")
         require(0 < self.tol < 1, f"--tol={self.tol!r} must be in (0, 1)")

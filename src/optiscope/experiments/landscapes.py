@@ -22,7 +22,17 @@ import torch
 
 from ..checks import finite, positive
 from ..optim import RECIPES
-from . import Objective, RunSpec, only_run, parse_runs, require, require_counts, require_non_negative, require_positive
+from . import (
+    Objective,
+    RunSpec,
+    only_run,
+    parse_runs,
+    require,
+    require_counts,
+    require_non_negative,
+    require_positive,
+    require_rates,
+)
 from .bias_correction import bias_correction_story
 from .descent import best_run, descend, log_sampled, thin_path
 from .surfaces import Surface, surfaces
@@ -77,9 +87,7 @@ class Config:
             f"--bias-start={self.bias_start!r} must be a finite number other than 0 (the minimum)",
         )
         require_non_negative(self, "weight_decay", "decay_lambda")
-        self.lrs = tuple(self.lrs)
-        bad = [lr for lr in self.lrs if not positive(lr)]
-        require(self.lrs and not bad, f"--lrs={self.lrs!r}: give one or more finite numbers > 0")
+        self.lrs = require_rates(self, "lrs")
         self.group_scales = tuple(self.group_scales)
         bad = [s for s in self.group_scales if not positive(s)]
         require(self.group_scales and not bad, f"--group-scales={self.group_scales!r}: give finite numbers > 0")
@@ -202,6 +210,7 @@ class SurfaceResults(TypedDict):
 
 
 class Results(TypedDict):
+    status: str  # "diverged" when every run on every surface diverged, else "ok"
     steps: int
     tolerance: float
     lrs: list[float]
@@ -212,14 +221,15 @@ class Results(TypedDict):
 
 
 def run(config: Config, run_dir: Path) -> Results:
+    found = {name: surface_results(surface, config) for name, surface in surfaces(config.condition_number).items()}
+    grids = [point for surface in found.values() for run in surface["runs"].values() for point in run["grid"]]
     return {
+        "status": "diverged" if all(point["diverged_at"] is not None for point in grids) else "ok",
         "steps": config.steps,
         "tolerance": config.tolerance,
         "lrs": list(config.lrs),
         "condition_number": config.condition_number,
-        "surfaces": {
-            name: surface_results(surface, config) for name, surface in surfaces(config.condition_number).items()
-        },
+        "surfaces": found,
         "bias_correction": bias_correction_story(config.bias_lr, config.bias_start, config.bias_steps),
         "weight_decay": weight_decay_story(
             group_scales=config.group_scales,

@@ -30,7 +30,17 @@ from torch import Tensor
 from ..checks import positive
 from ..monitor.stats import loglog_fit
 from ..optim import RECIPES, build_optimizer
-from . import Objective, RunSpec, only_run, parse_runs, require, require_counts, require_non_negative, require_positive
+from . import (
+    Objective,
+    RunSpec,
+    only_run,
+    parse_runs,
+    require,
+    require_counts,
+    require_non_negative,
+    require_positive,
+    require_rates,
+)
 
 SUMMARY = "SGD vs Adam (and every optimizer) on rare tokens: frequency bias, effective LR, an LR sweep"
 
@@ -98,9 +108,7 @@ class Config:
         require(abs(total - 1) <= 1e-6, f"frequencies sum to {total:.7g}; they must sum to 1 (within 1e-6)")
         require_non_negative(self, "weight_decay")
         runs_of(self)
-        self.sweep_lrs = tuple(self.sweep_lrs)
-        bad = [lr for lr in self.sweep_lrs if not positive(lr)]
-        require(self.sweep_lrs and not bad, f"--sweep-lrs={self.sweep_lrs!r}: give one or more finite numbers > 0")
+        self.sweep_lrs = require_rates(self, "sweep_lrs")
 
 
 def runs_of(config: Config) -> tuple[RunSpec, ...]:
@@ -233,6 +241,7 @@ class RunResults(TypedDict):
 
 
 class Results(TypedDict):
+    status: str  # "diverged" when every optimizer's run diverged (the lr sweep's runs aside), else "ok"
     true_weight: float
     learned_within: float
     lr: float
@@ -328,6 +337,7 @@ def run(config: Config, run_dir: Path) -> Results:
     sweep["findings"] = sweep_findings(sweep, nominal, rarest, common)
 
     return {
+        "status": "diverged" if all(r["diverged_at"] is not None for r in optimizers.values()) else "ok",
         "true_weight": TRUE_WEIGHT,
         "learned_within": LEARNED_WITHIN,
         "lr": config.lr,

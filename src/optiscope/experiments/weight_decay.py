@@ -44,10 +44,13 @@ def shape_stats(w: np.ndarray) -> dict[str, float]:
     }
 
 
-def seed_claims(adamw: dict[str, float], adaml2: dict[str, float], n: int) -> dict[str, bool]:
+def seed_claims(adamw: dict[str, float], adaml2: dict[str, float], n: int) -> dict[str, bool] | None:
     """The seed's words as tests on the two runs' ``shape_stats`` (n weights each). A sample counts as
     skewed when |skewness| > 2 SE, SE ≈ √(6/n) for a normal sample; one tail counts as heavier when the
-    excess kurtosis is larger by more than 2 SE of a difference, √2 · √(24/n)."""
+    excess kurtosis is larger by more than 2 SE of a difference, √2 · √(24/n). None when a run diverged
+    (statistics that are not finite test nothing)."""
+    if not all(np.isfinite(value) for stats in (adamw, adaml2) for value in stats.values()):
+        return None
     skew_se, kurtosis_difference_se = np.sqrt(6 / n), np.sqrt(2) * np.sqrt(24 / n)
     return {
         "adamw_symmetric": bool(abs(adamw["skewness"]) <= 2 * skew_se),

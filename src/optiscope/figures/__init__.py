@@ -51,7 +51,10 @@ def draw(results: dict[str, Any], fig_dir: Path) -> Drawn:
 
     module = module_for(results)
     fig_dir = Path(fig_dir)
-    fig_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fig_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file where the folder goes, a folder that cannot be written: the results stay
+        raise UserError(f"cannot draw the figures into {fig_dir} ({e.strerror or e}); move what is there away") from e
     style.apply()
     drawn = Drawn([], [])
     for name, figure in module.FIGURES.items():

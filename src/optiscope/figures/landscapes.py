@@ -78,11 +78,14 @@ def plot_gap_curves(ax, surface: dict[str, Any], tolerance: float, budget: int) 
             lw=1.4,
             label=f"{name} (η = {run['best_lr']:g})",
         )
+    if all(run["gap_curve"] is None for run in surface["runs"].values()):
+        style.note(ax, "every run diverged at every η: no curve to draw", (0.5, 0.5), ha="center", va="center")
     ax.axhline(tolerance, color=style.GOOD, lw=0.9, ls="--")
     ax.text(1, tolerance, f" tolerance {tolerance:g}", color=style.GOOD, fontsize=7.5, va="bottom")
     ax.axvline(budget, color=style.MUTED, lw=0.8, ls=":")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(1, budget * 1.3)  # steps from the first to the budget, with or without a curve on them
     ax.set_xlabel("step (log scale)")
     ax.set_ylabel("f − f* (log scale)")
 

@@ -299,15 +299,32 @@ def plot_sweep_errors(ax, results: dict[str, Any], name: str, label: str) -> Non
     if any(diverged):
         first = lrs[diverged.index(True)]
         ax.axvspan(first / 1.1, lrs.max() * 1.3, color=style.BAD, alpha=0.08, lw=0)
-        ax.text(first, 0.97, " diverged", transform=ax.get_xaxis_transform(), color=style.BAD, fontsize=8, va="top")
+        ax.text(
+            first,
+            0.97,
+            " diverged",
+            transform=ax.get_xaxis_transform(),
+            color=style.BAD,
+            fontsize=8,
+            va="top",
+            clip_on=True,
+        )
     ax.axhline(results["learned_within"], color=style.MUTED, lw=0.8, ls=":")
     ax.axvline(results["lr"], color=style.INK, lw=0.8, ls="--", alpha=0.5)
-    ax.text(
-        results["lr"], 0.97, " nominal η", transform=ax.get_xaxis_transform(), fontsize=7.5, color=style.MUTED, va="top"
+    ax.text(  # clipped: a nominal η outside the swept range is not drawn, and does not stretch the layout
+        results["lr"],
+        0.97,
+        " nominal η",
+        transform=ax.get_xaxis_transform(),
+        fontsize=7.5,
+        color=style.MUTED,
+        va="top",
+        clip_on=True,
     )
     ax.set_xscale("log")
     alive = [r["tail_rms_error"] for r in sweep[name] if r["diverged_at"] is None]
-    style.log_scale(ax, "y", *alive)
+    why = {} if alive else {"empty": "diverged at every swept η: no error to draw"}
+    style.log_scale(ax, "y", *alive, **why)
     ax.set_xlim(lrs.min() / 1.3, lrs.max() * 1.3)
     ax.set_xlabel("learning rate η (log scale)")
     ax.set_ylabel("RMS of w − w* over the last quarter (log)")
@@ -344,7 +361,8 @@ def plot_tradeoff(ax, results: dict[str, Any]) -> None:
         va="bottom",
     )
     alive = [r for name in ("sgd", "adam") for r in sweep[name] if r["diverged_at"] is None]
-    if style.log_scale(ax, "x", *[[r["tail_std"][common] for r in alive]]):
+    why = {} if alive else {"empty": "every swept η diverged: no trade-off to draw"}
+    if style.log_scale(ax, "x", *[[r["tail_std"][common] for r in alive]], **why):
         style.log_scale(ax, "y", *[[r["tail_rms_error"][rarest] for r in alive]])
     ax.set_xlabel(f"jitter of the most common token ({results['tokens'][common]}): std of w, last quarter")
     ax.set_ylabel(f"rarest token ({results['tokens'][rarest]}): RMS error, last quarter")

@@ -121,16 +121,17 @@ def positive(values) -> np.ndarray:
     return np.where(array > 0, array, np.nan)
 
 
-def log_scale(ax, axis: str, *data) -> bool:
+def log_scale(ax, axis: str, *data, empty: str = "no positive values to show on a log scale") -> bool:
     """Put ``axis`` ('x' or 'y') on a log scale if any of ``data`` has a finite positive value; otherwise
-    keep it linear and say so on the panel. Returns whether the scale is logarithmic."""
+    keep it linear and say so on the panel (``empty``: why, where the caller knows). Returns whether the
+    scale is logarithmic."""
     if any(np.any(np.isfinite(positive(d))) for d in data if d is not None and np.size(d)):
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
         return True
     ax.text(
         0.5,
         0.5,
-        "no positive values to show on a log scale",
+        empty,
         transform=ax.transAxes,
         ha="center",
         va="center",

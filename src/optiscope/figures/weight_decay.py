@@ -17,6 +17,16 @@ def claim_lines(story: dict[str, Any]) -> list[str]:
     """The seed's claims, then what was measured, in words chosen by the measurement."""
     w, l2 = story["runs"]["adamw"]["stats"], story["runs"]["adaml2"]["stats"]
     claims = story["seed_claims"]
+    if claims is None:  # a run diverged: the experiment tested no claim
+        diverged = [
+            LABELS.get(name, name)
+            for name, run in story["runs"].items()
+            if not np.isfinite(style.finite(list(run["stats"].values()))).all()
+        ]
+        return [
+            "The seed: AdamW's weights 'symmetric, bounded', Adam+L2's 'skewed, longer tail'.",
+            f"Not measured: {' and '.join(diverged)} diverged (weights not finite), so there is nothing to compare.",
+        ]
     two_se = 2 * story["skewness_standard_error"]
     skew = {
         (True, False): "AdamW symmetric, and Adam+L2 not skewed either",
@@ -30,16 +40,16 @@ def claim_lines(story: dict[str, Any]) -> list[str]:
         "The seed: AdamW's weights 'symmetric, bounded', Adam+L2's 'skewed, longer tail'. Measured, AdamW vs Adam+L2:",
         f"skewness {w['skewness']:.2f} vs {l2['skewness']:.2f} (2 SE = {two_se:.2f}: {skew}); "
         f"excess kurtosis {w['excess_kurtosis']:.2f} vs {l2['excess_kurtosis']:.2f} ({tails});",
-        f"max |w| {w['max_abs']:.2f} vs {l2['max_abs']:.2f} ({largest}); RMS distance to the L2 optimum "
-        f"{story['runs']['adamw']['rms_distance_to_l2_optimum']:.3f} vs "
-        f"{story['runs']['adaml2']['rms_distance_to_l2_optimum']:.3f}",
+        f"max |w| {w['max_abs']:.3g} vs {l2['max_abs']:.3g} ({largest}); RMS distance to the L2 optimum "
+        f"{story['runs']['adamw']['rms_distance_to_l2_optimum']:.3g} vs "
+        f"{story['runs']['adaml2']['rms_distance_to_l2_optimum']:.3g}",
     ]
 
 
 def stats_text(stats: dict[str, float]) -> str:
     return (
-        f"std {stats['std']:.3f}\nskewness {stats['skewness']:+.2f}\n"
-        f"excess kurtosis {stats['excess_kurtosis']:+.2f}\nmax |w| {stats['max_abs']:.2f}"
+        f"std {stats['std']:.3g}\nskewness {stats['skewness']:+.2f}\n"
+        f"excess kurtosis {stats['excess_kurtosis']:+.2f}\nmax |w| {stats['max_abs']:.3g}"
     )
 
 
@@ -49,13 +59,18 @@ def weight_decay(story: dict[str, Any]) -> Figure:
     scales = story["group_scales"]
     colors = style.ramp(len(scales))
     true_weights = np.asarray(story["true_weights"])
-    finals = {name: np.asarray(run["final_weights"]) for name, run in story["runs"].items()}
-    reach = max(np.abs(np.concatenate([true_weights, *finals.values()])).max(), 1e-12) * 1.05
+    finals = {name: style.finite(run["final_weights"]) for name, run in story["runs"].items()}  # diverged: nan
+    drawn = np.concatenate([true_weights, *finals.values()])
+    drawn = drawn[np.isfinite(drawn)]
+    reach = max(float(np.abs(drawn).max()) if drawn.size else 0.0, 1e-12) * 1.05
     bins = np.linspace(-reach, reach, 41)
 
     for ax, (name, final) in zip(axes[0], finals.items(), strict=True):
+        lost = int((~np.isfinite(final)).sum())
+        if lost:
+            style.note(ax, f"{lost} of {final.size} weights diverged\n(not finite: not drawn)", (0.02, 0.6))
         ax.hist(
-            [final[group == j] for j in range(len(scales))],
+            [final[(group == j) & np.isfinite(final)] for j in range(len(scales))],
             bins=bins,
             stacked=True,
             color=colors,

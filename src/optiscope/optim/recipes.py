@@ -155,9 +155,10 @@ def parse_runs(
     )
     specs = []
     for item in [s for s in items if s]:
-        name, _, lr_text = item.partition("@")
+        name, at, lr_text = item.partition("@")
         where = f" in {item!r}" if item != name else ""
         _require(name in valid, f"--optimizers: unknown optimizer {name!r}{where}; valid: {', '.join(valid)}")
+        _require(not at or lr_text.strip(), f"--optimizers: {item!r} has no learning rate after '@'; write {name}@0.01")
         lr = default_lr[name] if isinstance(default_lr, dict) else default_lr
         if lr_text:
             try:

@@ -22,6 +22,11 @@ __all__ = ["Page", "RunDir", "build", "default_out", "read_metrics", "read_run",
 REPORT = "report.html"
 
 
+def holds_a_run(run: RunDir) -> bool:
+    """Whether a directory holds anything of a run: results, monitor records, or an optiscope config.json."""
+    return run.config is not None or any((run.path / name).exists() for name in (runs.RESULTS, runs.METRICS))
+
+
 def default_out(dirs: Sequence[Path]) -> Path:
     """DIR/report.html for one directory; for several, report.html in the directory that holds them all."""
     if len(dirs) == 1:
@@ -45,7 +50,14 @@ def write(dirs: Sequence[Path], out: Path | None = None) -> Path:
     out = Path(out) if out is not None else default_out(dirs)
     if out.is_dir():
         raise UserError(f"--out {out} is a directory; give the page's file name, e.g. {out / REPORT}")
-    page = build([read_run(d) for d in dirs])
+    read = [read_run(d) for d in dirs]
+    if not any(holds_a_run(run) for run in read):  # a mistyped path, another program's folder: no page about nothing
+        where = read[0].path if len(read) == 1 else f"none of {', '.join(str(run.path) for run in read)}"
+        raise UserError(
+            f"{where} holds no optiscope run (no {runs.RESULTS}, {runs.METRICS} or run {runs.CONFIG}); give "
+            "directories written by `optiscope run`, `optiscope sweep` or a Monitor, or --watch one that will be"
+        )
+    page = build(read)  # beside runs, a directory without one is named on the page with what it lacks
     try:
         return runs.atomic_write_text(out, page.html)
     except OSError as e:  # a place the user named that cannot hold the page: a file as a folder, no such device

@@ -44,6 +44,9 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
             out.update({f(label): pts for label, pts in series.scalar(run.metrics, name, positive).items()})
         return out
 
+    # the gradient the optimizer used (clipped, where the loop clips) and, recorded beside it, the one before
+    gradient = overlaid("grad_norm", True)
+    gradient.update({f"{label} before clipping": pts for label, pts in overlaid("grad_norm_before_clip", True).items()})
     out: Charts = [
         (
             "Loss at each logged step",
@@ -54,8 +57,8 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
             charts.lines(
                 sources,
                 f"{key}-grad",
-                "global gradient norm",
-                overlaid("grad_norm", True),
+                "global gradient norm (as the optimizer used it, after any clipping)",
+                gradient,
                 "step",
                 "‖g‖",
                 y_log=True,

@@ -21,7 +21,7 @@ BAND_POINTS = 120
 #: Significant digits kept of each plotted value (x values, steps and seconds, are kept whole).
 DIGITS = 5
 #: Top-level scalars of a monitor record drawn as lines when present (issue 12 adds the curvature keys).
-SCALARS = ("loss", "grad_norm", "sharpness", "threshold", "sharpness/threshold")
+SCALARS = ("loss", "grad_norm", "grad_norm_before_clip", "sharpness", "threshold", "sharpness/threshold")
 
 
 def keep_indices(n: int, limit: int) -> list[int]:

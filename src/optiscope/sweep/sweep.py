@@ -32,6 +32,7 @@ from .trial import TRIALS, Trial, trial_dir
 
 RECORDS = "trials.jsonl"
 #: The sweep's own options (an experiment option of the same name is not offered to its trials).
+MAX_SEEDS = 10_000  # per learning rate; far beyond any comparison's need, and the grid is held in memory
 RESERVED = ("optimizers", "seed", "seeds", "quiet", "verbose")
 
 
@@ -65,11 +66,11 @@ def check(config: SweepConfig) -> Plan:
     """Validate ``config`` (``ConfigError`` naming the bad value) and resolve it into a ``Plan``."""
     declared = experiments.objectives(config.experiment)
     module = experiments.load(config.experiment)
-    objective = config.objective or next(iter(declared))
+    objective = next(iter(declared)) if config.objective is None else config.objective
     if objective not in declared:
         raise ConfigError(f"--objective {objective!r}; {config.experiment} declares: {', '.join(declared)}")
-    if not is_count(config.seeds):
-        raise ConfigError(f"--seeds {config.seeds!r} must be an integer >= 1")
+    if not (is_count(config.seeds) and config.seeds <= MAX_SEEDS):
+        raise ConfigError(f"--seeds {config.seeds!r} must be an integer from 1 to {MAX_SEEDS}")
     if not is_count(config.workers):
         raise ConfigError(f"--workers {config.workers!r} must be an integer >= 1")
     if config.backend not in BACKENDS:
@@ -83,6 +84,8 @@ def check(config: SweepConfig) -> Plan:
     names = [n.strip() for n in config.optimizers if n.strip()]
     if not names:
         raise ConfigError("--optimizers is empty; name one or more optimizers, e.g. adamw,muon+adamw")
+    if len(names) != len(config.optimizers):
+        raise ConfigError(f"--optimizers {','.join(config.optimizers)!r} has an empty name between commas")
     if len(set(names)) != len(names):
         raise ConfigError(f"--optimizers names an optimizer twice: {', '.join(names)}")
     reserved = sorted(set(config.options) & set(RESERVED))

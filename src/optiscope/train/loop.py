@@ -214,7 +214,8 @@ def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progres
 
 
 def optimizer_step(run: Run, task: Task, batch: Any, clip: float | None) -> float:
-    """One optimizer step on ``batch``: zero_grad → forward → backward → clip → step → schedule → monitor.
+    """One optimizer step on ``batch``: zero_grad → forward → backward → clip → step → schedule → monitor
+    (whose records then hold, with ``clip``, ``grad_norm_before_clip`` beside the clipped ``grad_norm``).
 
     Returns the loss (averaged over ranks). Raises ``Diverged`` before stepping if the loss or the
     gradients' norm is not finite, and after stepping if the monitor's guard trips.
@@ -238,15 +239,29 @@ def optimizer_step(run: Run, task: Task, batch: Any, clip: float | None) -> floa
     run.running["count"] += 1
     if run.monitor is not None:
         mean = run.running["loss_sum"] / run.running["count"]
-        record = run.monitor.step(value, mean_loss=mean)
+        before = run.monitor.last_record
+        # the monitor's grad_norm is of the gradient the optimizer used (clipped); the norm before clipping is
+        # the one that shows a gradient exploding
+        unclipped = {} if norm is None else {"grad_norm_before_clip": norm}
+        try:
+            record = run.monitor.step(value, mean_loss=mean, **unclipped)
+        except Diverged:
+            if run.monitor.last_record is not before:  # the step's record, written before the guard tripped
+                _keep_record(run, task, run.monitor.last_record, mean)
+            raise
         if record is not None:
-            train = run.history["train"]
-            train["step"].append(run.step)
-            train["loss"].append(mean)
-            train["seconds"].append(run.history["seconds"]["train"])
-            run.running.update(loss_sum=0.0, count=0)
-            task.on_record(run, record)
+            _keep_record(run, task, record, mean)
     return value
+
+
+def _keep_record(run: Run, task: Task, record: dict[str, Any], mean: float) -> None:
+    """A monitor record into the run's history (the loss averaged since the last one) and to the task."""
+    train = run.history["train"]
+    train["step"].append(run.step)
+    train["loss"].append(mean)
+    train["seconds"].append(run.history["seconds"]["train"])
+    run.running.update(loss_sum=0.0, count=0)
+    task.on_record(run, record)
 
 
 def _diverge(run: Run, loss: float, reason: str) -> None:
