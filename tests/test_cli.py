@@ -247,6 +247,13 @@ def test_a_figure_that_fails_keeps_the_results(fake, tmp_path, capsys):
     assert "this figure cannot be drawn" in (out / "error.log").read_text()
 
 
+def test_demo_refuses_a_run_directory(fake, tmp_path, capsys):
+    cli.main(["run", "fake", "--out", str(tmp_path)])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(["demo", "--out", str(tmp_path)]) == cli.EXIT_BAD_INPUT
+    assert "holds a run itself" in errors(capsys)[0] and sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 def test_demo_ends_with_the_report_page_path_first(fake, tmp_path, capsys):
     assert cli.main(["demo", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -92,7 +92,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, skip
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         shown = ",".join(map(str, default)) if isinstance(default, tuple | list) else default
-        help_text = f"{f.metadata.get('help', '')} (default: {shown})".strip()
+        help_text = f.metadata.get("help", "")
+        if "(default:" not in help_text:  # a help that says its default in words keeps them
+            help_text = f"{help_text} (default: {shown})".strip()
         if tp is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
         else:
@@ -194,6 +196,11 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     """Every experiment in quick mode, one after another (replacing an earlier demo's runs), then the
     report page of them all (its path the first line after the runs) and the figures."""
     out = Path(args.out)
+    if any((out / name).exists() for name in (runs.CONFIG, runs.RESULTS, runs.METRICS)):
+        raise runs.RunDirError(
+            f"--out {out} holds a run itself; the demo writes a run per experiment into a folder of its own "
+            "(default runs/demo): choose another --out"
+        )
     code, drawn_all = 0, []
     for name in experiments.EXPERIMENTS:  # the registry's order tells the story
         console.rule(f"[bold]{name}[/bold] (quick)")
@@ -350,6 +357,13 @@ def out_dir(text: str) -> Path:
     return runs.check_out(text)
 
 
+def run_dir(text: str) -> Path:
+    """A run directory named as an argument (``plot DIR``, ``report DIR``); empty is refused as for ``--out``."""
+    if not text.strip():
+        raise runs.RunDirError("DIR is empty; give a run directory's path, e.g. runs/lm")
+    return Path(text)
+
+
 class UsageError(Exception):
     """A command line argparse cannot parse: reported in one line, not argparse's usage block."""
 
@@ -398,11 +412,11 @@ def make_parser() -> argparse.ArgumentParser:
         p.add_argument("--force", action="store_true", help="replace the run in --out (its files are deleted first)")
         add_config_arguments(p, module.Config)
     plot = sub.add_parser("plot", help="redraw the figures of a run directory from its results.json")
-    plot.add_argument("dir", type=out_dir)
+    plot.add_argument("dir", type=run_dir)
     demo = sub.add_parser("demo", help="every experiment in quick mode, then where the figures are")
     demo.add_argument("--out", type=out_dir, default=Path("runs/demo"))
     page = sub.add_parser("report", help="one self-contained HTML page of run directories (or --watch one)")
-    page.add_argument("dirs", nargs="+", type=out_dir, metavar="DIR", help="run directories (several are compared)")
+    page.add_argument("dirs", nargs="+", type=run_dir, metavar="DIR", help="run directories (several are compared)")
     page.add_argument(
         "--out",
         type=out_dir,
@@ -453,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
         _error(f"{args.command}: error: {e}".replace("\n", " "))
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as e:
+        if args.command == "demo":  # it replaces its runs each time: nothing to resume
+            _error("interrupted: the demo stopped; `optiscope demo` runs it again from the start")
+            return EXIT_INTERRUPTED
         where = getattr(args, "out", None) or getattr(args, "dir", None)
         stopped = f"{e}; " if str(e) else ""
         _error(f"interrupted: {stopped}finished work is saved" + (f" in {where}" if where else ""))

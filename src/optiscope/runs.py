@@ -336,14 +336,27 @@ def _check_resumable(path: Path, stored: dict[str, Any], experiment: str, config
         raise RunDirError(
             f"--resume: {path} holds a run of {stored['experiment']!r}, not {experiment!r}; choose another --out"
         )
-    new, old = to_jsonable(config), stored["config"]
+    new, old = _as_flags(to_jsonable(config)), _as_flags(stored["config"])
+    ignored = set(_as_flags(dict.fromkeys(ignored)))
     changed = sorted(k for k in set(old) | set(new) if k not in ignored and old.get(k) != new.get(k))
     if changed:
-        shown = "; ".join(f"--{k.replace('_', '-')} {old.get(k)!r} → {new.get(k)!r}" for k in changed)
+        shown = "; ".join(f"{k} {old.get(k)!r} → {new.get(k)!r}" for k in changed)
         raise RunDirError(
             f"--resume {path}: the options differ from the stored run's ({shown}); give the stored values to "
             "continue it, or --force to start a new run"
         )
+
+
+def _as_flags(config: dict[str, Any]) -> dict[str, Any]:
+    """A stored configuration keyed as the command line names it: ``weight_decay`` as ``--weight-decay``; a
+    sweep's ``options`` (its experiment's own) one by one; its ``experiment`` as the word, not a flag."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if key == "options" and isinstance(value, dict):
+            flat.update(_as_flags(value))
+        else:
+            flat[key if key == "experiment" else "--" + key.replace("_", "-")] = value
+    return flat
 
 
 #: What a run writes inside the folders it owns: ``--force`` removes these and leaves a file of the user's

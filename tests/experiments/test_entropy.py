@@ -122,6 +122,7 @@ def test_trains_its_own_model_when_given_no_checkpoint(tmp_path, text):  # noqa:
         (["--optimizers", "adam,newton"], "unknown optimizer 'newton'"),
         (["--seq-len", "999"], "must be <= the model's context"),
         (["--mode", "sampled"], "valid: fixed, policy"),
+        (["--text", "notes.txt"], "a --checkpoint run brings its own text"),
     ],
 )
 def test_bad_settings_are_clean_errors(tmp_path, lm_dir, capsys, extra, message):
@@ -137,6 +138,30 @@ def test_checkpoint_must_be_an_lm_run(tmp_path, capsys):
         pass
     assert cli.main(["run", "entropy", "--out", str(tmp_path / "x"), "--checkpoint", str(other), *PROBE]) == 2
     assert "give an `lm` run directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--checkpoint-run", "adamw"], "names a run of --checkpoint's directory; give --checkpoint too"),
+        (["--checkpoint="], "--checkpoint is empty"),
+        (["--checkpoint", "{tmp}"], "holds no optiscope run"),
+    ],
+)
+def test_a_checkpoint_option_that_names_nothing_is_refused(tmp_path, capsys, args, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    assert cli.main(["run", "entropy", "--out", str(tmp_path / "x"), *args, *PROBE]) == cli.EXIT_BAD_INPUT
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_a_text_that_does_not_exist_leaves_the_directory_free(tmp_path, capsys):
+    """The nested lm run stops before writing anything: a corrected command needs no --force."""
+    out = tmp_path / "x"
+    assert cli.main(["run", "entropy", "--out", str(out), "--text", str(tmp_path / "none.txt"), *PROBE]) == 2
+    assert not (out / "config.json").exists()
+    with runs.open_run(out, "entropy", {}, owned=entropy.OWNS):  # what the corrected run opens first
+        pass
 
 
 def test_a_corrupt_lm_checkpoint_is_a_one_line_error(tmp_path, lm_dir, capsys):

@@ -419,6 +419,15 @@ def test_alarm_growth_and_context_are_checked_when_the_monitor_is_built():
         Monitor(model, SGD(model.parameters(), lr=0.1), alarm_growth="10")
 
 
+def test_a_scalar_may_not_overwrite_a_record_or_context_field():
+    model, _ = tiny_lm()
+    monitor = Monitor(model, SGD(model.parameters(), lr=0.1), context={"run": "a", "eta": 0.1})
+    for name in ("grad_norm", "eta"):
+        with pytest.raises(ValueError, match=rf"scalars \['{name}'\] would overwrite"):
+            monitor.step(1.0, **{name: 2.0})
+    assert monitor.step_count == 0  # refused before anything was counted
+
+
 def test_safe_perplexity_never_raises():
     assert safe_perplexity(0.0) == 1.0
     assert safe_perplexity(1e6) == math.inf  # math.exp would raise OverflowError here

@@ -79,6 +79,8 @@ def decode_text(data: bytes, source: str) -> str:
 
 def read_text_file(path: str | os.PathLike) -> str:
     """The text of a local UTF-8 file (see ``decode_text``); a clear ``CorpusError`` otherwise."""
+    if not str(path).strip():  # Path("") is the current directory
+        raise CorpusError("the corpus file's name is empty; pass a text file")
     path = Path(path)
     if not path.exists():
         raise CorpusError(f"corpus file {path} does not exist")

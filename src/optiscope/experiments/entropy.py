@@ -101,6 +101,18 @@ class Config:
             self.hf_model is None or self.checkpoint is None,
             "give either --hf-model or --checkpoint: one model is probed",
         )
+        require(
+            self.checkpoint is None or bool(self.checkpoint.strip()),
+            "--checkpoint is empty; give an `optiscope run lm` directory",
+        )
+        require(
+            self.checkpoint_run is None or self.checkpoint is not None,
+            f"--checkpoint-run={self.checkpoint_run!r} names a run of --checkpoint's directory; give --checkpoint too",
+        )
+        require(
+            self.checkpoint is None or self.text is None,
+            f"--text={self.text!r} is what the GPT trained here learns; a --checkpoint run brings its own text",
+        )
         require(self.mode in MODES, f"--mode={self.mode!r}; valid: {', '.join(MODES)}")
         require(self.precision in ("float64", "model"), f"--precision={self.precision!r}; valid: float64, model")
         counts = ("E", "runs", "seq_len", "subset_size", "subsets", "train_steps", "train_layers", "train_width")
@@ -231,10 +243,11 @@ def trained_model(config: Config, run_dir: Path, console: Console) -> tuple[GPT,
 
 def stored_lm_config(source: Path) -> lm.Config:
     """The lm Config of the run directory ``source``, as its config.json stores it."""
-    stored = runs.read_json(source / runs.CONFIG)
-    if not isinstance(stored, dict) or stored.get("experiment") != "lm":
-        experiment = stored.get("experiment") if isinstance(stored, dict) else None
-        raise ConfigError(f"--checkpoint {source} holds a {experiment!r} run; give an `lm` run directory")
+    stored = runs.read_json(source / runs.CONFIG) if (source / runs.CONFIG).is_file() else None
+    if not runs.is_run_config(stored):
+        raise ConfigError(f"--checkpoint {source} holds no optiscope run; give an `optiscope run lm` directory")
+    if stored["experiment"] != "lm":
+        raise ConfigError(f"--checkpoint {source} holds a {stored['experiment']!r} run; give an `lm` run directory")
     known = {f.name for f in dataclasses.fields(lm.Config)}
     unknown = sorted(set(stored["config"]) - known)
     if unknown:

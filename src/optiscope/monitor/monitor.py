@@ -303,8 +303,12 @@ class Monitor:
     def step(self, loss: float | Tensor | None = None, **scalars: float) -> dict[str, Any] | None:
         """Call right after ``optimizer.step()``. Returns the record of a measured step, else None.
 
-        Raises ``Diverged`` (with ``on_divergence="raise"``) when the guard trips.
+        Raises ``Diverged`` (with ``on_divergence="raise"``) when the guard trips. ``scalars`` join the record
+        under their own names, which must not be the record's own fields or the context's.
         """
+        taken = sorted(set(scalars) & (RECORD_FIELDS | set(self.context)))
+        if taken:
+            raise ValueError(f"Monitor.step: scalars {taken} would overwrite the record's own or the context's fields")
         step = self.step_count
         _refuse_ddp_join(self.model)
         loss_value = self._global_loss(loss)
