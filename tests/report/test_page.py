@@ -147,3 +147,26 @@ def test_a_monitors_directory_gets_the_monitors_charts(browser, tmp_path):
     charts = {c["title"]: c["points"][0] for c in page.evaluate(CHARTS)}
     assert charts["Loss at each logged step"] > 0 and charts["Sharpness against its stability threshold"] > 0
     context.close()
+
+
+LINES = """(title) => {
+  const doc = Bokeh.documents[0];
+  const chart = [...document.querySelectorAll('.chart')].find(c => c.querySelector('h4').textContent === title);
+  const root = doc.get_model_by_id(chart.querySelector('[data-root-id]').dataset.rootId);
+  return root.renderers.filter(r => r.data_source.data.y).map(r => [r.name, Array.from(r.data_source.data.y)]);
+}"""
+
+
+def test_the_gradient_norm_chart_draws_the_norm_before_clipping_beside_the_clipped_one(browser, tmp_path):
+    """A run of the training loop that clips records both norms; the chart draws each as recorded."""
+    records = [
+        {"run": "a", "step": s, "loss": 1.0, "grad_norm": 1.0, "grad_norm_before_clip": 3.0**s} for s in (1, 2, 3)
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert cli.main(["report", str(tmp_path)]) == 0
+    context, page = open_page(browser)
+    load(page, (tmp_path / "report.html").as_uri())
+    lines = {name: y for name, y in page.evaluate(LINES, "Gradient norm") if name}
+    assert lines["a"] == [1.0, 1.0, 1.0] and lines["a before clipping"] == [3.0, 9.0, 27.0]
+    assert page.errors == []
+    context.close()
