@@ -83,6 +83,7 @@ def test_a_certain_divergence_is_reported_and_the_comparison_goes_on(tmp_path, t
         (["--block-size", "100000"], "at least 100001 (a window of 100000 + 1): use a longer text or a smaller"),
         (["--clip", "inf"], "--clip=inf must be a finite number > 0"),
         (["--weight-decay", "inf"], "--weight-decay=inf must be a finite number >= 0"),
+        (["--curvature-batch", "4"], "--curvature-batch=4 has no effect without --curvature-every N"),
     ],
 )
 def test_bad_settings_are_clean_errors(tmp_path, text, capsys, args, message):

@@ -134,6 +134,11 @@ class Config:
             self.curvature_every % self.log_every == 0,
             f"--curvature-every={self.curvature_every} must be 0 or a multiple of --log-every={self.log_every}",
         )
+        default_batch = type(self).__dataclass_fields__["curvature_batch"].default
+        require(
+            self.curvature_every or self.curvature_batch == default_batch,
+            f"--curvature-batch={self.curvature_batch} has no effect without --curvature-every N (curvature is off)",
+        )
         require(
             self.curvature_every <= self.steps,
             f"--curvature-every={self.curvature_every} exceeds --steps={self.steps}: nothing would be measured",
