@@ -333,7 +333,17 @@ def test_a_sweep_without_a_tuned_lr_says_so(sweepable, tmp_path, capsys):
     out = tmp_path / "s"
     argv = ["sweep", "synthetic", "--optimizers", "sgd,adam", "--seeds", "2", "--out", str(out), "--lrs", "0.1,1"]
     assert cli.main([*argv, "--diverge-above", "0.05"]) == cli.EXIT_DIVERGED
-    assert "no tuned lr for sgd, adam: every trial diverged or missed" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "no tuned lr for sgd: of its 2 trials 2 diverged" in printed and "no tuned lr for adam:" in printed
+
+
+def test_a_tuned_lr_at_an_end_of_a_fixed_grid_is_said(sweepable, tmp_path, capsys):
+    """sgd's optimum 0.01 lies below the fixed grid 0.03, 0.1, 0.3: its tuned lr is the grid's lowest."""
+    argv = ["sweep", "synthetic", "--optimizers", "sgd", "--seeds", "2", "--lrs", "0.03,0.1,0.3"]
+    assert cli.main([*argv, "--out", str(tmp_path / "s")]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if ": tuned lr " in line]
+    assert "sgd: tuned lr 0.03 (at an end of the grid that was run: its optimum may lie beyond)" in line
+    assert runs.read_json(tmp_path / "s" / "results.json")["optimizers"]["sgd"]["interior"] is False
 
 
 def test_a_sweep_with_one_seed_prints_no_interval(sweepable, tmp_path, capsys):

@@ -14,6 +14,7 @@ machine, not a bug); 3 every run diverged; 130 interrupted (resume with --resume
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import sys
 import time
@@ -310,13 +311,15 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             if len(t["values"]) > 1
             else f"{t['mean']:.4g} (one seed: no spread, no interval)"
         )
-        console.print(f"  {name}: tuned lr {t['tuned_lr']:g}, {spread}", highlight=False)
-    untuned = [name for name, t in results["optimizers"].items() if name not in results["ranking"]]
-    if untuned:  # every trial at +∞ (diverged, or the target never reached): no tuned lr to compare
+        edge = "" if t["interior"] else " (at an end of the grid that was run: its optimum may lie beyond)"
+        console.print(f"  {name}: tuned lr {t['tuned_lr']:g}{edge}, {spread}", highlight=False)
+    for name in (name for name in results["optimizers"] if name not in results["ranking"]):
+        # every trial at +∞: say what each of them did (diverged, crashed, or ran and missed the target)
+        trials = [t for t in results["trials"] if t["optimizer"] == name]
+        ended = collections.Counter("missed the target" if t["status"] == "ok" else t["status"] for t in trials)
+        said = ", ".join(f"{count} {what}" for what, count in sorted(ended.items()))
         console.print(
-            f"  no tuned lr for {', '.join(untuned)}: every trial diverged or missed the objective's target "
-            "(+∞); see the trials in results.json",
-            highlight=False,
+            f"  no tuned lr for {name}: of its {len(trials)} trials {said}; see results.json", highlight=False
         )
     for neighbours in results["neighbours"]:
         console.print(f"  {neighbours['verdict']}", highlight=False)

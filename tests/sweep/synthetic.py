@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+import torch
+
 from optiscope.experiments import ConfigError, Objective, only_run, parse_runs
 
 SUMMARY = "a known objective of the learning rate (tests)"
@@ -61,7 +63,7 @@ def run(config, run_dir):
         curve = {"step": [1, 2, 3], "value": [value + 2, value + 1, value]}
         out[spec.label] = {"value": math.nan if diverged else value, "curve": curve}
     status = "diverged" if all(math.isnan(r["value"]) for r in out.values()) else "ok"
-    return {"status": status, "runs": out}
+    return {"status": status, "runs": out, "torch_threads": torch.get_num_threads()}
 
 
 OBJECTIVES = {

@@ -30,8 +30,14 @@ def test_extends_upwards_and_stops_at_the_bound():
     assert sorted({k for k, s in order if s == 2}) == [2, 3]  # best at the edge: one neighbour
 
 
-def test_nothing_finite_ends_the_sweep():
-    assert drive(lambda k, s: math.inf) == [(-1, 0), (0, 0), (1, 0)]
+def test_nothing_finite_goes_lower_to_the_bound_then_ends():
+    assert drive(lambda k, s: math.inf, bounds=(-3, 3)) == [(-1, 0), (0, 0), (1, 0), (-2, 0), (-3, 0)]
+
+
+def test_divergence_at_every_first_rate_finds_the_optimum_below():
+    order = drive(lambda k, s: math.inf if k >= -1 else (k + 3) ** 2)  # diverges from k = -1 up; optimum -3
+    first = [k for k, s in order if s == 0]
+    assert first == [-1, 0, 1, -2, -3, -4] and sorted({k for k, s in order if s == 1}) == [-4, -3, -2]
 
 
 def test_auto_lr_is_half_a_decade_per_step():

@@ -4,7 +4,7 @@
   trial a point (diverged or crashed ones as crosses at the top), the mean over seeds as a line, the
   tuned learning rate ringed.
 * ``sweep_tuned.png`` — each optimizer at its tuned learning rate: the seeds as points, the mean with
-  its bootstrap 95 % interval; the title says whether the best two differ beyond the seed noise.
+  its Student's t 95 % interval; the title says whether the best two differ beyond the seed noise.
 * ``sweep_steps_to_target.png`` — for objectives read from a curve: the steps each tuned optimizer
   needs to reach the common target (seeds as points, their mean as a bar).
 """
@@ -77,7 +77,9 @@ def tuned(results: dict[str, Any]) -> Figure:
     ax.set_xticks(range(len(names)), [f"{n}\nη = {results['optimizers'][n]['tuned_lr']:g}" for n in names], fontsize=8)
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel(results["objective"]["description"])
-    ax.set_title(_title(results) + "\nseeds as points; mean with bootstrap 95% interval", fontsize=9)
+    one_seed = all(len(results["optimizers"][n]["values"]) < 2 for n in names)
+    shown = "one seed: no spread, no interval" if one_seed else "mean with Student's t 95% interval"
+    ax.set_title(_title(results) + f"\nseeds as points; {shown}", fontsize=9)
     return fig
 
 

@@ -327,7 +327,7 @@ def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
             n("optimizers", name, "mean"),
             " ± ",
             n("optimizers", name, "std"),
-            " over its seeds (95 % bootstrap interval of the mean ",
+            " over its seeds (Student's t 95 % interval of the mean ",
             n("optimizers", name, "interval", 0),
             " … ",
             n("optimizers", name, "interval", 1),
@@ -337,7 +337,7 @@ def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
         yield lambda i=i, entry=entry: [
             f"{entry['best']} vs {entry['second']}: Δ = ",
             n("neighbours", i, "difference"),
-            ", 95 % interval ",
+            ", Welch's 95 % interval ",
             n("neighbours", i, "interval", 0),
             " … ",
             n("neighbours", i, "interval", 1),

@@ -2,8 +2,9 @@
 each trial and yield the records as the trials finish; the sweep writes every file itself.
 
 Local: ``workers`` processes started with ``spawn`` (a fresh interpreter: no state inherited from the
-parent, torch's thread pool included), each given ``cores // workers`` torch threads so that workers ×
-threads ≤ cores. One worker runs the trials in this process, one after another (no pool to start).
+parent, torch's thread pool included). One worker runs the trials in this process, one after another (no
+pool to start). Every trial runs on ``trial.TRIAL_THREADS`` torch threads in every backend, so that where
+it ran never changes its result.
 
 Ray: each trial is a Ray task asking for one CPU, on the cluster at ``address`` (``ray.init(address)``)
 or, without one, on a local Ray instance started here — so a user with many machines uses Ray's
@@ -12,28 +13,16 @@ scheduler, not ours.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from multiprocessing import get_context
 from typing import Any
 
-import torch
-
 from ..errors import UserError
 from .trial import Trial, run_trial
 
 BACKENDS = ("local", "ray")
-
-
-def threads_per_worker(workers: int, cores: int | None = None) -> int:
-    """Torch threads per worker so that workers × threads ≤ cores (at least one)."""
-    return max(1, (cores or os.cpu_count() or 1) // workers)
-
-
-def _start_worker(threads: int) -> None:
-    torch.set_num_threads(threads)
 
 
 class Local:
@@ -43,12 +32,7 @@ class Local:
     def __init__(self, workers: int) -> None:
         self.pool = None
         if workers > 1:
-            self.pool = ProcessPoolExecutor(
-                max_workers=workers,
-                mp_context=get_context("spawn"),
-                initializer=_start_worker,
-                initargs=(threads_per_worker(workers),),
-            )
+            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
 
     def run(self, trials: Sequence[Trial]) -> Iterator[dict[str, Any]]:
         if self.pool is None:

@@ -11,6 +11,8 @@ The protocol, for one optimizer with seeds s₀ … s_{N−1}:
 1. run positions −1, 0, 1 at seed s₀;
 2. while the best position is at an end of the grid (and the grid may grow that way), run the next
    position beyond it at s₀ — so the best learning rate ends up interior, with a worse value each side;
+   while no position has a finite value yet, run the next one below the grid (a learning rate too large
+   to train is the usual reason: divergence says "lower");
 3. run every seed at the best position and its two neighbours.
 
 Values are objective values where lower is better (``sign`` flips a maximised objective); a trial that
@@ -53,9 +55,9 @@ def next_trials(
     if missing:
         return missing
     best = best_position(grid)
-    if best is None:
-        return []
     low, high = min(grid), max(grid)
+    if best is None:  # nothing finite yet: lower, while the grid may grow that way
+        return [(low - 1, first)] if low - 1 >= bounds[0] else []
     if best == low and low - 1 >= bounds[0]:
         return [(low - 1, first)]
     if best == high and high + 1 <= bounds[1]:

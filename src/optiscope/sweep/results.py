@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
-from .stats import bootstrap_interval, difference_interval, mean_std
+from .stats import difference_interval, mean_interval, mean_std
 
 
 class TrialRecord(TypedDict):
@@ -95,13 +95,13 @@ def tuned(trials: Sequence[dict[str, Any]], seeds: Sequence[int], direction: str
         "values": values,
         "mean": mean,
         "std": std,
-        "interval": list(bootstrap_interval(values)) if best else [math.nan, math.nan],
+        "interval": list(mean_interval(values)) if best else [math.nan, math.nan],
         "sensitivity": points,
     }
 
 
 def pair(optimizers: dict[str, Tuned], better: str, worse: str) -> dict[str, Any]:
-    """``better`` against ``worse`` at their tuned lrs: the difference of means, its bootstrap 95 %
+    """``better`` against ``worse`` at their tuned lrs: the difference of means, its Welch 95 %
     interval, and whether that interval excludes zero (a difference beyond the seed noise)."""
     values = optimizers[better]["values"], optimizers[worse]["values"]
     low, high = difference_interval(*values)

@@ -67,8 +67,20 @@ def finished_results(out: Path, config: Any) -> dict[str, Any] | None:
     return results if stored.get("config") == experiments.config_dict(config) else None
 
 
+#: torch threads of every trial, whatever runs it: torch's results depend on its thread count (the order
+#: of its reductions), so one count for all keeps ``--workers`` and ``--backend`` from changing a result
+#: (more cores are used by running more trials at once: ``--workers``)
+TRIAL_THREADS = 1
+
+
 def run_trial(trial: Trial) -> dict[str, Any]:
-    """Run ``trial`` (or continue it) and return its record; never raises for a failed trial."""
+    """Run ``trial`` (or continue it) on ``TRIAL_THREADS`` torch threads and return its record; never raises
+    for a failed trial."""
+    with experiments.torch_threads(TRIAL_THREADS):
+        return _run_trial(trial)
+
+
+def _run_trial(trial: Trial) -> dict[str, Any]:
     experiments.EXPERIMENTS.setdefault(trial.experiment, trial.module)
     out = Path(trial.out)
     started = time.perf_counter()
