@@ -197,7 +197,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     """Every experiment in quick mode, one after another (replacing an earlier demo's runs), then the
     report page of them all (its path the first line after the runs) and the figures."""
     out = Path(args.out)
-    if any((out / name).exists() for name in (runs.CONFIG, runs.RESULTS, runs.METRICS)):
+    if runs.holds_run(out):
         raise runs.RunDirError(
             f"--out {out} holds a run itself; the demo writes a run per experiment into a folder of its own "
             "(default runs/demo): choose another --out"
@@ -362,9 +362,7 @@ def out_dir(text: str) -> Path:
 
 def run_dir(text: str) -> Path:
     """A run directory named as an argument (``plot DIR``, ``report DIR``); empty is refused as for ``--out``."""
-    if not text.strip():
-        raise runs.RunDirError("DIR is empty; give a run directory's path, e.g. runs/lm")
-    return Path(text)
+    return runs.check_out(text, "DIR")
 
 
 class UsageError(Exception):
@@ -442,9 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     named = argv[1] if len(argv) > 1 and argv[0] in ("run", "sweep") and not argv[1].startswith("-") else None
     if named is not None and named not in experiments.EXPERIMENTS:  # one line, not argparse's usage block
-        valid = sorted(experiments.EXPERIMENTS)
-        if argv[0] == "sweep":  # those that declare an objective to tune for
-            valid = [name for name in valid if getattr(experiments.load(name), "OBJECTIVES", None)]
+        valid = sorted(experiments.sweepable() if argv[0] == "sweep" else experiments.EXPERIMENTS)
         _error(f"{argv[0]}: unknown experiment {named!r}; valid: {', '.join(valid) or 'none declares an objective'}")
         return EXIT_BAD_INPUT
     try:

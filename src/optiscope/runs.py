@@ -202,11 +202,23 @@ class RunDir:
     resuming: bool
 
 
-def check_out(out: str | os.PathLike) -> Path:
-    """``--out`` as a Path; an empty name is refused (it would silently mean the current directory)."""
+def check_out(out: str | os.PathLike, name: str = "--out") -> Path:
+    """A run directory's path given as ``name`` (``--out``, or ``DIR`` of ``plot``/``report``); an empty one is
+    refused (it would silently mean the current directory)."""
     if not str(out).strip():
-        raise RunDirError("--out is empty; give the run directory's path, e.g. --out runs/lm")
+        example = "runs/lm" if name == "DIR" else f"{name} runs/lm"
+        raise RunDirError(f"{name} is empty; give the run directory's path, e.g. {example}")
     return Path(out)
+
+
+def holds_run(path: Path) -> bool:
+    """Whether ``path`` holds something of a run: results, monitor records, or an optiscope config.json."""
+    if any((path / name).is_file() for name in (RESULTS, METRICS)):
+        return True
+    try:
+        return is_run_config(read_json(path / CONFIG))
+    except RunDirError:  # none, or not JSON
+        return False
 
 
 @contextmanager

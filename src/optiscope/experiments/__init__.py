@@ -54,6 +54,7 @@ __all__ = [
     "require_counts",
     "require_rates",
     "require_threads",
+    "sweepable",
 ]
 
 EXPERIMENTS: dict[str, str] = {
@@ -73,13 +74,17 @@ def load(name: str) -> ModuleType:
     return importlib.import_module(EXPERIMENTS[name])
 
 
+def sweepable() -> list[str]:
+    """The experiments that declare an objective to tune for (what ``optiscope sweep`` takes)."""
+    return [name for name in EXPERIMENTS if getattr(load(name), "OBJECTIVES", None)]
+
+
 def objectives(name: str) -> dict[str, Objective]:
     """The objectives experiment ``name`` declares (``ConfigError`` if it declares none)."""
     declared = getattr(load(name), "OBJECTIVES", None)
     if not declared:
-        with_some = [n for n in EXPERIMENTS if getattr(load(n), "OBJECTIVES", None)]
         raise ConfigError(
-            f"experiment {name!r} declares no objective to tune for; experiments that do: {', '.join(with_some)}"
+            f"experiment {name!r} declares no objective to tune for; experiments that do: {', '.join(sweepable())}"
         )
     return declared
 

@@ -69,6 +69,8 @@ LEARNING_RATES = {name: lr for name, (lr, _) in DEFAULTS.items()}
 SCHEDULES = ("auto", "constant", "warmup_cosine")
 DEVICES = ("auto", "cpu", "cuda")
 NO_EFFECT = {"affects_results": False}
+#: sequences in the fixed curvature batch, unless --curvature-batch says otherwise (the issue's 12 × 64)
+CURVATURE_BATCH = 12
 
 
 def runs_of(config: Config) -> tuple[RunSpec, ...]:
@@ -110,7 +112,7 @@ class Config:
             "--log-every, on a fixed batch of --curvature-batch training sequences (0: off)"
         },
     )
-    curvature_batch: int = field(default=12, metadata={"help": "sequences in the fixed curvature batch"})
+    curvature_batch: int = field(default=CURVATURE_BATCH, metadata={"help": "sequences in the fixed curvature batch"})
     sample_tokens: int = 100
     prompts: tuple[str, ...] = field(
         default=("ROMEO:", "First Citizen:", "To be, or not"), metadata={"help": "greedy-sample prompts"}
@@ -134,9 +136,8 @@ class Config:
             self.curvature_every % self.log_every == 0,
             f"--curvature-every={self.curvature_every} must be 0 or a multiple of --log-every={self.log_every}",
         )
-        default_batch = type(self).__dataclass_fields__["curvature_batch"].default
         require(
-            self.curvature_every or self.curvature_batch == default_batch,
+            self.curvature_every or self.curvature_batch == CURVATURE_BATCH,
             f"--curvature-batch={self.curvature_batch} has no effect without --curvature-every N (curvature is off)",
         )
         require(

@@ -103,9 +103,9 @@ class Config:
         self.frequencies = tuple(self.frequencies)
         require(len(self.frequencies) >= 2, f"--frequencies={self.frequencies!r}: give at least two tokens")
         bad = [p for p in self.frequencies if not positive(p)]
-        require(not bad, f"frequencies: {bad} are not finite numbers > 0; every token needs a frequency in (0, 1]")
+        require(not bad, f"--frequencies: {bad} are not finite numbers > 0; every token needs a frequency in (0, 1]")
         total = math.fsum(self.frequencies)
-        require(abs(total - 1) <= 1e-6, f"frequencies sum to {total:.7g}; they must sum to 1 (within 1e-6)")
+        require(abs(total - 1) <= 1e-6, f"--frequencies sum to {total:.7g}; they must sum to 1 (within 1e-6)")
         require_non_negative(self, "weight_decay")
         runs_of(self)
         self.sweep_lrs = require_rates(self, "sweep_lrs")

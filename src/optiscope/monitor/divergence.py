@@ -27,10 +27,12 @@ def safe_perplexity(loss: float) -> float:
 
 class Diverged(RuntimeError):
     """Training diverged. ``record`` holds the step, the loss, the reason, the parameters whose
-    update-to-weight ratio exploded first and, with curvature measured, ``curvature_diagnosis``."""
+    update-to-weight ratio exploded first and, with curvature measured, ``curvature_diagnosis``; ``measured``
+    is the record of the step at which the guard tripped when that step was a measured one (written to the
+    sinks already; a training loop keeps it as it keeps any other), else None."""
 
-    def __init__(self, record: dict[str, Any]) -> None:
-        self.record = record
+    def __init__(self, record: dict[str, Any], measured: dict[str, Any] | None = None) -> None:
+        self.record, self.measured = record, measured
         diagnosis = curvature_finding(record)
         super().__init__(
             f"diverged at step {record['step']}: {record['reason']} (loss {record['loss']}); "

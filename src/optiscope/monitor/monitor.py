@@ -153,7 +153,7 @@ class Monitor:
             raise ValueError(f"Monitor: alarm_growth={alarm_growth!r} must be a number > 1 (a multiple of u/w)")
         if on_divergence not in ("raise", "record"):
             raise ValueError(f"Monitor: on_divergence={on_divergence!r} must be 'raise' or 'record'")
-        if batch_tokens is not None and not (isinstance(batch_tokens, int) and batch_tokens > 0):
+        if batch_tokens is not None and not is_count(batch_tokens):
             raise ValueError(f"Monitor: batch_tokens={batch_tokens!r} must be a positive integer or None")
         self.model, self.optimizer, self.every = model, optimizer, every
         self.sinks = list(sinks)
@@ -166,6 +166,7 @@ class Monitor:
                 f"Monitor: context names {clash}, fields of the monitor's own records that would overwrite it; "
                 "name them otherwise (e.g. {'run': 'sgd@0.1'} or {'eta': 0.1})"
             )
+        self._taken_names = RECORD_FIELDS | self.context.keys()  # what a step's scalars may not be called
         self.curvature = curvature
         self._curvature_vector: Tensor | None = None  # the warm start: last top eigenvector
         self._curvature_history: list[tuple[int, float | None, str, bool]] = []
@@ -306,7 +307,7 @@ class Monitor:
         Raises ``Diverged`` (with ``on_divergence="raise"``) when the guard trips. ``scalars`` join the record
         under their own names, which must not be the record's own fields or the context's.
         """
-        taken = sorted(set(scalars) & (RECORD_FIELDS | set(self.context)))
+        taken = sorted(self._taken_names.intersection(scalars))
         if taken:
             raise ValueError(f"Monitor.step: scalars {taken} would overwrite the record's own or the context's fields")
         step = self.step_count
@@ -345,7 +346,7 @@ class Monitor:
             self._write(record)
         self._step_lrs = None
         if reason is not None:
-            self.diverge(step, loss_value, reason)
+            self.diverge(step, loss_value, reason, measured=record)
         return record
 
     def _measure_curvature(self, step: int) -> dict[str, Any]:
@@ -420,10 +421,11 @@ class Monitor:
         other runs' in a shared file (the report labels runs by them)."""
         return {**self.context, "context": list(self.context)} if self.context else {}
 
-    def diverge(self, step: int, loss: float | None, reason: str) -> None:
+    def diverge(self, step: int, loss: float | None, reason: str, measured: dict[str, Any] | None = None) -> None:
         """Declare divergence at ``step``: build the record (with the parameters whose u/w exploded
-        first), send it to the sinks, and raise ``Diverged`` (or, with ``on_divergence="record"``, keep
-        it in ``self.diverged``). A training loop calls this itself when it stops *before* a step."""
+        first), send it to the sinks, and raise ``Diverged`` carrying it and ``measured`` (the step's own
+        record, if it was measured), or, with ``on_divergence="record"``, keep it in ``self.diverged``. A
+        training loop calls this itself when it stops *before* a step."""
         record = {
             **self._context_fields(),
             "diverged": True,
@@ -439,7 +441,7 @@ class Monitor:
         self.diverged = record
         self._write(record)
         if self.on_divergence == "raise":
-            raise Diverged(record)
+            raise Diverged(record, measured)
 
     # ---------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:

@@ -22,11 +22,6 @@ __all__ = ["Page", "RunDir", "build", "default_out", "read_metrics", "read_run",
 REPORT = "report.html"
 
 
-def holds_a_run(run: RunDir) -> bool:
-    """Whether a directory holds anything of a run: results, monitor records, or an optiscope config.json."""
-    return run.config is not None or any((run.path / name).exists() for name in (runs.RESULTS, runs.METRICS))
-
-
 def default_out(dirs: Sequence[Path]) -> Path:
     """DIR/report.html for one directory; for several, report.html in the directory that holds them all."""
     if len(dirs) == 1:
@@ -51,7 +46,8 @@ def write(dirs: Sequence[Path], out: Path | None = None) -> Path:
     if out.is_dir():
         raise UserError(f"--out {out} is a directory; give the page's file name, e.g. {out / REPORT}")
     read = [read_run(d) for d in dirs]
-    if not any(holds_a_run(run) for run in read):  # a mistyped path, another program's folder: no page about nothing
+    # a mistyped path, another program's folder: no page about nothing
+    if not any(runs.holds_run(run.path) for run in read):
         where = read[0].path if len(read) == 1 else f"none of {', '.join(str(run.path) for run in read)}"
         raise UserError(
             f"{where} holds no optiscope run (no {runs.RESULTS}, {runs.METRICS} or run {runs.CONFIG}); give "

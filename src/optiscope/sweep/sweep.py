@@ -31,8 +31,9 @@ from .results import Results, summarise
 from .trial import TRIALS, Trial, trial_dir
 
 RECORDS = "trials.jsonl"
+#: Seeds per learning rate at most: far beyond any comparison's need (the grid of trials is held in memory).
+MAX_SEEDS = 10_000
 #: The sweep's own options (an experiment option of the same name is not offered to its trials).
-MAX_SEEDS = 10_000  # per learning rate; far beyond any comparison's need, and the grid is held in memory
 RESERVED = ("optimizers", "seed", "seeds", "quiet", "verbose")
 
 

@@ -239,15 +239,14 @@ def optimizer_step(run: Run, task: Task, batch: Any, clip: float | None) -> floa
     run.running["count"] += 1
     if run.monitor is not None:
         mean = run.running["loss_sum"] / run.running["count"]
-        before = run.monitor.last_record
         # the monitor's grad_norm is of the gradient the optimizer used (clipped); the norm before clipping is
         # the one that shows a gradient exploding
         unclipped = {} if norm is None else {"grad_norm_before_clip": norm}
         try:
             record = run.monitor.step(value, mean_loss=mean, **unclipped)
-        except Diverged:
-            if run.monitor.last_record is not before:  # the step's record, written before the guard tripped
-                _keep_record(run, task, run.monitor.last_record, mean)
+        except Diverged as diverged:
+            if diverged.measured is not None:  # the step's own record, written before the guard tripped
+                _keep_record(run, task, diverged.measured, mean)
             raise
         if record is not None:
             _keep_record(run, task, record, mean)
