@@ -346,6 +346,18 @@ def test_a_tuned_lr_at_an_end_of_a_fixed_grid_is_said(sweepable, tmp_path, capsy
     assert runs.read_json(tmp_path / "s" / "results.json")["optimizers"]["sgd"]["interior"] is False
 
 
+def test_a_sweep_names_its_crashed_trials_and_resume_runs_them_again(sweepable, tmp_path, capsys):
+    argv = ["sweep", "synthetic", "--optimizers", "sgd", "--seeds", "1", "--crash-at", "0.00316"]
+    argv += ["--out", str(tmp_path / "s")]
+    for resume in ([], ["--resume"]):  # a crash that recurs is recorded again
+        assert cli.main(argv + resume) == 0
+        printed = capsys.readouterr().out
+        assert "sgd@0.00316 seed 0: inf crashed (RuntimeError: trial at 0.00316 crashed on purpose)" in printed
+        assert "1 trial(s) crashed and count as the worst value (sgd@0.00316 seed 0;" in printed
+        assert "with --resume runs them again" in printed
+    assert "sgd@0.01 seed 0" not in printed  # a trial that finished is not run again
+
+
 def test_a_sweep_with_one_seed_prints_no_interval(sweepable, tmp_path, capsys):
     out = tmp_path / "s"
     assert cli.main(["sweep", "synthetic", "--optimizers", "sgd,adam", "--seeds", "1", "--out", str(out)]) == 0

@@ -323,6 +323,14 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         )
     for neighbours in results["neighbours"]:
         console.print(f"  {neighbours['verdict']}", highlight=False)
+    crashed = [t for t in results["trials"] if t["status"] == "crashed"]
+    if crashed:
+        named = ", ".join(f"{t['label']} seed {t['seed']}" for t in crashed[:5]) + (", …" if len(crashed) > 5 else "")
+        console.print(
+            f"  {len(crashed)} trial(s) crashed and count as the worst value ({named}; tracebacks in the error.log "
+            "of their directories under trials/); the same command with --resume runs them again",
+            highlight=False,
+        )
     code = report_figures(figures.draw_run(args.out, results), args.out, console)
     if results["status"] == "diverged":
         console.print("[bold red]every trial diverged or crashed[/bold red]: see trials in results.json")

@@ -25,3 +25,17 @@ def test_every_sweep_figure_is_drawn(synthetic, tmp_path, optimizers, options):
     assert not drawn.failures and len(drawn.paths) == 3
     if "diverge_above" in options and options["diverge_above"] < 1e-3:
         assert results["status"] == "diverged" and results["comparison"] is None
+
+
+def test_steps_to_target_says_how_many_seeds_never_reached_it(synthetic, tmp_path):
+    """The target is the worst tuned mean: of that optimizer's two seeds (objective η-term + seed/1000), seed 1
+    ends above its mean and never reaches it; its point cannot be drawn, so the figure says so."""
+    options = {"sgd_optimum": 0.01, "adam_optimum": 0.013}
+    results = run_sweep(SweepConfig("synthetic", ("sgd", "adam"), seeds=2, options=options), tmp_path / "s")
+    worst = max(results["optimizers"], key=lambda name: results["optimizers"][name]["mean"])
+    found = results["steps_to_target"]["optimizers"]
+    assert found[worst]["seed_steps"][1] == float("inf")
+    fig = figures.sweep.steps_to_target(results)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts == ["1 of 2 seeds\nnever reached it"]
+    assert "≤" in fig.axes[0].get_title()

@@ -69,6 +69,29 @@ def test_a_killed_sweep_resumes_to_the_same_results(synthetic, tmp_path, monkeyp
     assert without_wall_times(resumed) == without_wall_times(whole)
 
 
+def test_resume_runs_a_crashed_trial_again(synthetic, tmp_path, monkeypatch):
+    """A crash that does not recur (memory that ran out, a lost machine) leaves no mark on the results once
+    the sweep is resumed: they equal those of a sweep where it never happened."""
+    whole = run_sweep(config(seeds=2), tmp_path / "whole")
+    module = experiments.load("synthetic")
+    honest = module.run
+
+    def crashing_once(settings, run_dir):
+        if settings.seed == 1 and settings.optimizers == "adam@1":
+            monkeypatch.setattr(module, "run", honest)
+            raise MemoryError("out of memory, once")
+        return honest(settings, run_dir)
+
+    monkeypatch.setattr(module, "run", crashing_once)
+    crashed = run_sweep(config(seeds=2), tmp_path / "s")
+    assert [(t["label"], t["seed"]) for t in crashed["trials"] if t["status"] == "crashed"] == [("adam@1", 1)]
+    assert crashed["optimizers"]["adam"]["values"] != whole["optimizers"]["adam"]["values"]
+    resumed = run_sweep(config(seeds=2), tmp_path / "s", resume=True)
+    assert without_wall_times(resumed) == without_wall_times(whole)
+    lines = runs.read_jsonl(tmp_path / "s" / "trials.jsonl")
+    assert [r["status"] for r in lines if (r["label"], r["seed"]) == ("adam@1", 1)] == ["crashed", "ok"]
+
+
 def test_rare_tokens_trials_read_the_experiments_own_numbers(tmp_path):
     """The objective of each trial equals what one ``optiscope run`` of the same optimizers measures."""
     options = {"steps": 300, "sweep_lrs": (0.1, 1.0)}

@@ -100,11 +100,24 @@ def steps_to_target(results: dict[str, Any]) -> Figure:
             ax.text(i, 0.02, "not reached", transform=ax.get_xaxis_transform(), ha="center", color=style.BAD)
         ys = style.finite(entry["seed_steps"])
         ax.plot([i] * len(ys), ys, "o", color=color)
+        missed = int(np.isnan(ys).sum())  # a seed whose own curve never got there has no point to draw: say so
+        if missed:
+            ax.text(
+                i,
+                0.97,
+                f"{missed} of {len(ys)} seeds\nnever reached it",
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="top",
+                fontsize=8,
+                color=style.BAD,
+            )
     ax.set_xticks(range(len(names)), names, fontsize=8)
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel("steps")
+    reaches = "≥" if results["objective"].get("direction") == "max" else "≤"
     ax.set_title(
-        f"steps until {results['objective'].get('curve', 'the curve')} ≤ {found['target']:.4g} "
+        f"steps until {results['objective'].get('curve', 'the curve')} {reaches} {found['target']:.4g} "
         f"(the worst tuned mean of {results['objective']['description']}), "
         "at each tuned η\nbars: the mean curve over seeds; points: each seed's own curve\n"
         f"{(results.get('comparison') or {}).get('verdict', '')}",

@@ -11,7 +11,8 @@ The sweep directory follows the run-directory rules (``runs.open_run``: a lock, 
 
 The protocol (``grid``) decides the next trials from the records alone, so a killed sweep resumed with
 ``--resume`` re-plans the same trials, skips those recorded, continues a half-finished one from its
-checkpoints, and ends with the results an uninterrupted sweep would have (wall times aside).
+checkpoints, and ends with the results an uninterrupted sweep would have (wall times aside). A trial
+recorded as crashed is run again by ``--resume`` (its new record supersedes the old one in trials.jsonl).
 """
 
 from __future__ import annotations
@@ -177,6 +178,9 @@ def run_sweep(
     ):
         path = run_dir.path
         records = {(r["optimizer"], r["lr"], r["seed"]): r for r in runs.read_jsonl(path / RECORDS)}
+        # a trial that crashed in an earlier invocation is planned again: a crash is no result of the
+        # optimizer (memory that ran out, a machine lost), and its run directory continues from its checkpoints
+        records = {key: r for key, r in records.items() if r["status"] != "crashed"}
         while batch := pending(config, plan, path, records):
             for record in backend.run(batch):
                 record["dir"] = str(trial_dir(Path(), record["optimizer"], record["lr"], record["seed"]))
