@@ -312,7 +312,8 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             else f"{t['mean']:.4g} (one seed: no spread, no interval)"
         )
         edge = "" if t["interior"] else " (at an end of the grid that was run: its optimum may lie beyond)"
-        console.print(f"  {name}: tuned lr {t['tuned_lr']:g}{edge}, {spread}", highlight=False)
+        chose = f"; the {len(t['values'])} tuning seed(s) that chose it: {t['tuning_mean']:.4g}"
+        console.print(f"  {name}: tuned lr {t['tuned_lr']:g}{edge}, fresh seeds {spread}{chose}", highlight=False)
     for name in (name for name in results["optimizers"] if name not in results["ranking"]):
         # every trial at +∞: say what each of them did (diverged, crashed, or ran and missed the target)
         trials = [t for t in results["trials"] if t["optimizer"] == name]

@@ -25,8 +25,13 @@ def test_grid_grows_to_an_optimum_outside_it_on_either_side(synthetic, tmp_path)
     assert sgd["tuned_lr"] == pytest.approx(1e-4) and adam["tuned_lr"] == pytest.approx(1.0)
     assert sgd["interior"] and adam["interior"]
     assert [p["lr"] for p in sgd["sensitivity"]] == pytest.approx([3.16e-5, 1e-4, 3.16e-4, 1e-3, 3.16e-3, 0.01, 0.0316])
-    assert sgd["values"] == pytest.approx([0.0, 0.001])  # seeds 0 and 1 at η*
-    assert results["seeds"] == [0, 1] and sorted(results["ranking"]) == ["adam", "sgd"]
+    # seeds 0 and 1 chose η*; the fresh seeds 2 and 3 ran there: objective (0 at η*) + seed / 1000
+    assert sgd["tuning_mean"] == pytest.approx(0.0005) and sgd["values"] == pytest.approx([0.002, 0.003])
+    assert sgd["mean"] == pytest.approx(0.0025) and sgd["interval"][0] < 0.0025 < sgd["interval"][1]
+    assert results["seeds"] == [0, 1] and results["fresh_seeds"] == [2, 3]
+    assert sorted(results["ranking"]) == ["adam", "sgd"]
+    fresh = [(t["lr"], t["seed"]) for t in results["trials"] if t["optimizer"] == "sgd" and t["seed"] >= 2]
+    assert fresh == [(1e-4, 2), (1e-4, 3)]  # at the tuned lr only
     on_disk = runs.read_json(tmp_path / "s" / "results.json")
     trial = on_disk["trials"][0]
     assert (tmp_path / "s" / trial["dir"] / "results.json").is_file()  # each trial is a run directory
@@ -71,7 +76,8 @@ def test_a_killed_sweep_resumes_to_the_same_results(synthetic, tmp_path, monkeyp
 
 def test_resume_runs_a_crashed_trial_again(synthetic, tmp_path, monkeypatch):
     """A crash that does not recur (memory that ran out, a lost machine) leaves no mark on the results once
-    the sweep is resumed: they equal those of a sweep where it never happened."""
+    the sweep is resumed: they equal those of a sweep where it never happened, but for the trials it caused
+    to run meanwhile."""
     whole = run_sweep(config(seeds=2), tmp_path / "whole")
     module = experiments.load("synthetic")
     honest = module.run
@@ -87,7 +93,11 @@ def test_resume_runs_a_crashed_trial_again(synthetic, tmp_path, monkeypatch):
     assert [(t["label"], t["seed"]) for t in crashed["trials"] if t["status"] == "crashed"] == [("adam@1", 1)]
     assert crashed["optimizers"]["adam"]["values"] != whole["optimizers"]["adam"]["values"]
     resumed = run_sweep(config(seeds=2), tmp_path / "s", resume=True)
-    assert without_wall_times(resumed) == without_wall_times(whole)
+    resumed, whole = without_wall_times(resumed), without_wall_times(whole)
+    extra = [(t["label"], t["seed"]) for t in resumed["trials"] if t not in whole["trials"]]
+    # the crash moved adam's tuned lr, whose fresh seeds ran there: kept among the trials, used for nothing
+    assert extra == [("adam@3.16", 2), ("adam@3.16", 3)]
+    assert {**resumed, "trials": None} == {**whole, "trials": None}
     lines = runs.read_jsonl(tmp_path / "s" / "trials.jsonl")
     assert [r["status"] for r in lines if (r["label"], r["seed"]) == ("adam@1", 1)] == ["crashed", "ok"]
 
@@ -102,7 +112,9 @@ def test_rare_tokens_trials_read_the_experiments_own_numbers(tmp_path):
     config = experiments.build_config(module, False, {**options, "optimizers": "adam@0.01,adam@0.1,adam@1"})
     together = module.run(config, tmp_path)
     rarest = together["rarest"]
-    for trial in results["trials"]:
+    tuning = [t for t in results["trials"] if t["seed"] == results["seeds"][0]]
+    assert len(tuning) == 3 and len(results["trials"]) == 4  # and one fresh seed at the tuned lr
+    for trial in tuning:
         run = together["optimizers"][f"adam@{trial['lr']:g}"]
         expected = math.inf if run["tail_rms_error"] is None else run["tail_rms_error"][rarest]
         assert trial["objective"] == pytest.approx(expected, rel=1e-12)

@@ -1,12 +1,15 @@
 """Figures of a sweep (``optiscope sweep``), drawn from its results.json alone.
 
 * ``sweep_sensitivity.png`` — the objective against the learning rate, one colour per optimizer: every
-  trial a point (diverged or crashed ones as crosses at the top), the mean over seeds as a line, the
-  tuned learning rate ringed.
-* ``sweep_tuned.png`` — each optimizer at its tuned learning rate: the seeds as points, the mean with
-  its Student's t 95 % interval; the title says whether the best two differ beyond the seed noise.
+  tuning trial a point (diverged or crashed ones as crosses at the top), the mean over the tuning seeds
+  as a line, the tuned learning rate ringed, and the fresh seeds' mean there as a diamond.
+* ``sweep_tuned.png`` — each optimizer at its tuned learning rate: the fresh seeds as points, their mean
+  with its Student's t 95 % interval; the title says whether the best two differ beyond the seed noise.
 * ``sweep_steps_to_target.png`` — for objectives read from a curve: the steps each tuned optimizer
-  needs to reach the common target (seeds as points, their mean as a bar).
+  needs to reach the common target (fresh seeds as points, their mean as a bar).
+
+Results written before sweeps ran fresh seeds (no ``fresh_seeds``) hold the tuning seeds' values as
+``values`` and ``mean``; they are drawn as such, without a diamond.
 """
 
 from __future__ import annotations
@@ -41,8 +44,12 @@ def sensitivity(results: dict[str, Any]) -> Figure:
             ax.plot([p["lr"]] * len(ys), ys, "o", color=color, ms=4, alpha=0.7)
             values.extend(ys[np.isfinite(ys)])
         lrs.extend(xs)
-        if tuned["tuned_lr"] is not None and math.isfinite(tuned["mean"]):
-            ax.plot(tuned["tuned_lr"], tuned["mean"], "o", ms=12, mfc="none", mec=color, mew=1.5)
+        chosen = tuned.get("tuning_mean", tuned["mean"])
+        if tuned["tuned_lr"] is not None and math.isfinite(chosen):
+            ax.plot(tuned["tuned_lr"], chosen, "o", ms=12, mfc="none", mec=color, mew=1.5)
+        if "tuning_mean" in tuned and tuned["tuned_lr"] is not None and math.isfinite(tuned["mean"]):
+            ax.plot(tuned["tuned_lr"], tuned["mean"], "D", color=color, ms=7)
+            values.append(tuned["mean"])
     top = max(values) if values else 1.0
     for index, (name, tuned) in enumerate(results["optimizers"].items()):
         for p in tuned["sensitivity"]:
@@ -54,7 +61,10 @@ def sensitivity(results: dict[str, Any]) -> Figure:
     ax.set_xlabel("learning rate η")
     ax.set_ylabel(results["objective"]["description"])
     ax.legend(fontsize=8)
-    ax.set_title(_title(results) + "\n× : a trial that diverged, crashed or never got there", fontsize=9)
+    legend = "× : a trial that diverged, crashed or never got there"
+    if "fresh_seeds" in results:
+        legend = "points, lines: the tuning seeds; ◆: the fresh seeds' mean at the tuned η; " + legend
+    ax.set_title(_title(results) + "\n" + legend, fontsize=9)
     return fig
 
 
@@ -79,7 +89,8 @@ def tuned(results: dict[str, Any]) -> Figure:
     ax.set_ylabel(results["objective"]["description"])
     one_seed = all(len(results["optimizers"][n]["values"]) < 2 for n in names)
     shown = "one seed: no spread, no interval" if one_seed else "mean with Student's t 95% interval"
-    ax.set_title(_title(results) + f"\nseeds as points; {shown}", fontsize=9)
+    seeds = "fresh seeds (which chose nothing)" if "fresh_seeds" in results else "seeds"
+    ax.set_title(_title(results) + f"\n{seeds} as points; {shown}", fontsize=9)
     return fig
 
 
@@ -116,10 +127,11 @@ def steps_to_target(results: dict[str, Any]) -> Figure:
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel("steps")
     reaches = "≥" if results["objective"].get("direction") == "max" else "≤"
+    over = "fresh seeds" if "fresh_seeds" in results else "seeds"
     ax.set_title(
         f"steps until {results['objective'].get('curve', 'the curve')} {reaches} {found['target']:.4g} "
         f"(the worst tuned mean of {results['objective']['description']}), "
-        "at each tuned η\nbars: the mean curve over seeds; points: each seed's own curve\n"
+        f"at each tuned η\nbars: the mean curve over the {over}; points: each one's own curve\n"
         f"{(results.get('comparison') or {}).get('verdict', '')}",
         fontsize=9,
     )

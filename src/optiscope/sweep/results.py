@@ -1,7 +1,8 @@
-"""A sweep's ``results.json``: every trial, and per optimizer the tuned learning rate, its seed
-statistics and the sensitivity curve; which optimizer is best and whether the best two differ beyond
-the seed noise; and, for objectives read from a curve, the steps each tuned optimizer needs to reach a
-common target. Computed here from the trial records; ``figures.sweep`` only draws it."""
+"""A sweep's ``results.json``: every trial, and per optimizer the tuned learning rate, the statistics of
+its fresh seeds (``grid``: seeds that chose nothing) and the sensitivity curve of the tuning seeds; which
+optimizer is best and whether the best two differ beyond the seed noise; and, for objectives read from a
+curve, the steps each tuned optimizer needs to reach a common target. Computed here from the trial
+records; ``figures.sweep`` only draws it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
+from .grid import tuned_position
 from .stats import difference_interval, mean_interval, mean_std
 
 
@@ -39,10 +41,14 @@ class Tuned(TypedDict):
     centre_lr: float
     tuned_lr: float | None
     interior: bool
+    #: the fresh seeds' values at the tuned lr, their mean, std and Student's interval of the mean
     values: list[float]
     mean: float
     std: float
     interval: list[float]
+    #: the mean of the tuning seeds at the tuned lr: the best of the means that chose it (biased)
+    tuning_mean: float
+    #: the tuning seeds' values at every lr
     sensitivity: list[Point]
 
 
@@ -53,6 +59,7 @@ class Results(TypedDict):
     objective: dict[str, Any]
     factor: float | None
     seeds: list[int]
+    fresh_seeds: list[int]
     optimizers: dict[str, Tuned]
     ranking: list[str]
     comparison: dict[str, Any] | None
@@ -79,23 +86,27 @@ def sensitivity(trials: Sequence[dict[str, Any]]) -> list[Point]:
     return points
 
 
-def tuned(trials: Sequence[dict[str, Any]], seeds: Sequence[int], direction: str, centre: float) -> Tuned:
-    """The learning rate with the best mean over all seeds (among those run with every seed)."""
-    points = sensitivity(trials)
-    complete = [p for p in points if sorted(p["seeds"]) == sorted(seeds)]
-    finite = [p for p in complete if math.isfinite(p["mean"])]
-    best = min(finite, key=lambda p: _signed(p["mean"], direction)) if finite else None
-    values = best["values"] if best else []
-    mean, std = mean_std(values) if best else (math.nan, math.nan)
+def tuned(
+    trials: Sequence[dict[str, Any]], seeds: Sequence[int], fresh: Sequence[int], direction: str, centre: float
+) -> Tuned:
+    """The learning rate the tuning ``seeds`` choose (``grid.tuned_position``, the lr standing for its
+    position) and the values of the ``fresh`` seeds there."""
+    tuning = [t for t in trials if t["seed"] in seeds]
+    points = sensitivity(tuning)
+    best = tuned_position({(t["lr"], t["seed"]): _signed(t["objective"], direction) for t in tuning}, seeds)
+    at = sorted((t for t in trials if t["lr"] == best and t["seed"] in fresh), key=lambda t: t["seed"])
+    values = [t["objective"] for t in at]
+    mean, std = mean_std(values) if values else (math.nan, math.nan)
     lrs = [p["lr"] for p in points]
     return {
         "centre_lr": centre,
-        "tuned_lr": best["lr"] if best else None,
-        "interior": best is not None and min(lrs) < best["lr"] < max(lrs),
+        "tuned_lr": best,
+        "interior": best is not None and min(lrs) < best < max(lrs),
         "values": values,
         "mean": mean,
         "std": std,
-        "interval": list(mean_interval(values)) if best else [math.nan, math.nan],
+        "interval": list(mean_interval(values)) if values else [math.nan, math.nan],
+        "tuning_mean": next((p["mean"] for p in points if p["lr"] == best), math.nan),
         "sensitivity": points,
     }
 
@@ -106,7 +117,12 @@ def pair(optimizers: dict[str, Tuned], better: str, worse: str) -> dict[str, Any
     values = optimizers[better]["values"], optimizers[worse]["values"]
     low, high = difference_interval(*values)
     difference = optimizers[better]["mean"] - optimizers[worse]["mean"]
-    if min(len(v) for v in values) < 2:  # one seed measures no seed noise: claim nothing
+    failed = {name: sum(not math.isfinite(v) for v in optimizers[name]["values"]) for name in (better, worse)}
+    if any(failed.values()):  # a fresh seed diverged, crashed or missed the target: no mean to compare
+        differ = False
+        said = [f"{n} of {len(optimizers[name]['values'])} fresh seeds of {name}" for name, n in failed.items() if n]
+        verdict = f"{better} vs {worse}: {'; '.join(said)} diverged, crashed or missed the target — no interval"
+    elif min(len(v) for v in values) < 2:  # one seed measures no seed noise: claim nothing
         differ = False
         verdict = f"{better} vs {worse}: Δ = {difference:.3g} from one seed — the seed noise is not measured"
     elif all(len(set(v)) == 1 for v in values):  # the seed changes nothing here (landscapes' surfaces)
@@ -132,9 +148,9 @@ def pair(optimizers: dict[str, Tuned], better: str, worse: str) -> dict[str, Any
 
 def compare(optimizers: dict[str, Tuned], direction: str) -> tuple[list[str], dict[str, Any] | None, list]:
     """The optimizers ranked by tuned mean; the best two compared; and each against the next one down."""
-    ranked = sorted(
+    ranked = sorted(  # one whose fresh seeds failed (a mean that is not finite) last
         (name for name, t in optimizers.items() if t["tuned_lr"] is not None),
-        key=lambda name: _signed(optimizers[name]["mean"], direction),
+        key=lambda name: (not math.isfinite(optimizers[name]["mean"]), _signed(optimizers[name]["mean"], direction)),
     )
     neighbours = [pair(optimizers, a, b) for a, b in zip(ranked, ranked[1:], strict=False)]
     return ranked, (neighbours[0] if neighbours else None), neighbours
@@ -161,11 +177,11 @@ def mean_curve(curves: Sequence[dict[str, list] | None]) -> dict[str, list] | No
 
 
 def steps_to_target(
-    trials: Sequence[dict[str, Any]], optimizers: dict[str, Tuned], direction: str
+    trials: Sequence[dict[str, Any]], optimizers: dict[str, Tuned], direction: str, fresh: Sequence[int]
 ) -> dict[str, Any] | None:
     """Steps each tuned optimizer needs to reach the target every tuned optimizer reaches: the worst of
-    the tuned means. Read from the mean over seeds of the curves at the tuned lr (which ends at the tuned
-    mean, so every tuned optimizer gets there), and from each seed's own curve (which may not)."""
+    the tuned means. Read from the mean over the ``fresh`` seeds of the curves at the tuned lr (which ends
+    at the tuned mean, so every tuned optimizer gets there), and from each seed's own curve (which may not)."""
     means = [t["mean"] for t in optimizers.values() if t["tuned_lr"] is not None and math.isfinite(t["mean"])]
     # a curve of one point (evaluated only at the end) cannot tell when a run got somewhere: nothing to say
     if not means or not any(len((t.get("curve") or {}).get("step", ())) >= 2 for t in trials):
@@ -175,7 +191,10 @@ def steps_to_target(
     for name, t in optimizers.items():
         if t["tuned_lr"] is None:
             continue
-        at = sorted((x for x in trials if x["optimizer"] == name and x["lr"] == t["tuned_lr"]), key=lambda x: x["seed"])
+        at = sorted(
+            (x for x in trials if x["optimizer"] == name and x["lr"] == t["tuned_lr"] and x["seed"] in fresh),
+            key=lambda x: x["seed"],
+        )
         found[name] = {
             "steps": first_reaching(mean_curve([x.get("curve") for x in at]), target, direction),
             "seed_steps": [first_reaching(x.get("curve"), target, direction) for x in at],
@@ -194,6 +213,7 @@ def summarise(
     optimizers: Sequence[str],
     centres: dict[str, float],
     seeds: Sequence[int],
+    fresh: Sequence[int],
     objective: dict[str, Any],
     factor: float | None,
 ) -> Results:
@@ -201,7 +221,8 @@ def summarise(
     order = {opt: i for i, opt in enumerate(optimizers)}
     records = sorted(records, key=lambda r: (order[r["optimizer"]], r["lr"], r["seed"]))
     per = {
-        opt: tuned([r for r in records if r["optimizer"] == opt], seeds, direction, centres[opt]) for opt in optimizers
+        opt: tuned([r for r in records if r["optimizer"] == opt], seeds, fresh, direction, centres[opt])
+        for opt in optimizers
     }
     ranking, comparison, neighbours = compare(per, direction)
     every_failed = all(r["status"] != "ok" for r in records)
@@ -212,10 +233,11 @@ def summarise(
         "objective": objective,
         "factor": factor,
         "seeds": list(seeds),
+        "fresh_seeds": list(fresh),
         "optimizers": per,
         "ranking": ranking,
         "comparison": comparison,
         "neighbours": neighbours,
-        "steps_to_target": steps_to_target(records, per, direction),
+        "steps_to_target": steps_to_target(records, per, direction, fresh),
         "trials": records,
     }

@@ -26,10 +26,12 @@ LEVEL = 0.95
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (n − 1; NaN for one value); +inf mean if any value is +inf."""
+    """Mean and sample standard deviation (n − 1; NaN for one value); a value that is not finite makes the
+    mean ±inf (the worst value of a failed trial, of either sign) or NaN, and the deviation NaN."""
     x = np.asarray(values, dtype=np.float64)
     if not np.isfinite(x).all():
-        return math.inf, math.nan
+        with np.errstate(invalid="ignore"):
+            return float(x.mean()), math.nan
     return float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else math.nan
 
 

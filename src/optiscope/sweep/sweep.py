@@ -1,4 +1,5 @@
-"""``optiscope sweep``: tune each optimizer's learning rate on an experiment, then run several seeds.
+"""``optiscope sweep``: tune each optimizer's learning rate on an experiment with several seeds, then
+measure it with fresh ones (``grid``).
 
 The sweep directory follows the run-directory rules (``runs.open_run``: a lock, ``--resume``,
 ``--force``, ``config.json``) and holds::
@@ -55,13 +56,15 @@ class SweepConfig:
 
 @dataclass(frozen=True)
 class Plan:
-    """What the configuration resolves to: per optimizer its grid centre, the seeds, the objective."""
+    """What the configuration resolves to: per optimizer its grid centre, the seeds that tune and the fresh
+    seeds run at the tuned lr (``grid``), the objective."""
 
     module: str
     objective: str
     objectives: tuple[str, ...]
     centres: dict[str, float]
     seeds: tuple[int, ...]
+    fresh: tuple[int, ...]
 
 
 def check(config: SweepConfig) -> Plan:
@@ -105,7 +108,8 @@ def check(config: SweepConfig) -> Plan:
         centres[name] = centre
         seed0 = getattr(settings, "seed", 0)
     seeds = tuple(seed0 + i for i in range(config.seeds))
-    return Plan(experiments.EXPERIMENTS[config.experiment], objective, tuple(declared), centres, seeds)
+    fresh = tuple(seed0 + config.seeds + i for i in range(config.seeds))
+    return Plan(experiments.EXPERIMENTS[config.experiment], objective, tuple(declared), centres, seeds, fresh)
 
 
 def settings(config: SweepConfig) -> dict[str, Any]:
@@ -137,10 +141,10 @@ def pending(config: SweepConfig, plan: Plan, out: Path, records: dict[tuple, dic
         positions = {}
         for k in range(bounds[0], bounds[1] + 1):
             lr = lr_at(config, plan, optimizer, k)
-            for seed in plan.seeds:
+            for seed in plan.seeds + plan.fresh:
                 if (optimizer, lr, seed) in records:
                     positions[(k, seed)] = sign * records[(optimizer, lr, seed)]["objective"]
-        for k, seed in grid.next_trials(positions, plan.seeds, bounds, initial):
+        for k, seed in grid.next_trials(positions, plan.seeds, bounds, initial, plan.fresh):
             lr = lr_at(config, plan, optimizer, k)
             trials.append(
                 Trial(
@@ -196,7 +200,14 @@ def run_sweep(
         }
         factor = None if config.lrs else grid.FACTOR
         results = summarise(
-            config.experiment, list(records.values()), config.optimizers, plan.centres, plan.seeds, objective, factor
+            config.experiment,
+            list(records.values()),
+            config.optimizers,
+            plan.centres,
+            plan.seeds,
+            plan.fresh,
+            objective,
+            factor,
         )
         runs.atomic_write_json(path / runs.RESULTS, results)
     return results
