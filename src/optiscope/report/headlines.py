@@ -305,11 +305,18 @@ def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
         return number(r, *path)
 
     seeds = len(r["seeds"])
+    fresh = "fresh_seeds" in r  # results written before sweeps ran fresh seeds report the tuning seeds
+    plural = "s" if seeds != 1 else ""
     yield lambda: [
         f"{r['swept']}: each optimizer's η tuned for {r['objective']['description']} "
-        f"({r['objective']['direction']}imised), {seeds} seed{'s' if seeds != 1 else ''} at the best η and its "
-        "neighbours.",
+        f"({r['objective']['direction']}imised), {seeds} seed{plural} at the best η and its neighbours"
+        + (f", then {seeds} fresh seed{plural} at the tuned η, which the numbers below are of." if fresh else "."),
     ]
+    over = "its fresh seeds" if fresh else "its seeds"
+
+    def chose(name: str) -> Sentence:
+        return [" The tuning seeds' mean there: ", n("optimizers", name, "tuning_mean"), "."] if fresh else []
+
     for name in r["ranking"]:
         if len(r["optimizers"][name]["values"]) < 2:
             yield lambda name=name: [
@@ -318,6 +325,7 @@ def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
                 ", ",
                 n("optimizers", name, "mean"),
                 " (one seed).",
+                *chose(name),
             ]
             continue
         yield lambda name=name: [
@@ -327,13 +335,17 @@ def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
             n("optimizers", name, "mean"),
             " ± ",
             n("optimizers", name, "std"),
-            " over its seeds (Student's t 95 % interval of the mean ",
+            f" over {over} (Student's t 95 % interval of the mean ",
             n("optimizers", name, "interval", 0),
             " … ",
             n("optimizers", name, "interval", 1),
             ").",
+            *chose(name),
         ]
     for i, entry in enumerate(r["neighbours"]):
+        if not all(math.isfinite(x) for x in (entry["difference"], *entry["interval"])):
+            yield lambda entry=entry: [entry["verdict"] + "."]  # no interval (a failed seed, or one seed): its words
+            continue
         yield lambda i=i, entry=entry: [
             f"{entry['best']} vs {entry['second']}: Δ = ",
             n("neighbours", i, "difference"),

@@ -359,7 +359,13 @@ def sweep_charts(sources: Sources, group: Labelled, key: str) -> Charts:
             points = tuned["sensitivity"]
             means[f(f"{name} mean")] = series.thin([p["lr"] for p in points], [p["mean"] for p in points])
             pairs = [(p["lr"], v) for p in points for v in p["values"]]
-            seeds[f(f"{name} seeds")] = series.thin([x for x, _ in pairs], [v for _, v in pairs])
+            fresh = "fresh_seeds" in run.results and tuned["tuned_lr"] is not None
+            seeds[f(f"{name} tuning seeds" if fresh else f"{name} seeds")] = series.thin(
+                [x for x, _ in pairs], [v for _, v in pairs]
+            )
+            if fresh:  # the seeds every reported number comes from, at the tuned η
+                values = tuned["values"]
+                seeds[f(f"{name} fresh seeds")] = series.thin([tuned["tuned_lr"]] * len(values), values)
         objective = run.results["objective"]["description"]
     return [
         (
