@@ -107,3 +107,30 @@ def test_adder(tmp_path, signal):
     assert done.returncode == EXPECTED_CODE[signal], done.stderr
     assert cli.main(["run", "adder", "--out", str(stopped), *options, "--resume"]) == 0
     assert_equal_runs(straight, stopped)
+
+
+def test_lm_under_torchrun_with_dropout(tmp_path, text):  # noqa: F811
+    """Two processes (gloo) draw their own dropout masks from their own RNG streams: a job stopped by
+    SIGTERM on rank 1 resumes both streams, so it ends bit for bit as the job that was never stopped."""
+    options = [*TINY, "--text", str(text), "--steps", "20", "--optimizers", "adamw", "--dropout", "0.2"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    script = tmp_path / "stop_rank_1.py"
+    script.write_text(
+        SCRIPT.format(module="lm", batch="sample_batch", at=12, signal="SIGTERM").replace(
+            "if calls[0] ==", "if os.environ['RANK'] == '1' and calls[0] =="
+        )
+    )
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    for argv in ([*torchrun, "-m", "optiscope"], [*torchrun, str(script)]):
+        out = straight if argv[-1] == "optiscope" else stopped
+        subprocess.run([*argv, "run", "lm", "--out", str(out), *options], capture_output=True, timeout=300)
+    assert (straight / "results.json").exists() and not (stopped / "results.json").exists()
+    assert runs.load_checkpoint(stopped / "checkpoints" / "adamw.pt")["step"] == 12
+    resumed = subprocess.run(
+        [*torchrun, "-m", "optiscope", "run", "lm", "--out", str(stopped), *options, "--resume"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert_equal_runs(straight, stopped)

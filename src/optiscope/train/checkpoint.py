@@ -8,7 +8,8 @@ A checkpoint is a ``torch.save``d dict, written atomically (``runs.save_checkpoi
     history     the run's JSON-able record so far, its status included
     running     sums between two monitor records (the mean loss logged at the next record)
     training    model, optimizer and scheduler state dicts, the data generator's state, the torch,
-                CUDA, Python and NumPy RNG states, the monitor's state — or None for the outcome of a run
+                CUDA, Python and NumPy RNG states of every rank (a list in rank order: under torchrun each
+                rank draws its own dropout masks), the monitor's state — or None for the outcome of a run
                 that diverged before its first checkpoint
 
 A run that finished (or diverged) keeps its checkpoint with ``history["status"]`` set, so resuming a
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from .. import runs
+from .distributed import gathered, rank
 
 if TYPE_CHECKING:
     from .loop import Run
@@ -49,15 +51,22 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
 
 
-def snapshot(run: Run, with_training: bool = True) -> dict[str, Any]:
+def rng_states() -> list[dict[str, Any]]:
+    """Every rank's RNG states, in rank order (a collective under torchrun: every rank calls it)."""
+    return gathered(rng_state())
+
+
+def snapshot(run: Run, rng: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The checkpoint of ``run``: with its training state when given every rank's ``rng`` states
+    (``rng_states``), else its outcome alone."""
     training = None
-    if with_training:
+    if rng is not None:
         training = {
             "model": run.model.state_dict(),
             "optimizer": run.optimizer.state_dict(),
             "scheduler": run.scheduler.state_dict() if run.scheduler is not None else None,
             "data": run.data.get_state(),
-            "rng": rng_state(),
+            "rng": rng,
             "monitor": run.monitor.state_dict() if run.monitor is not None else None,
         }
     return {
@@ -70,8 +79,8 @@ def snapshot(run: Run, with_training: bool = True) -> dict[str, Any]:
     }
 
 
-def save(run: Run, path: Path, with_training: bool = True) -> Path:
-    return runs.save_checkpoint(path, snapshot(run, with_training))
+def save(run: Run, path: Path, rng: list[dict[str, Any]]) -> Path:
+    return runs.save_checkpoint(path, snapshot(run, rng))
 
 
 def load(path: Path, label: str | None = None) -> dict[str, Any]:
@@ -98,7 +107,11 @@ def restore(run: Run, state: dict[str, Any]) -> None:
     if run.scheduler is not None:
         run.scheduler.load_state_dict(training["scheduler"])
     run.data.set_state(training["data"])
-    set_rng_state(training["rng"])
+    states = training["rng"]
+    if isinstance(states, dict):  # a checkpoint written before every rank's states were kept
+        states = [states]
+    # this rank's own; a job resumed on more processes than it ran on (no longer exact) takes rank 0's
+    set_rng_state(states[rank()] if rank() < len(states) else states[0])
     if run.monitor is not None:
         run.monitor.load_state_dict(training["monitor"])
 
@@ -106,7 +119,7 @@ def restore(run: Run, state: dict[str, Any]) -> None:
 def keep_outcome(run: Run, path: Path) -> int | None:
     """Record a diverged run's history in its checkpoint, keeping the last good training state there;
     returns that state's step (None if the run diverged before its first checkpoint)."""
-    state = load(path, run.label) if path.exists() else snapshot(run, with_training=False)
+    state = load(path, run.label) if path.exists() else snapshot(run)
     kept = state["step"] if state["training"] is not None else None
     if run.history["divergence"] is not None:
         run.history["divergence"]["checkpoint_step"] = kept

@@ -1,8 +1,9 @@
 """Data-parallel training under ``torchrun``: joining the job, the device, and what every rank agrees on.
 
 Every rank draws the same global batch (from a generator all ranks hold in the same state) and trains
-on its slice of rows, so N processes reproduce the single-process run; gradients are averaged by
-``DistributedDataParallel``; only rank 0 writes files.
+on its slice of rows, so N processes reproduce the single-process run (not with dropout: each rank draws
+its own masks from its own RNG stream); gradients are averaged by ``DistributedDataParallel``; only rank 0
+writes files, and a checkpoint gathers every rank's RNG states (``gathered``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,20 @@ def wrap(model: nn.Module, procs: Processes, compile: bool = False) -> nn.Module
             model, device_ids=[procs.device] if procs.device.type == "cuda" else None
         )
     return torch.compile(net) if compile else net
+
+
+def gathered(obj: object) -> list[object]:
+    """Every rank's ``obj`` (picklable), in rank order, on every rank; ``[obj]`` in a single process. A
+    collective: every rank calls it."""
+    if not _joined():
+        return [obj]
+    out: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def rank() -> int:
+    return dist.get_rank() if _joined() else 0
 
 
 def barrier() -> None:

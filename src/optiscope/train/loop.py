@@ -166,8 +166,9 @@ def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progres
 
     def save() -> None:
         clock.lap(training=False)
+        rng = checkpoints.rng_states() if path is not None else None  # every rank's, gathered by all
         if path is not None and writer:
-            checkpoints.save(run, path)
+            checkpoints.save(run, path, rng)
         barrier()
         clock.skip()
 
