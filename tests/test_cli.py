@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from optiscope import cli, experiments, figures, runs
 
@@ -359,6 +360,61 @@ def test_a_sweep_names_its_crashed_trials_and_resume_runs_them_again(sweepable, 
         assert "1 trial(s) crashed and count as the worst value (sgd@0.00316 seed 0;" in printed
         assert "with --resume runs them again" in printed
     assert "sgd@0.01 seed 0" not in printed  # a trial that finished is not run again
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError(
+            "[../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:41234: "
+            "Connection reset by peer"
+        ),
+        torch.distributed.DistBackendError("NCCL error in: ProcessGroupNCCL.cpp: remote process exited"),
+    ],
+    ids=["gloo", "nccl"],
+)
+def test_a_failed_peer_process_is_not_called_a_bug(fake, monkeypatch, tmp_path, capsys, error):
+    """What gloo raises (the text seen when a torchrun rank was killed) and torch's DistError: another process
+    went away, the run's checkpoint is intact, and --resume continues it."""
+
+    def run(args, console):
+        raise error
+
+    monkeypatch.setattr(cli, "cmd_run", run)
+    assert cli.main(["run", "fake", "--out", str(tmp_path / "r")]) == cli.EXIT_INTERNAL
+    (line,) = errors(capsys)
+    assert line.startswith(f"optiscope: the distributed job failed: {type(error).__name__}: ")
+    assert "--resume continues from the last checkpoint" in line and "bug" not in line
+
+
+@pytest.mark.parametrize(
+    "argv, refused",
+    [
+        (["run", "rare-tokens", "--quick"], "run rare-tokens: started by torchrun (2 processes), but only `optiscope"),
+        (["sweep", "lm", "--optimizers", "adamw"], "(a sweep runs trials side by side with --workers or --backend"),
+        (["report", "runs"], "report: started by torchrun (2 processes)"),
+        (["run", "lm", "--quick"], None),
+    ],
+)
+def test_under_torchrun_only_a_data_parallel_experiment_runs(monkeypatch, tmp_path, argv, refused):
+    """Anything else would run whole in every process, each writing the same files."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    args = cli.make_parser().parse_args([*argv, *(["--out", str(tmp_path / "r")] if argv[0] != "report" else [])])
+    said = cli.torchrun_refusal(args)
+    assert said is None if refused is None else refused in said
+    if refused is not None:
+        assert "start `optiscope " in said and "without torchrun" in said
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert cli.torchrun_refusal(args) is None
+
+
+def test_a_refused_torchrun_job_is_one_line_from_rank_0(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, said in (("0", 1), ("1", 0)):
+        monkeypatch.setenv("RANK", rank)
+        assert cli.main(["run", "rare-tokens", "--out", str(tmp_path / "r")]) == cli.EXIT_BAD_INPUT
+        assert len(errors(capsys)) == said
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_sweep_with_one_seed_prints_no_interval(sweepable, tmp_path, capsys):

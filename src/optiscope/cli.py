@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import os
 import sys
 import time
 import traceback
@@ -438,6 +439,24 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def torchrun_refusal(args: argparse.Namespace) -> str | None:
+    """Why this command cannot run in the torchrun job it was started in (None: it can, or there is none):
+    only the experiments that train data-parallel split their work over the processes; anything else would
+    run whole in every process, each writing the same files."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if world in ("", "1") or args.command == "list":
+        return None
+    parallel = experiments.data_parallel()
+    if args.command == "run" and args.name in parallel:
+        return None
+    doing = f"run {args.name}" if args.command == "run" else args.command
+    return (
+        f"{doing}: started by torchrun ({world} processes), but only `optiscope run {' / '.join(parallel)}` trains "
+        f"data-parallel; start `optiscope {doing}` without torchrun"
+        + (" (a sweep runs trials side by side with --workers or --backend ray)" if args.command == "sweep" else "")
+    )
+
+
 def _error(message: str) -> None:
     """One line on stderr, never wrapped (pipes and logs get it whole)."""
     print(f"optiscope: {message}", file=sys.stderr, flush=True)
@@ -460,6 +479,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         hint = _unknown_options_hint(parser, argv) if "unrecognized arguments" in str(e) else ""
         _error(f"{e}{hint}")
+        return EXIT_BAD_INPUT
+    refused = torchrun_refusal(args)
+    if refused:
+        if runs.is_rank_zero():  # every process gets here: one says it
+            _error(refused)
         return EXIT_BAD_INPUT
     command = {
         "list": lambda: cmd_list(console),
@@ -489,12 +513,32 @@ def main(argv: list[str] | None = None) -> int:
         log = runs.write_error_log(where, f"optiscope {' '.join(argv or sys.argv[1:])}", traceback.format_exc())
         kind, error = sys.exc_info()[:2]
         message = " ".join(str(error).split()) or kind.__name__
+        saved = f"finished work is saved in {where}; " if args.command in ("run", "sweep") else ""
         if out_of_memory(error):
-            saved = f"finished work is saved in {where}; " if args.command in ("run", "sweep") else ""
             _error(f"out of memory: {message} (the sizes asked for need more memory; {saved}traceback in {log})")
+        elif peer_failure(error):
+            resume = "the same command with --resume continues from the last checkpoint; " if saved else ""
+            _error(
+                f"the distributed job failed: {kind.__name__}: {message} (another process of it stopped or lost its "
+                f"connection: its own output and torchrun's summary say why; {saved}{resume}traceback in {log})"
+            )
         else:
             _error(f"internal error: {kind.__name__}: {message} (this is a bug in optiscope; traceback in {log})")
         return EXIT_INTERNAL
+
+
+#: what gloo's errors say when the process at the other end has gone: a plain ``RuntimeError`` (seen with torch
+#: 2.13 when a rank was killed: "[…/gloo/transport/tcp/pair.cc:537] Read error …: Connection reset by peer")
+PEER_GONE = ("gloo/transport", "Connection reset by peer", "Connection closed by peer")
+
+
+def peer_failure(error: BaseException | None) -> bool:
+    """Whether ``error`` is a collective of a torchrun job that failed because another process stopped (killed,
+    out of memory, its own error) or its connection broke: torch's ``DistError``, or gloo's plain
+    ``RuntimeError`` naming its transport."""
+    if isinstance(error, torch.distributed.DistError):
+        return True
+    return isinstance(error, RuntimeError) and any(marker in str(error) for marker in PEER_GONE)
 
 
 def out_of_memory(error: BaseException | None) -> bool:

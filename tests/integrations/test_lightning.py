@@ -264,3 +264,17 @@ def test_noise_scale_from_the_accumulated_micro_batches(automatic, tmp_path):
     quiet_trainer(tmp_path / "plain", 4, [], **options).fit(plain, data)
     for a, b in zip(module.parameters(), plain.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_the_noise_scale_over_ranks_is_refused_with_advice_a_user_can_follow(tmp_path):
+    """Lightning gives its callbacks the module, not its DDP wrapper: Curvature(rank_batch_size=...) cannot
+    work there, and the refusal names what does (the Monitor's own advice, to wrap the model, cannot be
+    followed inside Lightning)."""
+    from optiscope.monitor import Curvature
+
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    curvature = Curvature((x[:8], y[:8]), regression_loss, every=2, rank_batch_size=4)
+    trainer = quiet_trainer(tmp_path, 2, [OptiscopeCallback(every=1, curvature=curvature)])
+    with pytest.raises(ValueError, match=r"rank_batch_size=4\) needs the DDP-wrapped model.*micro_batches"):
+        trainer.fit(Regression(True), data)

@@ -74,6 +74,11 @@ def load(name: str) -> ModuleType:
     return importlib.import_module(EXPERIMENTS[name])
 
 
+def data_parallel() -> list[str]:
+    """The experiments that train data-parallel under torchrun (``DATA_PARALLEL`` in the module)."""
+    return [name for name in EXPERIMENTS if getattr(load(name), "DATA_PARALLEL", False)]
+
+
 def sweepable() -> list[str]:
     """The experiments that declare an objective to tune for (what ``optiscope sweep`` takes)."""
     return [name for name in EXPERIMENTS if getattr(load(name), "OBJECTIVES", None)]

@@ -50,6 +50,8 @@ from . import (
 )
 
 SUMMARY = "A small GPT on real text with each optimizer: loss curves, u/w per layer, rare-token rows, divergence"
+#: under torchrun, every process trains its slice of each batch (``train.start_processes``)
+DATA_PARALLEL = True
 
 # recipe -> (learning rate, schedule) when the run names no lr; the seed's arc: SGD at 0.05, Adam at 1e-3,
 # AdamW with warmup + cosine (nanoGPT's Shakespeare recipe), Muon for hidden matrices + AdamW for the rest

@@ -38,6 +38,14 @@ def build_monitor(
     ``out_dir/metrics.jsonl`` and ``out_dir/tensorboard/<label>``; no sinks at all on ranks other than 0.
     Records this run logged after ``start_step`` before (an earlier run in the same directory, or the
     part of an interrupted one after its checkpoint) are dropped, so every step is written once."""
+    if curvature is not None and curvature.rank_batch_size is not None:
+        # the noise scale over the ranks reads each rank's gradient inside DDP's all-reduce, and neither library
+        # hands its callbacks the DDP-wrapped model (the Monitor's own advice, to wrap it, cannot be followed)
+        raise ValueError(
+            f"OptiscopeCallback: Curvature(rank_batch_size={curvature.rank_batch_size!r}) needs the DDP-wrapped "
+            "model, which the library does not give its callbacks; for the noise scale give "
+            "Curvature(micro_batches=...) or, with gradient accumulation, accumulation_batch_size=..."
+        )
     if not rank_zero:
         sinks = []
     elif sinks is None:

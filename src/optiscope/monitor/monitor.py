@@ -530,7 +530,9 @@ def _refuse_ddp_join(model: nn.Module) -> None:
     """Uneven inputs under DDP's ``Join`` / ``ddp.join()`` cannot work: the monitor averages every step's loss
     over the ranks, a collective that a rank which ran out of data never reaches (it shadows only DDP's
     own), so the job would abort on a collective mismatch. Refused on every rank at its first step instead,
-    from the join configuration torch keeps on each ``Joinable`` (private: if it goes, this check passes)."""
+    from the join configuration torch keeps on each ``Joinable`` (private: if it goes, this check passes).
+    Only the DDP wrapper holds it (the inner module cannot tell), and torch never turns it off after the
+    ``join()`` block, so a model once under ``join()`` stays refused (README, DDP)."""
     config = getattr(under_compile(model), "_join_config", None)
     if getattr(config, "enable", False):
         raise ValueError(
