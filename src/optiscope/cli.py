@@ -14,7 +14,6 @@ machine, not a bug); 3 every run diverged; 130 interrupted (resume with --resume
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import os
 import sys
@@ -174,6 +173,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 def read_results(run_dir: Path) -> dict[str, Any]:
     """A run directory's results.json, checked against its experiment's (or a sweep's) ``Results`` contract."""
+    if not run_dir.is_dir():
+        what = "is a file" if run_dir.exists() else "does not exist"
+        raise UserError(f"{run_dir} {what}; give a run directory (written by `optiscope run` or `optiscope sweep`)")
     path = run_dir / runs.RESULTS
     results = runs.read_json(path)
     name = results.get("experiment") if isinstance(results, dict) else None
@@ -317,11 +319,8 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         console.print(f"  {name}: tuned lr {t['tuned_lr']:g}{edge}, fresh seeds {spread}{chose}", highlight=False)
     for name in (name for name in results["optimizers"] if name not in results["ranking"]):
         # every trial at +∞: say what each of them did (diverged, crashed, or ran and missed the target)
-        trials = [t for t in results["trials"] if t["optimizer"] == name]
-        ended = collections.Counter("missed the target" if t["status"] == "ok" else t["status"] for t in trials)
-        said = ", ".join(f"{count} {what}" for what, count in sorted(ended.items()))
         console.print(
-            f"  no tuned lr for {name}: of its {len(trials)} trials {said}; see results.json", highlight=False
+            f"  no tuned lr for {name}: {sweep.what_trials_did(results, name)}; see results.json", highlight=False
         )
     for neighbours in results["neighbours"]:
         console.print(f"  {neighbours['verdict']}", highlight=False)
@@ -507,7 +506,12 @@ def main(argv: list[str] | None = None) -> int:
         _error(f"interrupted: {stopped}finished work is saved" + (f" in {where}" if where else ""))
         return EXIT_INTERRUPTED
     except Exception:
-        where = args.dirs[0] if args.command == "report" else getattr(args, "out", None) or getattr(args, "dir", None)
+        where = getattr(args, "out", None) or getattr(args, "dir", None)
+        if args.command == "report":  # where the page would have gone, not into one of the runs it shows
+            try:
+                where = Path(args.out or report_module().default_out(args.dirs)).parent
+            except Exception:  # noqa: BLE001 (the error log then goes to the temporary directory)
+                where = None
         if where is not None and not runs.is_rank_zero():
             where = None
         log = runs.write_error_log(where, f"optiscope {' '.join(argv or sys.argv[1:])}", traceback.format_exc())

@@ -159,3 +159,26 @@ def test_records_of_the_wrong_shape_are_skipped_and_said(tmp_path, capsys):
     assert read_metrics(tmp_path / "metrics.jsonl", problems) == [good]
     assert problems == ["metrics.jsonl: 4 line(s) that are not monitor records were skipped"]
     assert cli.main(["report", str(tmp_path)]) == 0 and capsys.readouterr().err == ""
+
+
+def test_several_directories_without_a_run_are_named_in_one_plain_line(tmp_path, capsys):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    assert cli.main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "r.html")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"none of {tmp_path / 'a'}, {tmp_path / 'b'} holds an optiscope run (no results.json" in line
+
+
+def test_an_internal_error_of_the_report_is_logged_where_the_page_would_go(tmp_path, monkeypatch, capsys):
+    """Not into the first of the run directories it shows."""
+    from optiscope import report
+
+    def broken(dirs, out):
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(report, "write", broken)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    assert cli.main(["report", str(tmp_path / "a"), str(tmp_path / "b")]) == cli.EXIT_INTERNAL
+    assert (tmp_path / "error.log").is_file() and not (tmp_path / "a" / "error.log").exists()
+    assert f"traceback in {tmp_path / 'error.log'}" in capsys.readouterr().err

@@ -345,7 +345,9 @@ def training(results: dict[str, Any]) -> Figure:
         name = f"{record['label']} seed {record['seed']}" if several else f"seed {record['seed']}"
         ending = f", diverged at step {record['divergence']['step']}" if record["status"] == "diverged" else ""
         label = f"{name}: {accuracy_line(record, cases)}{ending}"
-        loss_ax.plot(record["train"]["step"], style.positive(record["train"]["loss"]), color=color, lw=1, label=label)
+        steps = record["train"]["step"]
+        loss = style.positive(record["train"]["loss"])
+        loss_ax.plot(steps, loss, color=color, lw=1, label=label, **style.lone_marker(steps))
         steps = [e["step"] for e in record["evals"]]
         correct = np.array([e["correct"] for e in record["evals"]], dtype=float)
         acc_ax.plot(steps, 100 * correct / cases, color=color, marker=".", label=label)

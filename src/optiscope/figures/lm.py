@@ -97,7 +97,14 @@ def update_ratios(results: Results) -> Figure:
         layers = sorted(ratios["layers"])
         colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, max(len(layers), 1)))
         for color, layer in zip(colors, layers, strict=True):
-            ax.plot(ratios["step"], style.positive(ratios["layers"][layer]), color=color, lw=1.2, label=layer)
+            ax.plot(
+                ratios["step"],
+                style.positive(ratios["layers"][layer]),
+                color=color,
+                lw=1.2,
+                label=layer,
+                **style.lone_marker(ratios["step"]),
+            )
         style.log_scale(ax, "y", *ratios["layers"].values())
         ax.set_title(f"{label}{status_note(run)}", fontsize=10)
         ax.set_xlabel("step")

@@ -151,6 +151,11 @@ def linear_where_nothing_positive(fig: Figure) -> None:
                 (ax.set_xscale if axis == "x" else ax.set_yscale)("linear")
 
 
+def lone_marker(xs) -> dict[str, object]:
+    """``ax.plot`` keywords that mark the points of a line of one point, which a line alone does not draw."""
+    return {"marker": "o", "ms": 4} if len(xs) == 1 else {}
+
+
 def nothing_to_show(ax, text: str) -> None:
     """An empty panel that says why it is empty."""
     ax.set_axis_off()

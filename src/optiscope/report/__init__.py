@@ -48,9 +48,13 @@ def write(dirs: Sequence[Path], out: Path | None = None) -> Path:
     read = [read_run(d) for d in dirs]
     # a mistyped path, another program's folder: no page about nothing
     if not any(runs.holds_run(run.path) for run in read):
-        where = read[0].path if len(read) == 1 else f"none of {', '.join(str(run.path) for run in read)}"
+        said = (
+            f"{read[0].path} holds no optiscope run"
+            if len(read) == 1
+            else f"none of {', '.join(str(run.path) for run in read)} holds an optiscope run"
+        )
         raise UserError(
-            f"{where} holds no optiscope run (no {runs.RESULTS}, {runs.METRICS} or run {runs.CONFIG}); give "
+            f"{said} (no {runs.RESULTS}, {runs.METRICS} or run {runs.CONFIG}); give "
             "directories written by `optiscope run`, `optiscope sweep` or a Monitor, or --watch one that will be"
         )
     page = build(read)  # beside runs, a directory without one is named on the page with what it lacks

@@ -152,7 +152,8 @@ def many_lines(
     live: bool = True,
 ) -> Any | None:
     """Many lines (one per parameter) as one glyph, each named on hover: one renderer keeps a page with
-    hundreds of parameters light."""
+    hundreds of parameters light. Each line's last point is marked (``ends``), so that a line of one point
+    (a run of one recorded step) shows."""
     series = {label: pts for label, pts in series.items() if pts["x"]}
     if not series:
         return None
@@ -162,15 +163,19 @@ def many_lines(
         "label": list(series),
         "color": [_cycle(i) for i in range(len(series))],
     }
+    data.update(ends(data["xs"], data["ys"]))
     p = _figure(name, title, x_label, y_label, y_log=y_log)
-    p.multi_line("xs", "ys", source=sources.make(data, live=live, key=name), line_color="color", line_width=1.4)
+    source = sources.make(data, live=live, key=name)
+    p.multi_line("xs", "ys", source=source, line_color="color", line_width=1.4)
+    p.scatter("end_x", "end_y", source=source, color="color", size=4)
     p.add_tools(HoverTool(tooltips=[("", "@label"), (x_label, "$x{0}"), (y_label, "$y")]))
     return p
 
 
 def bands(sources: Sources, name: str, title: str, series: dict[str, dict[str, list]], live: bool = True) -> Any | None:
-    """Per parameter: the min–max band of a quantity (one polygon each) and its median line, all parameters
-    in two glyphs; hover names the parameter."""
+    """Per parameter: the min–max band of a quantity (one polygon each) and its median line with its last
+    point marked, all parameters in three glyphs; hover names the parameter."""
+    series = {label: cols for label, cols in series.items() if cols["x"]}
     if not series:
         return None
     data = {
@@ -181,12 +186,20 @@ def bands(sources: Sources, name: str, title: str, series: dict[str, dict[str, l
         "label": list(series),
         "color": [_cycle(i) for i in range(len(series))],
     }
+    data.update(ends(data["mx"], data["my"]))
     p = _figure(name, title, "step", "η/(√v̂ + ε)", y_log=True)
     source = sources.make(data, live=live, key=name)
     p.patches("xs", "ys", source=source, fill_color="color", fill_alpha=0.12, line_alpha=0)
     p.multi_line("mx", "my", source=source, line_color="color", line_width=1.4)
+    p.scatter("end_x", "end_y", source=source, color="color", size=4)
     p.add_tools(HoverTool(tooltips=[("", "@label"), ("step", "$x{0}"), ("η_eff", "$y")]))
     return p
+
+
+def ends(xs: list[list], ys: list[list]) -> dict[str, list]:
+    """The last point of each line (``end_x``, ``end_y``): a multi-line glyph draws nothing for a line of one
+    point, so every line's end is also drawn as a marker."""
+    return {"end_x": [x[-1] for x in xs], "end_y": [y[-1] for y in ys]}
 
 
 def _cycle(i: int) -> str:

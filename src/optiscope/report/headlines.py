@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..sweep import what_trials_did
+
 
 @dataclass(frozen=True)
 class Number:
@@ -57,20 +59,40 @@ def headlines(results: dict[str, Any]) -> list[Sentence]:
     if writer is None:
         return []
     out = []
-    for sentence in writer(results):
+    sentences = writer(results)
+    while True:
+        try:
+            sentence = next(sentences)
+        except StopIteration:
+            return out
+        except (KeyError, IndexError, TypeError):  # the writer itself met a result without a value it reads
+            return out
         try:
             out.append(sentence())
         except (KeyError, IndexError, TypeError):
             continue  # this result lacks a value the sentence needs (e.g. a run diverged)
-    return out
 
 
 # ------------------------------------------------------------------------------------------ rare-tokens
 def rare_tokens(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
-    sgd, adam, k, c = r["pair"]["sgd"], r["pair"]["adam"], r["rarest"], r["most_common"]
+    # a run without SGD or Adam (one optimizer, a sweep's trial) has no pair: the sentences about it drop out
+    pair = r.get("pair") or {}
+    sgd, adam, k, c = pair.get("sgd"), pair.get("adam"), r["rarest"], r["most_common"]
 
     def n(*path):
         return number(r, *path)
+
+    diverged = [name for name, o in r["optimizers"].items() if isinstance(o, dict) and o.get("diverged_at") is not None]
+    if diverged:
+        yield lambda: [
+            "Diverged: ",
+            *(
+                part
+                for i, name in enumerate(diverged)
+                for part in ("; " if i else "", f"{name} at step ", n("optimizers", name, "diverged_at"))
+            ),
+            ".",
+        ]
 
     yield lambda: [
         "After ",
@@ -103,7 +125,7 @@ def rare_tokens(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
         n("optimizers", adam, "effective_lr_fit", "slope"),
         ".",
     ]
-    findings = r["lr_sweep"].get("findings", {})
+    findings = (r.get("lr_sweep") or {}).get("findings", {})
     if findings.get("rescue_lr") is not None:
         yield lambda: [
             "A larger η lets SGD learn the rarest token from η = ",
@@ -342,6 +364,8 @@ def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
             ").",
             *chose(name),
         ]
+    for name in (name for name in r["optimizers"] if name not in r["ranking"]):
+        yield lambda name=name: [f"{name}: no tuned η — {what_trials_did(r, name)}."]
     for i, entry in enumerate(r["neighbours"]):
         if not all(math.isfinite(x) for x in (entry["difference"], *entry["interval"])):
             yield lambda entry=entry: [entry["verdict"] + "."]  # no interval (a failed seed, or one seed): its words

@@ -8,6 +8,7 @@ pairs, leaving out a chart with nothing to draw.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from . import charts, series
@@ -18,10 +19,27 @@ Charts = list[tuple[str, Any]]
 
 
 def labelled(group: list[RunDir]) -> Iterator[tuple[Callable[[str], str], RunDir]]:
-    """(label function, run dir): with several directories, each run is named ``dir: run``."""
-    for run in group:
-        prefix = f"{run.name}: " if len(group) > 1 else ""
+    """(label function, run dir): with several directories, each run is named ``dir: run``, ``dir`` being as
+    much of each directory's path as tells them apart (``a/lm`` and ``b/lm``, not ``lm`` twice, whose lines
+    would replace each other's)."""
+    names = distinct_names([run.path for run in group])
+    for run, name in zip(group, names, strict=True):
+        prefix = f"{name}: " if len(group) > 1 else ""
         yield (lambda label, prefix=prefix: prefix + label), run
+
+
+def distinct_names(paths: list[Path]) -> list[str]:
+    """Each path's last components, as few as make every name differ from the others' (the whole path at
+    most)."""
+    parts = [Path(p).resolve().parts or (str(p),) for p in paths]
+    depth = [1] * len(paths)
+    while True:
+        names = [str(Path(*ps[-d:])) for ps, d in zip(parts, depth, strict=True)]
+        clashing = [i for i, name in enumerate(names) if names.count(name) > 1 and depth[i] < len(parts[i])]
+        if not clashing:
+            return names
+        for i in clashing:
+            depth[i] += 1
 
 
 def section_charts(sources: Sources, experiment: str, group: list[RunDir], key: str) -> Charts:

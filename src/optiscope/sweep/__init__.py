@@ -14,7 +14,7 @@ The objectives come from the experiments (``OBJECTIVES`` in each module that tra
 from typing import Any
 
 from .. import experiments
-from .results import Results
+from .results import Results, what_trials_did
 from .sweep import RESERVED, SweepConfig, check, run_sweep
 
 SUMMARY = "each optimizer's learning rate tuned on a grid, then several seeds at the best: a fair comparison"
@@ -35,4 +35,14 @@ def results_contract(name: Any) -> tuple[type, str] | None:
     return None
 
 
-__all__ = ["RESERVED", "SUMMARY", "Results", "SweepConfig", "check", "result_kinds", "results_contract", "run_sweep"]
+__all__ = [
+    "RESERVED",
+    "SUMMARY",
+    "Results",
+    "SweepConfig",
+    "check",
+    "result_kinds",
+    "results_contract",
+    "run_sweep",
+    "what_trials_did",
+]

@@ -7,7 +7,7 @@ records; ``figures.sweep`` only draws it."""
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
@@ -205,6 +205,15 @@ def steps_to_target(
     for name, f in found.items():
         f["fraction_of_slowest"] = f["steps"] / reached[slowest] if slowest and name in reached else None
     return {"target": target, "slowest": slowest, "optimizers": found}
+
+
+def what_trials_did(results: dict[str, Any], optimizer: str) -> str:
+    """How ``optimizer``'s trials ended, for one without a tuned lr: e.g. "of its 3 trials 2 diverged, 1 missed
+    the target" (a trial that ran and is +∞ missed its target)."""
+    trials = [t for t in results["trials"] if t["optimizer"] == optimizer]
+    ended = Counter("missed the target" if t["status"] == "ok" else t["status"] for t in trials)
+    said = ", ".join(f"{count} {what}" for what, count in sorted(ended.items()))
+    return f"of its {len(trials)} trial{'s' if len(trials) != 1 else ''} {said}"
 
 
 def summarise(

@@ -1,0 +1,41 @@
+"""The page's headline sentences for results that lack what a full run has: one optimizer, a divergence, an
+optimizer without a tuned η. The sentences that can be said are, and nothing raises."""
+
+from __future__ import annotations
+
+from optiscope.experiments import rare_tokens as rt
+from optiscope.report.headlines import headlines
+from optiscope.sweep import SweepConfig, run_sweep
+
+
+def text(sentence):
+    return "".join(part if isinstance(part, str) else f"<{part.value}>" for part in sentence)
+
+
+def test_a_rare_tokens_run_without_sgd_keeps_its_adam_sentence():
+    """One optimizer (what a sweep's trial is): no SGD-vs-Adam pair, and the page still says Adam's numbers."""
+    results = {"experiment": "rare-tokens", **rt.run(rt.Config(steps=60, optimizers="adam", sweep_lrs=(0.01,)), None)}
+    assert "pair" not in results or "sgd" not in (results["pair"] or {})
+    said = [text(s) for s in headlines(results)]
+    assert any(s.startswith("Adam's effective learning rate at the end is") for s in said), said
+
+
+def test_a_rare_tokens_run_says_which_optimizers_diverged_and_when():
+    config = rt.Config(steps=120, lr=80.0, optimizers="sgd,adam,lion", sweep_lrs=(0.01, 80.0))
+    results = {"experiment": "rare-tokens", **rt.run(config, None)}
+    at = results["optimizers"]["sgd"]["diverged_at"]
+    assert at is not None
+    (said,) = [text(s) for s in headlines(results) if text(s).startswith("Diverged: ")]
+    assert f"sgd at step <{at}>" in said
+
+
+def test_a_sweep_says_what_the_trials_of_an_untuned_optimizer_did(tmp_path, monkeypatch):
+    from optiscope import experiments
+
+    monkeypatch.setitem(experiments.EXPERIMENTS, "synthetic", "sweep.synthetic")
+    options = {"sgd_optimum": 1e-3, "adam_optimum": 0.1, "crash_at": 0.01}
+    config = SweepConfig("synthetic", ("sgd", "adam"), seeds=1, lrs=(0.01,), options=options)
+    results = run_sweep(config, tmp_path / "s")
+    said = [text(s) for s in headlines(results)]
+    for name in ("sgd", "adam"):
+        assert f"{name}: no tuned η — of its 1 trial 1 crashed." in said
