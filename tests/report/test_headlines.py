@@ -39,3 +39,13 @@ def test_a_sweep_says_what_the_trials_of_an_untuned_optimizer_did(tmp_path, monk
     said = [text(s) for s in headlines(results)]
     for name in ("sgd", "adam"):
         assert f"{name}: no tuned η — of its 1 trial 1 crashed." in said
+
+
+def test_a_landscapes_run_that_diverged_at_every_rate_is_not_said_to_be_slow():
+    from optiscope.experiments import landscapes
+
+    config = landscapes.Config(steps=50, optimizers="sgd@1e6,adam", bias_steps=20, decay_steps=20)
+    results = {"experiment": "landscapes", **landscapes.run(config, None)}
+    said = [text(s) for s in headlines(results)]
+    surfaces = [s for s in said if "steps to f − f* ≤" in s]
+    assert surfaces and all("sgd@1e6 diverged at every η tried" in s for s in surfaces), surfaces

@@ -163,7 +163,10 @@ def landscapes(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
             parts: Sentence = [f"{surface}: steps to f − f* ≤ ", n("tolerance"), " — "]
             for i, (name, run) in enumerate(data["runs"].items()):
                 parts.append("; " if i else "")
-                if run["reached_at"] is None:
+                grid = run.get("grid") or []
+                if run["reached_at"] is None and grid and all(g.get("diverged_at") is not None for g in grid):
+                    parts.append(f"{name} diverged at every η tried")
+                elif run["reached_at"] is None:
                     parts.append(f"{name} never within ")
                     parts.append(n("steps"))
                 else:

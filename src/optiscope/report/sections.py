@@ -7,6 +7,7 @@ pairs, leaving out a chart with nothing to draw.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -372,7 +373,9 @@ def adder_charts(sources: Sources, group: Labelled, key: str) -> Charts:
 
 def sweep_charts(sources: Sources, group: Labelled, key: str) -> Charts:
     means, seeds = {}, {}
+    failed = 0  # trials at ±inf (diverged, crashed, never got there): no point to draw, so counted in the title
     for f, run in group:
+        failed += sum(1 for t in run.results["trials"] if not math.isfinite(t["objective"]))
         for name, tuned in run.results["optimizers"].items():
             points = tuned["sensitivity"]
             means[f(f"{name} mean")] = series.thin([p["lr"] for p in points], [p["mean"] for p in points])
@@ -397,7 +400,7 @@ def sweep_charts(sources: Sources, group: Labelled, key: str) -> Charts:
             charts.lines(
                 sources,
                 f"{key}-seeds",
-                f"{objective}, every seed",
+                f"{objective}, every seed" + (f" ({failed} that failed, at ±∞, not drawn)" if failed else ""),
                 seeds,
                 "learning rate η",
                 objective,
