@@ -419,6 +419,17 @@ def test_a_refused_torchrun_job_is_one_line_from_rank_0(monkeypatch, tmp_path, c
     assert not (tmp_path / "r").exists()
 
 
+def test_an_interrupted_torchrun_job_says_so_once(fake, monkeypatch, tmp_path, capsys):
+    def interrupted(args, console):
+        raise KeyboardInterrupt("fake stopped at step 3; its checkpoint resumes it exactly")
+
+    monkeypatch.setattr(cli, "cmd_run", interrupted)
+    for rank, said in (("0", 1), ("1", 0)):
+        monkeypatch.setenv("RANK", rank)
+        assert cli.main(["run", "fake", "--out", str(tmp_path / "r")]) == cli.EXIT_INTERRUPTED
+        assert len(errors(capsys)) == said
+
+
 def test_a_sweep_with_one_seed_prints_no_interval(sweepable, tmp_path, capsys):
     out = tmp_path / "s"
     assert cli.main(["sweep", "synthetic", "--optimizers", "sgd,adam", "--seeds", "1", "--out", str(out)]) == 0

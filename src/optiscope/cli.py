@@ -503,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INTERRUPTED
         where = getattr(args, "out", None) or getattr(args, "dir", None)
         stopped = f"{e}; " if str(e) else ""
-        _error(f"interrupted: {stopped}finished work is saved" + (f" in {where}" if where else ""))
+        if runs.is_rank_zero():  # every rank of a torchrun job stops at the same step: one says so
+            _error(f"interrupted: {stopped}finished work is saved" + (f" in {where}" if where else ""))
         return EXIT_INTERRUPTED
     except Exception:
         where = getattr(args, "out", None) or getattr(args, "dir", None)
