@@ -352,7 +352,12 @@ def add_sweep_parser(sub: Any) -> None:
         p.add_argument("--optimizers", required=True, help="optimizers to tune, comma-separated (no @lr)")
         p.add_argument("--out", required=True, type=out_dir, help="the sweep directory")
         p.add_argument("--quick", action="store_true", help="each trial in the experiment's quick configuration")
-        p.add_argument("--seeds", type=int, default=3, help="seeds at the best lr and its neighbours (default: 3)")
+        p.add_argument(
+            "--seeds",
+            type=int,
+            default=3,
+            help="tuning seeds at the best lr and its neighbours, then as many fresh ones at the tuned lr (default: 3)",
+        )
         p.add_argument("--lrs", default="auto", help="auto (a grid that grows until the best is interior) or a,b,...")
         p.add_argument("--objective", default=None, help="which declared objective to tune for (default: the first)")
         p.add_argument("--workers", type=int, default=1, help="trials at a time (default: 1)")
