@@ -39,3 +39,22 @@ def test_steps_to_target_says_how_many_seeds_never_reached_it(synthetic, tmp_pat
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts == ["1 of 2 seeds\nnever reached it"]
     assert "≤" in fig.axes[0].get_title()
+
+
+def test_a_sweep_written_before_fresh_seeds_is_still_read_and_drawn(synthetic, tmp_path):
+    """Its results.json has no fresh_seeds nor tuning_mean (values were the tuning seeds'): the contract takes
+    it, the figures draw it, the page says it."""
+    from optiscope import cli, runs
+    from optiscope.report.headlines import headlines
+
+    out = tmp_path / "s"
+    results = run_sweep(SweepConfig("synthetic", ("sgd", "adam"), seeds=2, options={"adam_optimum": 0.1}), out)
+    del results["fresh_seeds"]
+    for tuned in results["optimizers"].values():
+        del tuned["tuning_mean"]
+    runs.atomic_write_json(out / "results.json", results)
+    read = cli.read_results(out)
+    drawn = figures.draw(read, tmp_path / "figures")
+    assert not drawn.failures and len(drawn.paths) == 3
+    said = ["".join(p if isinstance(p, str) else str(p.value) for p in s) for s in headlines(read)]
+    assert any(" over its seeds (" in s for s in said) and not any("fresh" in s for s in said)

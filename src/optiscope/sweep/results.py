@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from .grid import tuned_position
 from .stats import difference_interval, mean_interval, mean_std
@@ -46,8 +46,9 @@ class Tuned(TypedDict):
     mean: float
     std: float
     interval: list[float]
-    #: the mean of the tuning seeds at the tuned lr: the best of the means that chose it (biased)
-    tuning_mean: float
+    #: the mean of the tuning seeds at the tuned lr: the best of the means that chose it (biased); absent from
+    #: results written before sweeps ran fresh seeds, whose ``values`` are the tuning seeds'
+    tuning_mean: NotRequired[float]
     #: the tuning seeds' values at every lr
     sensitivity: list[Point]
 
@@ -59,7 +60,7 @@ class Results(TypedDict):
     objective: dict[str, Any]
     factor: float | None
     seeds: list[int]
-    fresh_seeds: list[int]
+    fresh_seeds: NotRequired[list[int]]  # absent from results written before sweeps ran fresh seeds
     optimizers: dict[str, Tuned]
     ranking: list[str]
     comparison: dict[str, Any] | None
