@@ -43,6 +43,7 @@ from torch.func import functional_call
 from ..checks import is_count, is_number
 from .calls import call_kwargs, forward_mode_attention, logits_of
 from .functionals import check_logits, per_sequence
+from .norms import composed_norms
 from .terms import along, derivatives, gradient_dot, hessian_quadratic, unwrap
 
 MODES = ("fixed", "policy")
@@ -155,7 +156,7 @@ def probe_step(
     was_training = net.training
     net.eval()
     try:
-        with forward_mode_attention(net):
+        with forward_mode_attention(net), composed_norms():
             check_token_ids(net, sequences)
             return _probe(
                 net,
