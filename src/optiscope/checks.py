@@ -31,3 +31,16 @@ def non_negative(x: Any) -> bool:
 def is_count(x: Any, least: int = 1) -> bool:
     """An integer (not a bool) >= ``least``."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= least
+
+
+def is_optimizer(x: Any) -> bool:
+    """Something with a torch optimizer's interface (``param_groups``, ``state``, ``step``): ours, torch's, or a
+    library's wrapper that forwards them (checked by interface, not by type)."""
+    groups = getattr(x, "param_groups", None)
+    return isinstance(groups, list) and hasattr(x, "state") and callable(getattr(x, "step", None))
+
+
+def require_optimizer(x: Any, who: str) -> None:
+    """A TypeError naming ``who``'s bad ``optimizer`` unless ``is_optimizer(x)``."""
+    if not is_optimizer(x):
+        raise TypeError(f"{who}: optimizer={x!r} is not an optimizer; give a torch.optim.Optimizer (ours or torch's)")

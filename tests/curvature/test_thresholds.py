@@ -123,3 +123,8 @@ def test_a_tensor_learning_rate_is_read_as_its_value_and_a_frozen_group_does_not
     assert stability_threshold(opt).threshold == pytest.approx(2 / LR)
     opt = torch.optim.SGD([{"params": params(), "lr": 0.0}, {"params": params(), "lr": 0.0}], lr=LR)
     assert stability_threshold(opt).threshold is None and "lr=0.0" in stability_threshold(opt).reason
+
+
+def test_something_that_is_not_an_optimizer_is_named():
+    with pytest.raises(TypeError, match="stability_threshold: optimizer='sgd' is not an optimizer; give a torch"):
+        stability_threshold("sgd")

@@ -555,3 +555,61 @@ def test_the_divergence_message_names_only_parameters_whose_update_ratio_explode
     assert "no parameter's u/w exploded (the most: 0.weight, 1x)" in message and "exploded first in" not in message
     record["exploded_first"] = [{"name": "2.weight", "first_step": 18, "growth": 40.0}, *calm]
     assert "u/w exploded first in: 2.weight;" in str(Diverged(record))
+
+
+def plain(value):
+    """``value`` with tensors as lists and tuples as lists: comparable with ==."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def test_a_state_dict_does_not_change_as_training_goes_on():
+    """A state kept in memory (a best checkpoint, a callback's) must still resume from where it was taken."""
+    model, data = tiny_lm()
+    opt = Adam(model.parameters(), lr=1e-2)
+    monitor = Monitor(model, opt, every=1, embedding="0.weight")
+    for _ in range(3):
+        loss = train_step(model, opt, data)
+        opt.step()
+        monitor.step(loss)
+    saved = monitor.state_dict()
+    taken = plain(saved)
+    for _ in range(3):
+        loss = train_step(model, opt, data)
+        opt.step()
+        monitor.step(loss)
+    assert plain(saved) == taken and taken["step_count"] == 3
+
+
+def test_a_measured_step_without_gradients_moves_nothing_and_breaks_nothing():
+    """optimizer.step() before any backward is a no-op for torch.optim: the monitor's hook must not fail it."""
+    model, data = tiny_lm()
+    opt = Adam(model.parameters(), lr=1e-2)
+    monitor = Monitor(model, opt, every=1)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt.step()
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
+    loss = train_step(model, opt, data)
+    opt.step()
+    record = monitor.step(loss)
+    assert record is not None and record["step"] == 2 and record["grad_norm"] > 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"optimizer": "adam"}, "Monitor: optimizer='adam' is not an optimizer; give a torch.optim.Optimizer"),
+        ({"sinks": 5}, "Monitor: sinks=5 must be a list of sinks"),
+        ({"sinks": "metrics.jsonl"}, "Monitor: sinks='metrics.jsonl' must be a list of sinks"),
+    ],
+)
+def test_a_wrong_kind_of_argument_is_named(kwargs, message):
+    model, _ = tiny_lm()
+    arguments = {"optimizer": Adam(model.parameters(), lr=1e-2), **kwargs}
+    with pytest.raises(TypeError, match=message):
+        Monitor(model, **arguments)

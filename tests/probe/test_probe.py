@@ -325,3 +325,12 @@ def test_the_quadratic_term_through_layer_norms_matches_finite_differences():
     second = (plus - 2 * zero + minus) / h**2
     assert result["approx"]["quadratic"]["vHvv"] == pytest.approx(second, rel=1e-5)
     assert result["approx"]["reverse"]["vHvv"] == pytest.approx(result["approx"]["quadratic"]["vHvv"], rel=1e-9)
+
+
+def test_a_wrong_kind_of_optimizer_or_direction_is_named():
+    model, opt, data, batch = setup()
+    with pytest.raises(TypeError, match="update_direction: optimizer='adam' is not an optimizer"):
+        update_direction(model, "adam", lm_loss, batch)
+    v = update_direction(model, opt, lm_loss, batch)
+    with pytest.raises(TypeError, match="direction is a list; give a dict of tensors by parameter name"):
+        probe_step(model, list(v.values()), data, [1e-3])

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..checks import is_count, is_number
+from ..checks import is_count, is_number, require_optimizer
 from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
 from .thresholds import Stability, inverse_preconditioner, moving_groups, stability_threshold
@@ -110,6 +110,8 @@ def sharpness(
         raise ValueError(f"sharpness: tol={tol!r} must be a number in (0, 1) (a relative residual)")
     if not is_count(max_hvps, k):
         raise ValueError(f"sharpness: max_hvps={max_hvps!r} must be an integer >= k={k}")
+    if optimizer is not None:
+        require_optimizer(optimizer, "sharpness")
     op, matvec, scale, stability = operator(model, loss_fn, batch, optimizer, dtype)
     if k > op.size:
         raise ValueError(f"sharpness: k={k} exceeds the {op.size} parameters H is taken over")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..checks import require_optimizer
 from ..optim import SGD, Adam
 from ..optim.adam import adam_denominator
 
@@ -60,6 +61,7 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
     as its value) and betas, over the param groups a step moves (``moving_groups``)."""
     if optimizer is None:
         return Stability(None, "", False, "no optimizer given")
+    require_optimizer(optimizer, "stability_threshold")
     name = type(optimizer).__name__
     groups = moving_groups(optimizer)
     if isinstance(optimizer, _SGD_TYPES):

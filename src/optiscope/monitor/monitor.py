@@ -33,6 +33,7 @@ accumulates (``AccumulationNoise``).
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -42,7 +43,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..checks import is_count, is_number
+from ..checks import is_count, is_number, require_optimizer
 from ..curvature.hvp import unwrap
 from . import stats
 from .accumulation_noise import AccumulationNoise
@@ -149,6 +150,9 @@ class Monitor:
     ) -> None:
         if not is_count(every):
             raise ValueError(f"Monitor: every={every!r} must be an integer >= 1")
+        require_optimizer(optimizer, "Monitor")
+        if isinstance(sinks, str | bytes) or not isinstance(sinks, Iterable):
+            raise TypeError(f"Monitor: sinks={sinks!r} must be a list of sinks (e.g. [ConsoleSink()]), or () for none")
         if not (is_number(alarm_growth) and alarm_growth > 1):
             raise ValueError(f"Monitor: alarm_growth={alarm_growth!r} must be a number > 1 (a multiple of u/w)")
         if on_divergence not in ("raise", "record"):
@@ -248,6 +252,8 @@ class Monitor:
             return
         kept = [(p, b) for p, b in zip(self._snapshot_params, self._snapshot, strict=True) if p.grad is not None]
         self._snapshot, self._snapshot_params = None, []
+        if not kept:  # no parameter had a gradient: the optimizer moved nothing, there is nothing to measure
+            return
         params, before = [p for p, _ in kept], [b for _, b in kept]
         torch._foreach_sub_(before, [p.detach() for p in params])  # before − after = −u, in place
         self._measured = self._parameter_stats(optimizer, params, neg_updates=before)
@@ -446,17 +452,19 @@ class Monitor:
     # ---------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to judge divergence, continue the embedding analysis and the curvature
-        measurements (warm start and history) exactly."""
-        return {
-            "step_count": self.step_count,
-            "first_loss": self.first_loss,
-            "lowest_loss": self.lowest_loss,
-            "ratio_history": self._ratio_history,
-            "row_update_sum": self.row_update_sum,
-            "row_update_steps": self.row_update_steps,
-            "curvature_vector": self._curvature_vector,
-            "curvature_history": self._curvature_history,
-        }
+        measurements (warm start and history) exactly: a copy, which training on does not change."""
+        return copy.deepcopy(
+            {
+                "step_count": self.step_count,
+                "first_loss": self.first_loss,
+                "lowest_loss": self.lowest_loss,
+                "ratio_history": self._ratio_history,
+                "row_update_sum": self.row_update_sum,
+                "row_update_steps": self.row_update_steps,
+                "curvature_vector": self._curvature_vector,
+                "curvature_history": self._curvature_history,
+            }
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step_count = state["step_count"]

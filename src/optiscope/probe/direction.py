@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..checks import require_optimizer
 from ..curvature import require_optimizer_of, running_statistics_kept
 from ..monitor import own_names
 from ..optim import clip_grad_norm
@@ -76,6 +77,7 @@ def update_direction(
     loop that clips would. Parameters the step does not move are left out (their v is zero).
     """
     if optimizer is not None:
+        require_optimizer(optimizer, "update_direction")
         require_optimizer_of(
             model, optimizer, [p for g in optimizer.param_groups for p in g["params"]], "update_direction"
         )

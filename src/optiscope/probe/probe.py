@@ -123,6 +123,10 @@ def probe_step(
         raise ValueError(f"mode={mode!r}; valid: {', '.join(MODES)}")
     if precision not in ("float64", "model"):
         raise ValueError(f"precision={precision!r}; valid: float64, model")
+    if not isinstance(direction, dict):
+        raise TypeError(
+            f"direction is a {type(direction).__name__}; give a dict of tensors by parameter name (update_direction's)"
+        )
     if not direction:
         raise ValueError("the direction is empty: the step moves no parameter")
     etas = check_etas(etas)
