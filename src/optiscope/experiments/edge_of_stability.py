@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from .. import runs, train
 from ..curvature import stability_threshold
-from ..monitor import Curvature, Monitor, run_directory_sinks
+from ..monitor import Curvature, DivergenceGuard, Monitor, run_directory_sinks
 from ..optim import RECIPES, build_optimizer
 from . import (
     RunSpec,
@@ -190,6 +190,9 @@ def train_one(config: Config, spec: RunSpec, data: tuple[Tensor, Tensor], run_di
         optimizer,
         every=config.measure_every,
         sinks=run_directory_sinks(run_dir, spec.label),
+        # the default guard judges a loss spike only after 20 steps: a run shorter than that would never be
+        # judged (adam@10 over 20 steps ended "ok" at 4,700× its first loss), so the warm-up is a tenth of it
+        guard=DivergenceGuard(warmup=min(DivergenceGuard.warmup, config.steps // 10)),
         curvature=curvature,
         context={"run": spec.label},
     )
@@ -224,12 +227,13 @@ def summarize(
     steps: list[int], ratios: list[float | None], edge: float
 ) -> tuple[int | None, float | None, float | None]:
     """(edge step, median ratio from then on, largest ratio) — None where undefined. The edge step is the first
-    measurement with ratio ≥ ``edge`` that the next ``HELD`` − 1 measurements (those there are) hold too:
-    heavy-ball momentum's first measurements can overshoot for a moment before its sharpening has begun."""
+    measurement with ratio ≥ ``edge`` that the next ``HELD`` − 1 measurements hold too (a run that gets there
+    in its last ``HELD`` − 1 measurements has not been seen to hold it): heavy-ball momentum's first
+    measurements can overshoot for a moment before its sharpening has begun."""
     known = [(s, r) for s, r in zip(steps, ratios, strict=True) if r is not None and r == r]
     if not known:
         return None, None, None
-    held = (i for i in range(len(known)) if all(r >= edge for _, r in known[i : i + HELD]))
+    held = (i for i in range(len(known) - HELD + 1) if all(r >= edge for _, r in known[i : i + HELD]))
     first = next(held, None)
     largest = max(r for _, r in known)
     if first is None:
