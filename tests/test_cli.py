@@ -435,3 +435,23 @@ def test_a_sweep_with_one_seed_prints_no_interval(sweepable, tmp_path, capsys):
     assert cli.main(["sweep", "synthetic", "--optimizers", "sgd,adam", "--seeds", "1", "--out", str(out)]) == 0
     summary = [line for line in capsys.readouterr().out.splitlines() if ": tuned lr " in line]
     assert len(summary) == 2 and all("(one seed: no spread, no interval)" in line for line in summary)
+
+
+def test_a_real_ctrl_c_in_the_middle_of_the_imports_is_one_line():
+    """SIGINT while NumPy is being imported (under torch's import): noted, acted on once everything is
+    imported; raised there it could be swallowed and leave NumPy half-imported (a RecursionError later)."""
+    script = """
+import builtins, os, signal, sys
+real, sent = builtins.__import__, []
+def importing(name, *args, **kwargs):
+    if name == "numpy" and not sent:
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGINT)
+    return real(name, *args, **kwargs)
+builtins.__import__ = importing
+from optiscope.__main__ import main
+sys.exit(main())
+"""
+    done = subprocess.run([sys.executable, "-c", script, "list"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == cli.EXIT_INTERRUPTED, done.stderr
+    assert done.stderr.strip().splitlines() == ["optiscope: interrupted while starting; nothing was run"]
