@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 import time
 import traceback
@@ -315,7 +314,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             else f"{t['mean']:.4g} (one seed: no spread, no interval)"
         )
         edge = "" if t["interior"] else " (at an end of the grid that was run: its optimum may lie beyond)"
-        chose = f"; the {len(t['values'])} tuning seed(s) that chose it: {t['tuning_mean']:.4g}"
+        chose = f"; the {len(results['seeds'])} tuning seed(s) that chose it: {t['tuning_mean']:.4g}"
         console.print(f"  {name}: tuned lr {t['tuned_lr']:g}{edge}, fresh seeds {spread}{chose}", highlight=False)
     for name in (name for name in results["optimizers"] if name not in results["ranking"]):
         # every trial at +∞: say what each of them did (diverged, crashed, or ran and missed the target)
@@ -447,8 +446,8 @@ def torchrun_refusal(args: argparse.Namespace) -> str | None:
     """Why this command cannot run in the torchrun job it was started in (None: it can, or there is none):
     only the experiments that train data-parallel split their work over the processes; anything else would
     run whole in every process, each writing the same files."""
-    world = os.environ.get("WORLD_SIZE", "1")
-    if world in ("", "1") or args.command == "list":
+    world = runs.world_size()
+    if world == 1 or args.command == "list":
         return None
     parallel = experiments.data_parallel()
     if args.command == "run" and args.name in parallel:

@@ -60,8 +60,7 @@ def _check(value: Any, expected: Any, where: str, found: list[str], limit: int) 
         if not isinstance(value, list):
             found.append(f"{where} is {_kind(value)}, not a list")
         elif args:
-            sampled = sorted({*range(min(SAMPLED, len(value))), len(value) - 1} - {-1})
-            for i in sampled:
+            for i in sorted({*range(min(SAMPLED, len(value))), len(value) - 1}) if value else ():
                 _check(value[i], args[0], f"{where}[{i}]", found, limit)
     elif expected is float:
         if not (isinstance(value, int | float) and not isinstance(value, bool)):

@@ -415,10 +415,25 @@ def write_error_log(directory: Path | None, what: str, text: str) -> Path:
     raise OSError(f"cannot write {ERROR_LOG} in {directory} or {tempfile.gettempdir()}")
 
 
-def is_rank_zero() -> bool:
-    """True unless this is a non-zero rank of a distributed (torchrun) job: only rank 0 writes files."""
+def rank() -> int:
+    """This process's rank in a distributed (torchrun) job: the process group's once joined, torchrun's
+    ``RANK`` before; 0 outside one."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        return dist.get_rank() == 0
-    return int(os.environ.get("RANK", "0")) == 0
+        return dist.get_rank()
+    return int(os.environ.get("RANK") or 0)
+
+
+def world_size() -> int:
+    """The processes of the distributed (torchrun) job this one belongs to (1 outside one), as ``rank``."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE") or 1)
+
+
+def is_rank_zero() -> bool:
+    """True unless this is a non-zero rank of a distributed (torchrun) job: only rank 0 writes files."""
+    return rank() == 0

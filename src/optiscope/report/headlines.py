@@ -59,18 +59,15 @@ def headlines(results: dict[str, Any]) -> list[Sentence]:
     if writer is None:
         return []
     out = []
-    sentences = writer(results)
-    while True:
-        try:
-            sentence = next(sentences)
-        except StopIteration:
-            return out
-        except (KeyError, IndexError, TypeError):  # the writer itself met a result without a value it reads
-            return out
-        try:
-            out.append(sentence())
-        except (KeyError, IndexError, TypeError):
-            continue  # this result lacks a value the sentence needs (e.g. a run diverged)
+    try:
+        for sentence in writer(results):
+            try:
+                out.append(sentence())
+            except (KeyError, IndexError, TypeError):
+                continue  # this result lacks a value the sentence needs (e.g. a run diverged)
+    except (KeyError, IndexError, TypeError):  # the writer itself met a result without a value it reads
+        pass
+    return out
 
 
 # ------------------------------------------------------------------------------------------ rare-tokens

@@ -6,7 +6,8 @@ differ beyond seed noise when Welch's interval for the difference of their means
 
     x̄ − ȳ ± t₀.₉₇₅,ν · √(s_x²/n_x + s_y²/n_y),   ν = (s_x²/n_x + s_y²/n_y)² / Σ (s²/n)²/(n − 1)
 
-(the Welch–Satterthwaite degrees of freedom), excludes zero: Welch's two-sided t test at 5 %. Both assume
+(the Welch–Satterthwaite degrees of freedom), excludes zero: Welch's two-sided t test at 5 %. Both are
+scipy.stats' (``ttest_1samp``, ``ttest_ind(equal_var=False)``, their ``confidence_interval``). Both assume
 seed values scattered normally around the optimizer's mean; with three seeds t₀.₉₇₅,₂ = 4.30, so the
 interval is wide and "beyond seed noise" is a strong statement. (A percentile bootstrap, used before, is
 no interval at three seeds: its extreme resampled means are the seeds' own minimum and maximum, each with
@@ -35,20 +36,18 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else math.nan
 
 
-def _quantile(dof: float) -> float:
-    return float(stats.t.ppf(1 - (1 - LEVEL) / 2, dof))
-
-
 def mean_interval(values: Sequence[float]) -> tuple[float, float]:
     """Student's t 95 % interval of the mean of ``values``: (+inf, +inf) if any is +inf, (nan, nan) for
-    fewer than two (one seed measures no spread)."""
+    fewer than two (one seed measures no spread), the mean itself when they are all equal."""
     x = np.asarray(values, dtype=np.float64)
     if not np.isfinite(x).all():
         return math.inf, math.inf
     if len(x) < 2:
         return math.nan, math.nan
-    mean, half = float(x.mean()), _quantile(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
-    return mean - half, mean + half
+    if np.all(x == x[0]):  # no spread: scipy's interval would be nan
+        return float(x[0]), float(x[0])
+    low, high = stats.ttest_1samp(x, 0.0).confidence_interval(LEVEL)
+    return float(low), float(high)
 
 
 def difference_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
@@ -57,10 +56,8 @@ def difference_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, 
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if not (np.isfinite(x).all() and np.isfinite(y).all()) or min(len(x), len(y)) < 2:
         return math.nan, math.nan
-    difference = float(x.mean() - y.mean())
-    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    if vx + vy == 0:
+    if np.all(x == x[0]) and np.all(y == y[0]):  # no spread on either side: scipy's interval would be nan
+        difference = float(x[0] - y[0])
         return difference, difference
-    dof = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
-    half = _quantile(dof) * math.sqrt(vx + vy)
-    return difference - half, difference + half
+    low, high = stats.ttest_ind(x, y, equal_var=False).confidence_interval(LEVEL)
+    return float(low), float(high)

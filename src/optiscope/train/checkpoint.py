@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .. import runs
-from .distributed import gathered, rank
+from .distributed import gathered
 
 if TYPE_CHECKING:
     from .loop import Run
@@ -111,7 +111,8 @@ def restore(run: Run, state: dict[str, Any]) -> None:
     if isinstance(states, dict):  # a checkpoint written before every rank's states were kept
         states = [states]
     # this rank's own; a job resumed on more processes than it ran on (no longer exact) takes rank 0's
-    set_rng_state(states[rank()] if rank() < len(states) else states[0])
+    rank = runs.rank()
+    set_rng_state(states[rank] if rank < len(states) else states[0])
     if run.monitor is not None:
         run.monitor.load_state_dict(training["monitor"])
 

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from .. import runs
 from ..errors import UserError
 
 
@@ -35,7 +36,7 @@ class Processes:
 
 def start_processes(device: str = "auto", batch_size: int | None = None) -> Processes:
     """Join the torchrun job if there is one (gloo on CPU, nccl on CUDA) and pick the device."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = runs.world_size()
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if cuda and not torch.cuda.is_available():
         raise UserError("--device cuda: no CUDA device is available; use --device cpu")
@@ -68,10 +69,6 @@ def gathered(obj: object) -> list[object]:
     out: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
-
-
-def rank() -> int:
-    return dist.get_rank() if _joined() else 0
 
 
 def barrier() -> None:
