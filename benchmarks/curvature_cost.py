@@ -9,9 +9,11 @@ sharpness from a cold (random) start to relative residual 1e-3, and again after 
 training steps warm-started from the previous top eigenvector, alone and with the update and the
 gradient in its start block (as the monitor measures); all against a reference eigenvalue asked for at
 residual 1e-6 (it stops where float32 products stall, and says where). Goals (issue 12): top-1 to 1e-3
-relative in ≤ 20 HVPs warm, one HVP ≤ 2.5 forward+backward.
+relative in ≤ 20 HVPs warm, one HVP ≤ 2.5 forward+backward. ``--device cuda --size gpu`` measures nanoGPT's GPU
+configuration (6 layers, 384 wide, context 256; 12 sequences).
 
-    python benchmarks/curvature_cost.py [--warm-steps 30] [--between 10] [--repeats 5]
+    python benchmarks/curvature_cost.py [--warm-steps 30] [--between 10] [--repeats 5] [--device cpu|cuda]
+        [--size cpu|gpu]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from functools import partial
 import torch
 from torch.func import functional_call, grad, jvp
 
-from common import timed
+from common import LM_SIZES, synchronize, timed
 from monitor_overhead import corpus_ids
 from optiscope.curvature import HessianOperator, sharpness
 from optiscope.curvature.hvp import evaluating
@@ -58,20 +60,29 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--text", default=None)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--size", default="cpu", choices=tuple(LM_SIZES), help="nanoGPT's CPU or GPU configuration")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     ids = corpus_ids(args.text)
+    shape = dict(LM_SIZES[args.size])
+    context = shape.pop("block_size")
+    shape.pop("batch_size")
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=int(ids.max()) + 1, n_layer=4, n_head=4, n_embd=128, block_size=64))
+    model = GPT(GPTConfig(vocab_size=int(ids.max()) + 1, block_size=context, **shape)).to(args.device)
     opt = AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(1)
-    batch = sample_batch(ids, 64, 12, torch.Generator().manual_seed(2))
+
+    def draw(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return tuple(t.to(args.device) for t in sample_batch(ids, context, 12, generator))
+
+    batch = draw(torch.Generator().manual_seed(2))
 
     def train(steps: int) -> dict[int, torch.Tensor]:
         """Trains ``steps`` steps; returns the last update (as the monitor measures it)."""
         for _ in range(steps):
             opt.zero_grad(set_to_none=True)
-            loss_fn(model, sample_batch(ids, 64, 12, gen)).backward()
+            loss_fn(model, draw(gen)).backward()
             before = [p.detach().clone() for p in model.parameters()]
             opt.step()
         return {id(p): p.detach() - b for p, b in zip(model.parameters(), before, strict=True)}
@@ -83,7 +94,7 @@ def main() -> None:
         loss_fn(model, batch).backward()
 
     op = HessianOperator(model, loss_fn, batch)
-    v = torch.randn(op.size)
+    v = torch.randn(op.size, device=args.device)
     peer_hvp = forward_over_reverse(op)
     times: dict[str, list[float]] = {"fb": [], "linearise": [], "first": [], "later": [], "peer": []}
     for _ in range(args.repeats + 1):  # the first of each warms caches up and is dropped; interleaved
@@ -99,8 +110,10 @@ def main() -> None:
     agreement = float((op(v) - peer_hvp(v)).norm() / peer_hvp(v).norm())
 
     def measured(init=None, tol=1e-3, max_hvps=100, along=None):
+        synchronize()
         start = time.perf_counter()
         out = sharpness(model, loss_fn, batch, opt, tol=tol, max_hvps=max_hvps, init=init, along=along)
+        synchronize()
         return out, time.perf_counter() - start
 
     cold, cold_s = measured()
@@ -110,9 +123,8 @@ def main() -> None:
     loose, loose_s = measured(init=cold["vector"], tol=1e-2)  # the monitor's default
     both, both_s = measured(init=cold["vector"], along={"update": update, "gradient": "gradient"})
     ref = reference["eigenvalues"][0]
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, GPT {model.num_parameters() / 1e6:.2f}M params"
-    )
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
+    print(f"torch {torch.__version__}, {where}, GPT {model.num_parameters() / 1e6:.2f}M params, batch 12 x {context}")
     print(
         f"forward+backward {fb_s * 1e3:.1f} ms; linearisation {lin_s * 1e3:.1f} ms = {lin_s / fb_s:.2f} f+b "
         f"(once per measurement); HVP on its graph {hvp_s * 1e3:.1f} ms = {hvp_s / fb_s:.2f} f+b "

@@ -7,9 +7,11 @@ curvature: the peer), and the monitor with curvature every ``--every`` steps (10
 configured by default (sharpness to residual 1e-2, warm-started, plus the curvature along the update),
 with the gradient direction too, and the sharpness alone. Every step is timed, so the overhead is given
 two ways: from whole rounds' throughput, and from the measuring steps' extra time (robust to a machine
-whose speed drifts between rounds). Goal (issue 12): ≤ 10 % overhead.
+whose speed drifts between rounds). Goal (issue 12): ≤ 10 % overhead. ``--device cuda --size gpu`` measures
+nanoGPT's GPU configuration (6 layers, 384 wide, context 256, batch 64; curvature on 12 of its sequences).
 
     python benchmarks/curvature_overhead.py [--rounds 5] [--steps 100] [--every 100] [--threads 1]
+        [--device cpu|cuda] [--size cpu|gpu]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from common import LM_SIZES, synchronize
 from monitor_overhead import corpus_ids
 from optiscope.data.batches import sample_batch
 from optiscope.models.gpt import GPT, GPTConfig
@@ -40,12 +43,20 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=100, help="steps between curvature measurements")
     parser.add_argument("--text", default=None)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--size", default="cpu", choices=tuple(LM_SIZES), help="nanoGPT's CPU or GPU configuration")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     ids = corpus_ids(args.text)
+    shape = dict(LM_SIZES[args.size])
+    context, batch_size = shape.pop("block_size"), shape.pop("batch_size")
     torch.manual_seed(0)
-    base = GPT(GPTConfig(vocab_size=int(ids.max()) + 1, n_layer=4, n_head=4, n_embd=128, block_size=64))
-    batch = sample_batch(ids, 64, 12, torch.Generator().manual_seed(2))
+    base = GPT(GPTConfig(vocab_size=int(ids.max()) + 1, block_size=context, **shape)).to(args.device)
+
+    def draw(rows: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return tuple(t.to(args.device) for t in sample_batch(ids, context, rows, generator))
+
+    batch = draw(12, torch.Generator().manual_seed(2))
     settings = {
         "monitor only": None,
         f"curvature/{args.every}": Curvature(batch, loss_fn, every=args.every),
@@ -61,14 +72,16 @@ def main() -> None:
 
     def train(c: Contender, steps: int) -> float:
         """Trains ``steps`` steps, each timed; returns steps/s."""
+        synchronize()
         start = time.perf_counter()
         for _ in range(steps):
             begin = time.perf_counter()
-            _, loss = c.model(*sample_batch(ids, 64, 12, c.generator))
+            _, loss = c.model(*draw(batch_size, c.generator))
             c.opt.zero_grad(set_to_none=True)
             loss.backward()
             c.opt.step()
             record = c.monitor.step(loss)
+            synchronize()
             seconds = time.perf_counter() - begin
             if record and "sharpness" in record:
                 c.measured.append((seconds, record["curvature"]["hvps"]))
@@ -84,8 +97,10 @@ def main() -> None:
         order = list(contenders) if r % 2 == 0 else list(reversed(contenders))  # drift hits all alike
         for name in order:
             rates[name].append(train(contenders[name], args.steps))
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, GPT {base.num_parameters() / 1e6:.2f}M params"
+        f"torch {torch.__version__}, {where}, GPT {base.num_parameters() / 1e6:.2f}M params, "
+        f"batch {batch_size} x {context}, curvature batch 12 x {context}"
     )
     peer_rate = statistics.median(rates["monitor only"])
     peer_step = statistics.median(contenders["monitor only"].plain)

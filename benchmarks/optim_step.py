@@ -1,12 +1,14 @@
-"""Time per optimizer.step() on 25M float32 parameters in 100 tensors (CPU), optiscope vs torch.optim.
+"""Time per optimizer.step() on 25M float32 parameters in 100 tensors, optiscope vs torch.optim.
 
 For each optimizer, optiscope (default path, which is the fused kernel where torch has one; plus our
 for-loop and foreach paths for honesty) and torch.optim's fastest path (fused where torch has it,
 else foreach) are timed alternately in one process; the table prints median ms per step, the ratio
 ours/torch, the bytes a step must move as a share of the measured in-place stream bandwidth, and the peak memory
-a step allocates beyond its state (Linux: VmHWM after resetting it through /proc/self/clear_refs).
+a step allocates beyond its state (Linux: VmHWM after resetting it through /proc/self/clear_refs; on a GPU,
+torch.cuda's peak allocated). ``--device cuda`` runs it on the GPU, where torch.optim's peer is its fused kernel
+too.
 
-    python benchmarks/optim_step.py [--numel 25000000] [--tensors 100] [--reps 15]
+    python benchmarks/optim_step.py [--numel 25000000] [--tensors 100] [--reps 15] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -42,18 +44,18 @@ CASES = {
 }
 
 
-def make_params(numel: int, tensors: int) -> list[torch.Tensor]:
+def make_params(numel: int, tensors: int, device: str) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    params = [torch.randn(numel // tensors, generator=g).requires_grad_() for _ in range(tensors)]
+    params = [torch.randn(numel // tensors, generator=g).to(device).requires_grad_() for _ in range(tensors)]
     for p in params:
-        p.grad = torch.randn(p.shape, generator=g) * 1e-3
+        p.grad = (torch.randn(p.shape, generator=g) * 1e-3).to(device)
     return params
 
 
-def stream_bandwidth(numel: int) -> float:
+def stream_bandwidth(numel: int, device: str) -> float:
     """Bytes/s of the cheapest full pass over memory: x ← c·x in place on one flat buffer of ``numel``
     floats (read + write), best of 7. The fastest a memory-bound update could hope to stream."""
-    x = torch.ones(numel)
+    x = torch.ones(numel, device=device)
     x.mul_(1.0000001)
     best = min(timed(lambda: x.mul_(1.0000001)) for _ in range(7))
     return 2 * 4 * numel / best
@@ -64,15 +66,13 @@ def main() -> None:
     parser.add_argument("--numel", type=int, default=25_000_000)
     parser.add_argument("--tensors", type=int, default=100)
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args()
     torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    print(
-        f"torch {torch.__version__}, {threads} threads, "
-        f"{args.numel / 1e6:.0f}M float32 params in {args.tensors} tensors"
-    )
-    params = make_params(args.numel, args.tensors)
-    bandwidth = stream_bandwidth(args.numel)
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}, {args.numel / 1e6:.0f}M float32 params in {args.tensors} tensors")
+    params = make_params(args.numel, args.tensors, args.device)
+    bandwidth = stream_bandwidth(args.numel, args.device)
     print(
         f"in-place stream bandwidth: {bandwidth / 1e9:.1f} GB/s; "
         f"a parameter-sized buffer: {4 * args.numel / 2**20:.0f} MiB"
@@ -102,7 +102,7 @@ def main() -> None:
         for impl, opt in opts.items():
             ms = statistics.median(times[impl]) * 1e3
             moved = MIN_TRAFFIC[name] * args.numel / (ms / 1e3)
-            extra = extra_peak_mib(opt.step)
+            extra = extra_peak_mib(opt.step, args.device)
             row(
                 [
                     name,

@@ -7,7 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
+
+#: For the tests that check a CUDA device's paths: skipped where torch sees none (CI has none); run them on a GPU
+#: machine with ``pytest -m cuda``.
+needs_cuda = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 
 
 @dataclass

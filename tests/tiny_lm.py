@@ -19,7 +19,7 @@ class TinyCausalLM(nn.Module):
 
     def forward(self, idx):
         h = self.embed(idx)
-        prefix = h.cumsum(1) / torch.arange(1, idx.shape[1] + 1, dtype=h.dtype).view(1, -1, 1)
+        prefix = h.cumsum(1) / torch.arange(1, idx.shape[1] + 1, dtype=h.dtype, device=h.device).view(1, -1, 1)
         return self.head(torch.tanh(self.mix(torch.cat([h, prefix], -1))))
 
 

@@ -37,7 +37,8 @@ def test_a_model_holding_a_submodule_named_module_is_measured_whole():
     exact_trace = float(exact_hessian(model, loss_fn, batch).trace())
     trace = hessian_trace(model, loss_fn, batch, probes=200)
     assert abs(trace["trace"] - exact_trace) <= 4 * trace["std_error"]
-    wrapped = nn.DataParallel(model)  # a real wrapper, on CPU a plain pass-through
+    wrapped = nn.DataParallel(model)  # a real wrapper: without a GPU a pass-through, with one it moves the model there
+    batch = tuple(t.to(next(model.parameters()).device) for t in batch)
     assert sharpness(wrapped, loss_fn, batch, tol=1e-10)["eigenvalues"][0] == pytest.approx(out["eigenvalues"][0])
 
 

@@ -149,6 +149,7 @@ def test_a_rerun_cannot_mix_two_runs(tmp_path, text, capsys):
 def test_two_processes_reproduce_one(tmp_path, text):
     """torchrun with 2 CPU processes (gloo) trains on the same global batch as 1 process: same losses."""
     common = [*TINY, "--text", str(text), "--steps", "6", "--optimizers", "adamw", "--log-every", "1"]
+    common += ["--device", "cpu"]  # gloo: on a machine with one GPU, two processes could not each have one
     single = tmp_path / "single"
     assert cli.main(["run", "lm", "--out", str(single), *common]) == 0
     double = tmp_path / "double"

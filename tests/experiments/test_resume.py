@@ -113,6 +113,7 @@ def test_lm_under_torchrun_with_dropout(tmp_path, text):  # noqa: F811
     """Two processes (gloo) draw their own dropout masks from their own RNG streams: a job stopped by
     SIGTERM on rank 1 resumes both streams, so it ends bit for bit as the job that was never stopped."""
     options = [*TINY, "--text", str(text), "--steps", "20", "--optimizers", "adamw", "--dropout", "0.2"]
+    options += ["--device", "cpu"]  # gloo: on a machine with one GPU, two processes could not each have one
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     script = tmp_path / "stop_rank_1.py"
     script.write_text(

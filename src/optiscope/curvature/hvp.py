@@ -228,6 +228,12 @@ class HessianOperator:
         self.size = sum(self.sizes)
         first = next(iter(self.theta.values()))
         self.dtype, self.device = first.dtype, first.device
+        devices = {t.device for t in tensors_in(self.batch)}
+        if devices and self.device not in devices:  # some may be elsewhere on purpose (lengths for packing on the CPU)
+            raise ValueError(
+                f"curvature: the batch is on {', '.join(sorted(map(str, devices)))} but the model is on "
+                f"{self.device}; move the batch to {self.device}"
+            )
         self.hvps = 0
         self._graph: tuple[list[Tensor], list[Tensor]] | None = None
 
@@ -253,7 +259,7 @@ class HessianOperator:
             parts.append(
                 torch.full((size,), fill, dtype=self.dtype, device=self.device)
                 if t is None
-                else t.detach().reshape(-1).to(self.dtype)
+                else t.detach().reshape(-1).to(self.device, self.dtype)
             )
         return torch.cat(parts)
 

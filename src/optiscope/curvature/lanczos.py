@@ -105,7 +105,8 @@ def lanczos(
     while True:
         if not space.finite():  # a diverged model: no spectrum to report
             nan = [math.nan] * k
-            return LanczosResult(nan, torch.full((k, n), math.nan, dtype=starts.dtype), nan, steps, False, quotients)
+            missing = torch.full((k, n), math.nan, dtype=starts.dtype, device=starts.device)
+            return LanczosResult(nan, missing, nan, steps, False, quotients)
         values, vectors, residual_vectors, scale = space.ritz(k)
         # relative to |θ|, but a θ that is zero to rounding (a rank-deficient A) is judged against the spectrum's
         # scale, as ARPACK does, instead of dividing by nothing
@@ -145,7 +146,9 @@ class _Space:
         self._V = torch.empty(min(capacity, limit), n, dtype=dtype, device=device)
         self._W = torch.empty_like(self._V)
         self.rows = 0
-        self.T = torch.empty(0, 0, dtype=torch.float64, device=device)
+        # T is tiny (one row per product) and lives on the CPU: on a GPU, an eigendecomposition of a tiny matrix
+        # costs a solver launch and a synchronisation per product, more than the arithmetic
+        self.T = torch.empty(0, 0, dtype=torch.float64)
         self.nonfinite = False  # a product that was not finite (checked once, as it comes in)
 
     @property
@@ -185,8 +188,8 @@ class _Space:
         if not bool(torch.isfinite(w).all()):
             self.nonfinite = True
             return
-        column = (self.W @ q + self.V @ w).double() / 2  # T is symmetric: average the two halves
-        corner = torch.dot(q, w).double().reshape(1, 1)
+        column = ((self.W @ q + self.V @ w).double() / 2).cpu()  # T is symmetric: average the two halves
+        corner = torch.dot(q, w).double().reshape(1, 1).cpu()
         self.T = torch.cat([torch.cat([self.T, column[:, None]], 1), torch.cat([column[None], corner], 1)], 0)
         if self.rows == self._V.shape[0]:
             capacity = min(max(self.rows * 3 // 2, self.rows + 1), self.limit)
@@ -204,8 +207,9 @@ class _Space:
         """The top-k Ritz values, their vectors, their residual vectors A y − θ y, and the largest |θ| of all."""
         theta, S = torch.linalg.eigh(self.T)
         order = torch.argsort(theta, descending=True)[:k]
-        top = S[:, order].T.to(self.V.dtype)
+        top = S[:, order].T.to(self.V.device, self.V.dtype)
         values = theta[order].to(self.V.dtype)
         vectors, products = top @ self.V, top @ self.W
         scale = float(theta.abs().max()) if len(theta) else 0.0
-        return [float(v) for v in values], vectors, products - values[:, None] * vectors, scale
+        residuals = products - values.to(self.V.device)[:, None] * vectors
+        return [float(v) for v in values], vectors, residuals, scale

@@ -257,8 +257,8 @@ def update_adam_group(state: Any, group: dict[str, Any], params: list[Tensor], i
     """
     beta1, beta2 = group["betas"]
     amsgrad = group["amsgrad"]
-    for p in params:
-        s = state[p]
+    states = [state[p] for p in params]  # looked up once: a tensor's hash is a Python call, and this runs every step
+    for p, s in zip(params, states, strict=True):
         if "step" not in s:
             s["step"] = new_step_counter(p, on_param_device=impl == "fused")
             s["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -276,36 +276,35 @@ def update_adam_group(state: Any, group: dict[str, Any], params: list[Tensor], i
         amsgrad=amsgrad,
         maximize=group["maximize"],
     )
-    steps = [state[p]["step"] for p in params]
+    steps = [s["step"] for s in states]
     torch._foreach_add_(steps, 1)
     if impl == "fused":
         kernel = torch._fused_adamw_ if group["decoupled_weight_decay"] else torch._fused_adam_
         for idx in grouped_by_device_and_dtype(params).values():
-            ps = [params[i] for i in idx]
+            ss = [states[i] for i in idx]
             kernel(
-                ps,
-                [p.grad for p in ps],
-                [state[p]["exp_avg"] for p in ps],
-                [state[p]["exp_avg_sq"] for p in ps],
-                [state[p]["max_exp_avg_sq"] for p in ps] if amsgrad else [],
+                [params[i] for i in idx],
+                [params[i].grad for i in idx],
+                [s["exp_avg"] for s in ss],
+                [s["exp_avg_sq"] for s in ss],
+                [s["max_exp_avg_sq"] for s in ss] if amsgrad else [],
                 [steps[i] for i in idx],
                 **hyper,
             )
         return
     rest = dict(hyper, decoupled_weight_decay=group["decoupled_weight_decay"], bias_correction=group["bias_correction"])
     if impl == "forloop":
-        for p, t in zip(params, steps, strict=True):
-            s = state[p]
+        for p, s, t in zip(params, states, steps, strict=True):
             adam_step_(p, p.grad, s["exp_avg"], s["exp_avg_sq"], s.get("max_exp_avg_sq"), step=t.item(), **rest)
         return
     for idx in grouped_by_device_and_dtype(params).values():
-        ps = [params[i] for i in idx]
+        ss = [states[i] for i in idx]
         adam_foreach_(
-            ps,
-            [p.grad for p in ps],
-            [state[p]["exp_avg"] for p in ps],
-            [state[p]["exp_avg_sq"] for p in ps],
-            [state[p]["max_exp_avg_sq"] for p in ps] if amsgrad else [],
+            [params[i] for i in idx],
+            [params[i].grad for i in idx],
+            [s["exp_avg"] for s in ss],
+            [s["exp_avg_sq"] for s in ss],
+            [s["max_exp_avg_sq"] for s in ss] if amsgrad else [],
             steps=[steps[i].item() for i in idx],
             **rest,
         )

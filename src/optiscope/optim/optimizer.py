@@ -275,12 +275,12 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
                 # A 1-element tensor lr of any shape acts as a scalar (torch.optim's _to_scalar); the
                 # group keeps the caller's tensor, which schedulers update in place.
                 group = {**group, "lr": group["lr"].squeeze()}
-            if impl == "fused":
+            if impl == "fused" and not all(p.is_cuda for p in params):
                 # torch's fused CPU kernels give wrong results for non-contiguous tensors (seen in
                 # torch 2.13: tests/optim/test_optimizer.py), so those take the for-loop path.
                 strided = [p for p in params if not _contiguous(p)]
-                params = [p for p in params if _contiguous(p)]
                 if strided:
+                    params = [p for p in params if _contiguous(p)]
                     self.update_group(group, strided, "forloop")
             if params:
                 self.update_group(group, params, impl)
@@ -297,8 +297,8 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
             return "fused"
         if group.get("foreach"):
             return "foreach"
-        if group.get("fused") is None and group.get("foreach") is None:
-            if self.fused_supported(group) and fused_devices_ok(params):
+        if group.get("foreach") is None:  # neither chosen: fused where it may be (fused=None), else foreach on CUDA
+            if group.get("fused") is None and self.fused_supported(group) and fused_devices_ok(params):
                 return "fused"
             if all(p.is_cuda for p in params) and (self.foreach_takes_tensor_lr or not isinstance(group["lr"], Tensor)):
                 return "foreach"
@@ -331,14 +331,17 @@ def split_names(optimizer: str, params: Any) -> tuple[list[Any], list[str] | Non
 
 
 def fused_devices_ok(params: list[Tensor]) -> bool:
+    """Whether torch's fused kernels take these: floating params on CPU or CUDA, each with a dense gradient of
+    its own dtype on its own device. Judged on the few distinct kinds, not per tensor (this runs every step)."""
+    grads = [p.grad for p in params]
+    if any(g is None for g in grads):
+        return False
+    kinds = {(p.device, p.dtype, g.device, g.dtype, g.layout) for p, g in zip(params, grads, strict=True)}
     return all(
-        p.device.type in ("cpu", "cuda")
-        and p.dtype in FUSED_DTYPES
-        and p.grad is not None
-        and p.grad.dtype == p.dtype
-        and p.grad.device == p.device
-        and not p.grad.is_sparse
-        for p in params
+        device.type in ("cpu", "cuda")
+        and dtype in FUSED_DTYPES
+        and (grad_device, grad_dtype, layout) == (device, dtype, torch.strided)
+        for device, dtype, grad_device, grad_dtype, layout in kinds
     )
 
 
@@ -348,6 +351,9 @@ def _contiguous(p: Tensor) -> bool:
 
 def grouped_by_device_and_dtype(tensors: list[Tensor]) -> dict[tuple[torch.device, torch.dtype], list[int]]:
     """Positions of tensors sharing a (device, dtype): fused and foreach kernels want uniform lists."""
+    kinds = {(p.device, p.dtype) for p in tensors}
+    if len(kinds) == 1:  # the usual case, without a dict operation per tensor (this runs every step)
+        return {kinds.pop(): list(range(len(tensors)))}
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for i, p in enumerate(tensors):
         groups.setdefault((p.device, p.dtype), []).append(i)

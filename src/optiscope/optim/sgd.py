@@ -156,7 +156,9 @@ class SGD(OptiscopeOptimizer):
     def update_group(self, group: dict[str, Any], params: list[Tensor], impl: str) -> None:
         hyper = {k: group[k] for k in ("lr", "momentum", "dampening", "nesterov", "weight_decay", "maximize")}
         uses_buffer = group["momentum"] != 0
-        bufs = [self.state[p].get("momentum_buffer") for p in params]
+        states = [self.state[p] for p in params]  # looked up once: a tensor's hash is a Python call, every step
+        bufs = [s.get("momentum_buffer") for s in states]
+        new = [i for i, b in enumerate(bufs) if b is None]  # buffers are created once, then updated in place
         if impl == "forloop":
             for i, p in enumerate(params):
                 bufs[i] = sgd_step_(p, p.grad, bufs[i], decoupled_weight_decay=group["decoupled_weight_decay"], **hyper)
@@ -170,8 +172,8 @@ class SGD(OptiscopeOptimizer):
                 for i, b in zip(idx, bs, strict=True):
                     bufs[i] = b
         if uses_buffer:
-            for p, b in zip(params, bufs, strict=True):
-                self.state[p]["momentum_buffer"] = b
+            for i in new:
+                states[i]["momentum_buffer"] = bufs[i]
 
 
 def _sgd_fused_(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor | None], **hyper: Any) -> None:

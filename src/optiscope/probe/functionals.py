@@ -39,7 +39,7 @@ def _sum_scored(values: Tensor, scored: Tensor | None) -> Tensor:
     """Σ_t over the scored positions of each sequence (``where``, not a product: padded positions may hold
     anything, even non-finite values, and must not leak into the sum or its derivatives)."""
     if scored is not None:
-        values = torch.where(scored.bool(), values, torch.zeros((), dtype=values.dtype))
+        values = torch.where(scored.bool(), values, values.new_zeros(()))
     return values.sum(dim=-1)
 
 

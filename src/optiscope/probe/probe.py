@@ -78,7 +78,9 @@ def sample_sequences(
         window = None if mask is None else mask[:, -block_size:]
         logits = logits_of(model(seq[:, -block_size:], **call_kwargs(model, window)))
         probs = torch.softmax(logits[:, -1].double(), dim=-1)
-        seq = torch.cat([seq, torch.multinomial(probs, 1, generator=generator)], dim=1)
+        # drawn where the generator lives: a CPU generator draws the same sequences for a model on any device
+        drawn = torch.multinomial(probs.to(generator.device), 1, generator=generator)
+        seq = torch.cat([seq, drawn.to(seq.device)], dim=1)
         if mask is not None:
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
     return seq
@@ -140,11 +142,16 @@ def probe_step(
         raise ValueError(f"log_ratio_clip={log_ratio_clip!r}; valid: a number > 0 (inf: no clipping)")
     scored = scored_positions(sequences, attention_mask, scored)
     net = unwrap(model)
-    shapes = {n: p.shape for n, p in net.named_parameters()}
+    params = dict(net.named_parameters())
     for name, v in direction.items():
-        if name in shapes and v.shape != shapes[name]:
+        if name in params and v.shape != params[name].shape:
             raise ValueError(
-                f"direction[{name!r}] has shape {tuple(v.shape)}; the parameter's is {tuple(shapes[name])}"
+                f"direction[{name!r}] has shape {tuple(v.shape)}; the parameter's is {tuple(params[name].shape)}"
+            )
+        if name in params and v.device != params[name].device:
+            raise ValueError(
+                f"direction[{name!r}] is on {v.device} but the parameter is on {params[name].device}: move the "
+                "direction to the model's device"
             )
         if not bool(torch.isfinite(v).all()):
             raise ValueError(f"direction[{name!r}] is not finite (a step that diverged?): there is no step to probe")
@@ -185,6 +192,10 @@ def check_token_ids(net: nn.Module, sequences: Tensor) -> None:
     if sequences.is_floating_point() or sequences.is_complex() or sequences.dtype == torch.bool:
         raise ValueError(f"sequences must be integer token ids, got dtype {sequences.dtype}")
     device = next(net.parameters()).device
+    if sequences.device != device:
+        raise ValueError(
+            f"sequences are on {sequences.device} but the model is on {device}: pass sequences.to('{device}')"
+        )
     with torch.no_grad():
         one = torch.zeros((1, 1), dtype=torch.long, device=device)
         vocabulary = check_logits(net(one, **call_kwargs(net, None))).shape[-1]
@@ -233,7 +244,7 @@ def _probe(
     inputs, targets = sequences[:, :-1], sequences[:, 1:]
     masks = None if attention_mask is None else attention_mask[:, :-1]
     if scored is None:
-        n = torch.full((len(sequences),), float(inputs.shape[1]), dtype=torch.float64)
+        n = torch.full((len(sequences),), float(inputs.shape[1]), dtype=torch.float64, device=sequences.device)
     else:
         n = scored.sum(1).double()
 

@@ -40,6 +40,12 @@ def start_processes(device: str = "auto", batch_size: int | None = None) -> Proc
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if cuda and not torch.cuda.is_available():
         raise UserError("--device cuda: no CUDA device is available; use --device cpu")
+    per_node, gpus = int(os.environ.get("LOCAL_WORLD_SIZE") or 1), torch.cuda.device_count() if cuda else 0
+    if cuda and per_node > gpus:  # every rank sees the same numbers, so every rank stops here, before joining
+        raise UserError(
+            f"--device {device}: {per_node} processes on this machine but {gpus} CUDA device(s), one needed per "
+            f"process; run torchrun --nproc_per_node={gpus}, or --device cpu"
+        )
     if batch_size is not None and batch_size % world:
         raise UserError(f"--batch-size={batch_size} must be divisible by the number of processes ({world})")
     if world > 1 and not dist.is_initialized():
