@@ -263,6 +263,24 @@ def test_sparse_gradients_are_refused_clearly():
         Adam(emb.parameters()).step()
 
 
+def test_a_gradient_of_another_dtype_takes_the_for_loop_and_fused_refuses_it():
+    """torch lets a tensor take a gradient of another dtype (``grad_dtype = None``); its fused kernels do not, so
+    the default path falls back to the for-loop (as torch.optim.SGD's own for-loop, the oracle, steps it)."""
+    params = [torch.ones(3, requires_grad=True) for _ in range(2)]
+    for p in params:
+        p.grad_dtype = None
+        p.grad = torch.full((3,), 0.5, dtype=torch.float64)
+    ours, theirs = [p.detach().clone().requires_grad_() for p in params], params
+    for p in ours:
+        p.grad_dtype = None
+        p.grad = torch.full((3,), 0.5, dtype=torch.float64)
+    SGD(ours, lr=0.1, momentum=0.9).step()
+    torch.optim.SGD(theirs, lr=0.1, momentum=0.9, foreach=False).step()
+    assert all(torch.equal(p, q) for p, q in zip(ours, theirs, strict=True))
+    with pytest.raises(RuntimeError, match=r"fused=True needs floating-point params and grads of the same dtype"):
+        SGD(ours, lr=0.1, fused=True).step()
+
+
 def test_hybrid_state_dict_round_trip():
     """MuonWithAdamW's two kinds of group survive a state-dict round trip."""
     w = torch.randn(4, 3, requires_grad=True)

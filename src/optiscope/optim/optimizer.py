@@ -331,18 +331,18 @@ def split_names(optimizer: str, params: Any) -> tuple[list[Any], list[str] | Non
 
 
 def fused_devices_ok(params: list[Tensor]) -> bool:
-    """Whether torch's fused kernels take these: floating params on CPU or CUDA, each with a dense gradient of
-    its own dtype on its own device. Judged on the few distinct kinds, not per tensor (this runs every step)."""
+    """Whether torch's fused kernels take these: floating params on CPU or CUDA, each with a gradient of its dtype.
+    A gradient is on its parameter's device (torch refuses to assign another) and dense here (``step`` refuses
+    sparse ones), so only the few distinct kinds are judged, not each tensor: this runs every step."""
     grads = [p.grad for p in params]
     if any(g is None for g in grads):
         return False
-    kinds = {(p.device, p.dtype, g.device, g.dtype, g.layout) for p, g in zip(params, grads, strict=True)}
-    return all(
-        device.type in ("cpu", "cuda")
-        and dtype in FUSED_DTYPES
-        and (grad_device, grad_dtype, layout) == (device, dtype, torch.strided)
-        for device, dtype, grad_device, grad_dtype, layout in kinds
-    )
+    kinds = {(p.device, p.dtype, g.dtype) for p, g in zip(params, grads, strict=True)}
+    return all(device.type in ("cpu", "cuda") and dtype in FUSED_DTYPES and g == dtype for device, dtype, g in kinds)
+
+
+def kinds_of(tensors: list[Tensor]) -> set[tuple[torch.device, torch.dtype]]:
+    return {(p.device, p.dtype) for p in tensors}
 
 
 def _contiguous(p: Tensor) -> bool:
@@ -351,7 +351,7 @@ def _contiguous(p: Tensor) -> bool:
 
 def grouped_by_device_and_dtype(tensors: list[Tensor]) -> dict[tuple[torch.device, torch.dtype], list[int]]:
     """Positions of tensors sharing a (device, dtype): fused and foreach kernels want uniform lists."""
-    kinds = {(p.device, p.dtype) for p in tensors}
+    kinds = kinds_of(tensors)
     if len(kinds) == 1:  # the usual case, without a dict operation per tensor (this runs every step)
         return {kinds.pop(): list(range(len(tensors)))}
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
