@@ -81,3 +81,5 @@ def test_noise_scale_needs_two_batches():
         gradient_noise_scale([[torch.ones(2)], [torch.ones(2), torch.ones(3)]], 4)
     with pytest.raises(ValueError, match="batch_size=True must be an integer >= 1"):
         gradient_noise_scale([[torch.ones(2)], [torch.ones(2)]], True)
+    with pytest.raises(ValueError, match=r"tensor 1 has shapes \[\(2,\), \(3,\)\] in different small-batch gradients"):
+        gradient_noise_scale([[torch.ones(2), torch.ones(3)], [torch.ones(2), torch.ones(2)]], 4)

@@ -63,3 +63,17 @@ def test_sequences_or_a_direction_on_another_device_are_named():
     name = next(iter(v))
     with pytest.raises(ValueError, match=rf"direction\['{name}'\] is on cpu but the parameter is on cuda:0"):
         probe_step(model, {**v, name: v[name].cpu()}, data, [1e-3])
+
+
+def test_the_direction_of_a_cuda_model_with_dropout_leaves_its_random_streams_alone():
+    """Dropout on a GPU draws from the GPU's stream: measuring the direction must not move it (nor the CPU's)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(VOCAB, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, VOCAB))
+    model = model.to("cuda").train()
+    batch = torch.randint(0, VOCAB, (8, T + 1), device="cuda")
+    opt = AdamW(model.parameters(), lr=1e-2)
+    cuda, cpu = torch.cuda.get_rng_state(), torch.get_rng_state()
+    update_direction(model, opt, lm_loss, batch)
+    assert torch.equal(torch.cuda.get_rng_state(), cuda) and torch.equal(torch.get_rng_state(), cpu)
+    model(batch)  # the oracle that the check can fail: a forward pass with dropout does move the GPU's stream
+    assert not torch.equal(torch.cuda.get_rng_state(), cuda)

@@ -209,6 +209,12 @@ def test_bad_input_is_named():
     other, other_opt, _, _ = setup(seed=1)
     with pytest.raises(ValueError, match="none of the AdamW's parameters is a parameter of the model"):
         update_direction(model, other_opt, lm_loss, batch)
+    with pytest.raises(ValueError, match="update_direction: loss_fn must return .* it returned a tensor that does not"):
+        update_direction(model, opt, lambda m, b: lm_loss(m, b).detach(), batch)
+    with pytest.raises(ValueError, match=r"it returned a tensor of shape \(8,\)"):
+        update_direction(model, opt, lambda m, b: m(b[:, :-1]).sum((1, 2)), batch)
+    with pytest.raises(ValueError, match="it returned a float"):
+        update_direction(model, opt, lambda m, b: float(lm_loss(m, b)), batch)
     v = update_direction(model, opt, lm_loss, batch)
     with pytest.raises(ValueError, match=r"η grid \[0.0, 0.001\] must be a non-empty list of finite step sizes > 0"):
         probe_step(model, v, data, [0.0, 1e-3])

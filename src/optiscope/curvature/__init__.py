@@ -11,7 +11,15 @@ optimizer, built on Hessian-vector products (reverse-over-reverse on a gradient 
 """
 
 from .directional import directional_curvature
-from .hvp import HessianOperator, batch_statistics, check_dtype, map_tensors, running_statistics_kept, tensors_in
+from .hvp import (
+    HessianOperator,
+    batch_statistics,
+    check_dtype,
+    map_tensors,
+    rng_forked,
+    running_statistics_kept,
+    tensors_in,
+)
 from .lanczos import LanczosResult, lanczos
 from .noise import gradient_noise_scale, noise_scale_from_norms, rank_gradients
 from .sharpness import require_optimizer_of, sharpness
@@ -33,6 +41,7 @@ __all__ = [
     "noise_scale_from_norms",
     "rank_gradients",
     "require_optimizer_of",
+    "rng_forked",
     "running_statistics_kept",
     "sharpness",
     "stability_threshold",

@@ -112,6 +112,12 @@ class _Loss(nn.Module):
         return self.loss_fn(self.model, batch)
 
 
+def rng_forked(model: nn.Module) -> contextlib.AbstractContextManager[None]:
+    """torch's random streams forked for the duration: the CPU's and those of the CUDA devices ``model`` is on
+    (dropout on a GPU draws from the GPU's), so that what runs inside leaves the training run's draws alone."""
+    return torch.random.fork_rng(devices=sorted({t.device.index or 0 for t in model.parameters() if t.is_cuda}))
+
+
 @contextlib.contextmanager
 def evaluating(model: nn.Module) -> Iterator[None]:
     """Eval mode, a forked RNG and the plain-math attention kernel for the duration (the fused
@@ -131,7 +137,7 @@ def evaluating(model: nn.Module) -> Iterator[None]:
         with (
             running_statistics_kept(model),
             weight_norms_composed(model),
-            torch.random.fork_rng(devices=[]),
+            rng_forked(model),
             sdpa_kernel(SDPBackend.MATH),
         ):
             yield

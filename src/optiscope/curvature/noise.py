@@ -50,7 +50,13 @@ def gradient_noise_scale(small: Sequence[Sequence[Tensor]], batch_size: int) -> 
             "parameter, in the same order"
         )
     small_sq, big_sq = [], []
-    for grads in zip(*small, strict=True):  # per parameter tensor
+    for i, grads in enumerate(zip(*small, strict=True)):  # per parameter tensor
+        shapes = sorted({tuple(g.shape) for g in grads})
+        if len(shapes) > 1:
+            raise ValueError(
+                f"gradient_noise_scale: tensor {i} has shapes {shapes} in different small-batch gradients; each "
+                "must hold one tensor per parameter, in the same order"
+            )
         stacked = torch.stack([g.detach().double().reshape(-1) for g in grads])
         small_sq.append(float((stacked**2).sum(1).mean()))
         big_sq.append(float((stacked.mean(0) ** 2).sum()))
