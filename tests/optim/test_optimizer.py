@@ -263,6 +263,7 @@ def test_sparse_gradients_are_refused_clearly():
         Adam(emb.parameters()).step()
 
 
+@pytest.mark.skipif(not hasattr(torch.Tensor, "grad_dtype"), reason="torch before grad_dtype refuses such gradients")
 def test_a_gradient_of_another_dtype_takes_the_for_loop_and_fused_refuses_it():
     """torch lets a tensor take a gradient of another dtype (``grad_dtype = None``); its fused kernels do not, so
     the default path falls back to the for-loop (as torch.optim.SGD's own for-loop, the oracle, steps it)."""
