@@ -163,14 +163,18 @@ class SGD(OptiscopeOptimizer):
             for i, p in enumerate(params):
                 bufs[i] = sgd_step_(p, p.grad, bufs[i], decoupled_weight_decay=group["decoupled_weight_decay"], **hyper)
         else:
-            for idx in grouped_by_device_and_dtype(params).values():
-                ps, gs, bs = [params[i] for i in idx], [params[i].grad for i in idx], [bufs[i] for i in idx]
+            groups = grouped_by_device_and_dtype(params).values()
+            for idx in groups:
+                whole = len(groups) == 1  # the usual case: the lists as they are, not copies
+                ps, bs = (params, bufs) if whole else ([params[i] for i in idx], [bufs[i] for i in idx])
+                gs = [p.grad for p in ps]
                 if impl == "foreach":
                     sgd_foreach_(ps, gs, bs, decoupled_weight_decay=group["decoupled_weight_decay"], **hyper)
                 else:
                     _sgd_fused_(ps, gs, bs, **hyper)
-                for i, b in zip(idx, bs, strict=True):
-                    bufs[i] = b
+                if not whole:
+                    for i, b in zip(idx, bs, strict=True):
+                        bufs[i] = b
         if uses_buffer:
             for i in new:
                 states[i]["momentum_buffer"] = bufs[i]
@@ -182,6 +186,9 @@ def _sgd_fused_(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor | N
         torch._fused_sgd_(params, grads, [], is_first_step=False, **hyper)
         return
     new = [i for i, b in enumerate(bufs) if b is None]
+    if not new:  # every step after the first
+        torch._fused_sgd_(params, grads, bufs, is_first_step=False, **hyper)
+        return
     old = [i for i, b in enumerate(bufs) if b is not None]
     for first, idx in ((True, new), (False, old)):
         if not idx:
