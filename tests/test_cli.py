@@ -193,6 +193,14 @@ def test_a_used_directory_is_refused_then_replaced_with_force(fake, tmp_path, ca
     assert (out / "figures" / "notes.md").read_text() == "the user's notes beside the figures"
 
 
+def test_resume_where_there_is_no_run_starts_one_and_says_so(fake, tmp_path, capsys):
+    out = tmp_path / "typo"
+    assert cli.main(["run", "fake", "--out", str(out), "--steps", "3", "--resume"]) == 0
+    assert f"--resume: {out} holds no run yet; starting one" in capsys.readouterr().out
+    assert cli.main(["run", "fake", "--out", str(out), "--steps", "3", "--resume"]) == 0
+    assert "holds no run yet" not in capsys.readouterr().out
+
+
 def test_resume_compares_only_options_that_change_results(fake, tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["run", "fake", "--out", str(out), "--steps", "3"]) == 0

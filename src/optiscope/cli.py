@@ -157,8 +157,16 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in vars(args).items() if k not in lifecycle and k not in own}
 
 
+def say_if_nothing_to_resume(args: argparse.Namespace, console: Console) -> None:
+    """``--resume`` on a directory without a run starts it (a job that is always restarted with --resume
+    works), but says so: a mistyped --out would otherwise start a long run from scratch unnoticed."""
+    if args.resume and runs.is_rank_zero() and not (args.out.is_dir() and runs.holds_run(args.out)):
+        console.print(f"--resume: {args.out} holds no run yet; starting one", highlight=False)
+
+
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     overrides = config_overrides(args)
+    say_if_nothing_to_resume(args, console)
     results, drawn = run_and_draw(args.name, args.out, args.quick, overrides, resume=args.resume, force=args.force)
     if not runs.is_rank_zero():
         return 0
@@ -294,6 +302,7 @@ def sweep_config(args: argparse.Namespace) -> sweep.SweepConfig:
 
 def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     config = sweep_config(args)
+    say_if_nothing_to_resume(args, console)
 
     def report(record: dict[str, Any]) -> None:
         error = f" ({record['error']})" if record["error"] else ""
