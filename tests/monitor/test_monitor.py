@@ -613,3 +613,11 @@ def test_a_wrong_kind_of_argument_is_named(kwargs, message):
     arguments = {"optimizer": Adam(model.parameters(), lr=1e-2), **kwargs}
     with pytest.raises(TypeError, match=message):
         Monitor(model, **arguments)
+
+
+def test_the_guard_within_a_run_cuts_its_warm_up_to_a_tenth_of_a_short_run():
+    guard = DivergenceGuard(factor=3.0, first_factor=2.0)
+    assert guard.within(1000) == guard  # a long run keeps the 20-step warm-up
+    short = guard.within(50)
+    assert (short.warmup, short.factor, short.first_factor) == (5, 3.0, 2.0)
+    assert guard.reason(6, 10.0, 1.0, 1.0) is None and short.reason(6, 10.0, 1.0, 1.0) is not None

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from .. import runs, train
 from ..curvature import stability_threshold
-from ..monitor import Curvature, DivergenceGuard, Monitor, run_directory_sinks
+from ..monitor import Curvature, Monitor, run_directory_sinks
 from ..optim import RECIPES, build_optimizer
 from . import (
     RunSpec,
@@ -190,9 +190,6 @@ def train_one(config: Config, spec: RunSpec, data: tuple[Tensor, Tensor], run_di
         optimizer,
         every=config.measure_every,
         sinks=run_directory_sinks(run_dir, spec.label),
-        # the default guard judges a loss spike only after 20 steps: a run shorter than that would never be
-        # judged (adam@10 over 20 steps ended "ok" at 4,700× its first loss), so the warm-up is a tenth of it
-        guard=DivergenceGuard(warmup=min(DivergenceGuard.warmup, config.steps // 10)),
         curvature=curvature,
         context={"run": spec.label},
     )

@@ -7,6 +7,7 @@ with the step and the parameters whose update-to-weight ratio blew up first, and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +80,11 @@ class DivergenceGuard:
             raise ValueError(f"DivergenceGuard: first_factor={self.first_factor!r} must be a number >= 1")
         if not is_count(self.warmup, 0):
             raise ValueError(f"DivergenceGuard: warmup={self.warmup!r} must be an integer >= 0")
+
+    def within(self, steps: int) -> DivergenceGuard:
+        """This guard for a run of ``steps`` steps: a warm-up longer than a tenth of the run is cut to that tenth,
+        or a short run would never be judged (adam@10 over 20 steps ended "ok" at 4,700× its first loss)."""
+        return dataclasses.replace(self, warmup=min(self.warmup, steps // 10))
 
     def reason(self, step: int, loss: float, lowest: float, first: float) -> str | None:
         """Why this loss counts as divergence, or None."""

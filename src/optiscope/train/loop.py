@@ -148,6 +148,8 @@ def train(
         checkpoints.restore(run, checkpoints.load(checkpoint, run.label))
     if run.monitor is not None:  # what an interrupted attempt logged after the checkpoint is dropped
         run.monitor.rewind_sinks(run.step)
+        if run.monitor.guard is not None:
+            run.monitor.guard = run.monitor.guard.within(plan.steps)
     progress = progress or Progress(enabled=False)
     try:
         if run.history["status"] == "running":
