@@ -160,7 +160,7 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def say_if_nothing_to_resume(args: argparse.Namespace, console: Console) -> None:
     """``--resume`` on a directory without a run starts it (a job that is always restarted with --resume
     works), but says so: a mistyped --out would otherwise start a long run from scratch unnoticed."""
-    if args.resume and runs.is_rank_zero() and not (args.out.is_dir() and runs.holds_run(args.out)):
+    if args.resume and runs.is_rank_zero() and not runs.holds_run(args.out):
         console.print(f"--resume: {args.out} holds no run yet; starting one", highlight=False)
 
 

@@ -9,6 +9,7 @@ A sentence whose values a result does not have (a diverged run has no final weig
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -59,14 +60,11 @@ def headlines(results: dict[str, Any]) -> list[Sentence]:
     if writer is None:
         return []
     out = []
-    try:
+    missing = (KeyError, IndexError, TypeError)  # a result without a value that is read (e.g. a run diverged)
+    with contextlib.suppress(*missing):  # met by the writer itself: the sentences so far stand
         for sentence in writer(results):
-            try:
+            with contextlib.suppress(*missing):  # met by one sentence: the others stand
                 out.append(sentence())
-            except (KeyError, IndexError, TypeError):
-                continue  # this result lacks a value the sentence needs (e.g. a run diverged)
-    except (KeyError, IndexError, TypeError):  # the writer itself met a result without a value it reads
-        pass
     return out
 
 
