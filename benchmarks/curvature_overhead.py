@@ -7,11 +7,14 @@ curvature: the peer), and the monitor with curvature every ``--every`` steps (10
 configured by default (sharpness to residual 1e-2, warm-started, plus the curvature along the update),
 with the gradient direction too, and the sharpness alone. Every step is timed, so the overhead is given
 two ways: from whole rounds' throughput, and from the measuring steps' extra time (robust to a machine
-whose speed drifts between rounds). Goal (issue 12): ≤ 10 % overhead. ``--device cuda --size gpu`` measures
-nanoGPT's GPU configuration (6 layers, 384 wide, context 256, batch 64; curvature on 12 of its sequences).
+whose speed drifts between rounds). Goal (issue 12): ≤ 10 % overhead. ``--warm-steps N`` first trains the
+shared model and optimizer N steps, so that the measurements fall later in training, where the top eigenvector
+moves further between measurements and the spectrum's top is more crowded (more products per measurement).
+``--device cuda --size gpu`` measures nanoGPT's GPU configuration (6 layers, 384 wide, context 256, batch 64;
+curvature on 12 of its sequences).
 
-    python benchmarks/curvature_overhead.py [--rounds 5] [--steps 100] [--every 100] [--threads 1]
-        [--device cpu|cuda] [--size cpu|gpu]
+    python benchmarks/curvature_overhead.py [--rounds 5] [--steps 100] [--every 100] [--warm-steps 0]
+        [--threads 1] [--device cpu|cuda] [--size cpu|gpu]
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=100, help="steps per round (a multiple of --every)")
     parser.add_argument("--every", type=int, default=100, help="steps between curvature measurements")
+    parser.add_argument("--warm-steps", type=int, default=0, help="steps trained before the contenders part")
     parser.add_argument("--text", default=None)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -52,9 +56,16 @@ def main() -> None:
     context, batch_size = shape.pop("block_size"), shape.pop("batch_size")
     torch.manual_seed(0)
     base = GPT(GPTConfig(vocab_size=int(ids.max()) + 1, block_size=context, **shape)).to(args.device)
+    base_opt = AdamW(base.parameters(), lr=1e-3)
 
     def draw(rows: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return tuple(t.to(args.device) for t in sample_batch(ids, context, rows, generator))
+
+    warm_generator = torch.Generator().manual_seed(3)
+    for _ in range(args.warm_steps):
+        base_opt.zero_grad(set_to_none=True)
+        loss_fn(base, draw(batch_size, warm_generator)).backward()
+        base_opt.step()
 
     batch = draw(12, torch.Generator().manual_seed(2))
     settings = {
@@ -65,8 +76,7 @@ def main() -> None:
     }
     contenders = {}
     for name, curvature in settings.items():
-        model = copy.deepcopy(base)
-        opt = AdamW(model.parameters(), lr=1e-3)
+        model, opt = copy.deepcopy((base, base_opt))  # together: the copy's state is keyed by the copy's parameters
         monitor = Monitor(model, opt, every=10, guard=None, curvature=curvature)
         contenders[name] = Contender(model, opt, monitor, torch.Generator().manual_seed(1))
 
@@ -100,7 +110,7 @@ def main() -> None:
     where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
     print(
         f"torch {torch.__version__}, {where}, GPT {base.num_parameters() / 1e6:.2f}M params, "
-        f"batch {batch_size} x {context}, curvature batch 12 x {context}"
+        f"batch {batch_size} x {context}, curvature batch 12 x {context}, measured after {args.warm_steps} steps"
     )
     peer_rate = statistics.median(rates["monitor only"])
     peer_step = statistics.median(contenders["monitor only"].plain)

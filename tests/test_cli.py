@@ -218,7 +218,7 @@ def test_a_run_that_fails_before_it_starts_leaves_no_config(fake, tmp_path):
     assert cli.main(["run", "fake", "--out", str(out)]) == 0  # the directory is free for a real run
 
 
-def test_a_second_process_on_the_same_directory_fails_at_once(fake, tmp_path, capsys):
+def test_a_second_process_on_the_same_directory_is_refused(fake, tmp_path, capsys):
     out = tmp_path / "run"
     with runs.open_run(out, "fake", {"steps": 3}):  # a run in progress holds the lock
         code = subprocess.run(

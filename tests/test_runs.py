@@ -167,6 +167,41 @@ def test_the_lock_is_released_when_the_holder_dies(tmp_path):
         pass
 
 
+def test_in_progress_while_a_process_holds_the_run_and_probing_writes_nothing(tmp_path):
+    """The report tells a run going on from one that stopped by the lock: held while the run's process lives
+    (here another process, as a run in a terminal would be), free once it is killed."""
+    import subprocess
+    import sys
+
+    assert not runs.in_progress(tmp_path) and list(tmp_path.iterdir()) == []  # no lock file made by asking
+    code = (
+        "from optiscope import runs; import sys\n"
+        "with runs.open_run(sys.argv[1], 'x', {}):\n    print('held', flush=True)\n    sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert runs.in_progress(tmp_path) and runs.in_progress(tmp_path)  # asking twice leaves it held
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not runs.in_progress(tmp_path)
+
+
+def test_a_run_that_starts_while_a_reader_probes_the_lock_waits_it_out(tmp_path):
+    """A reader (``in_progress``) holds the lock for an instant; a run starting then must not be refused."""
+    import fcntl
+    import threading
+
+    fd = os.open(tmp_path / runs.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    threading.Timer(0.2, os.close, (fd,)).start()  # closing gives the lock back, well within the grace
+    with runs.open_run(tmp_path, "x", {}):
+        assert runs.in_progress(tmp_path)
+
+
 def test_rank_zero_from_environment(monkeypatch):
     monkeypatch.setitem(os.environ, "RANK", "1")
     assert not runs.is_rank_zero()

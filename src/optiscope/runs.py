@@ -235,7 +235,8 @@ def open_run(
     """Hold ``out`` as the one directory of one run of ``experiment`` for the duration of the block.
 
     * A lock (``flock``, released by the kernel even after ``kill -9``) makes a second process that
-      opens the same directory fail at once.
+      opens the same directory fail within ``LOCK_GRACE_SECONDS``; ``in_progress`` tells a reader (the
+      report) that a run is going on.
     * A directory that holds another run is refused unless ``resume`` (continue it: the stored
       configuration must equal ``config`` except in the keys ``ignored``, which do not change results)
       or ``force`` (first remove every file the run owns: ``OWNED`` plus ``owned``); both at once are refused.
@@ -296,6 +297,28 @@ def _present(path: Path, owned: Iterable[str]) -> list[str]:
     return [name for name in owned if holds(path / name)]
 
 
+def in_progress(path: Path) -> bool:
+    """Whether a process holds the lock of the run directory ``path`` now: a run going on, not one that was
+    interrupted or failed. Tested without writing anything there, by a shared lock taken and given back at once
+    (which a run starting in that instant waits out: ``LOCK_GRACE_SECONDS``)."""
+    try:
+        fd = os.open(Path(path) / LOCK, os.O_RDONLY)
+    except OSError:  # no lock file: no run ever held the directory (or it cannot be read: none known to)
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing the descriptor gives back a lock it took
+    return False
+
+
+LOCK_GRACE_SECONDS = 1.0  # how long a starting run waits for a lock held for an instant (``in_progress``)
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     try:
@@ -303,13 +326,20 @@ def _locked(path: Path) -> Iterator[None]:
     except OSError as e:
         raise RunDirError(f"cannot write in the run directory --out {path}: {e.strerror or e}") from e
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-            raise RunDirError(
-                f"{path} is in use by another optiscope run ({holder}); wait for it to finish or choose another --out"
-            ) from None
+        deadline = time.monotonic() + LOCK_GRACE_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    continue
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+                raise RunDirError(
+                    f"{path} is in use by another optiscope run ({holder}); wait for it to finish or choose "
+                    "another --out"
+                ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
         yield

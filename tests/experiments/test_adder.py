@@ -5,7 +5,7 @@ import torch
 
 from optiscope import cli, runs
 from optiscope.data.addition import suite
-from optiscope.experiments import ConfigError
+from optiscope.experiments import ConfigError, build_config
 from optiscope.experiments import adder as E
 from optiscope.models.adder_challenge import SuiteScorer, add
 
@@ -34,6 +34,14 @@ def test_curriculum_and_carry_schedules():
     assert E.carry_fraction(cfg, 1) == 0.8 and E.carry_fraction(cfg, 51) == pytest.approx(0.5)
     assert E.carry_fraction(cfg, 101) == pytest.approx(0.2) and E.carry_fraction(cfg, 5000) == pytest.approx(0.2)
     assert E.max_digits(E.Config(curriculum_steps=0), 1) == 10
+
+
+def test_a_warmup_not_given_follows_steps():
+    """7.5 % of --steps, at most the seed's 1,000 (of 60,000): --quick's 4,000 steps warm up for 300, and a
+    short run needs no --warmup-steps of its own."""
+    assert E.Config().warmup_steps == 1000 and build_config(E, True, {}).warmup_steps == 300
+    assert build_config(E, True, {"steps": 200}).warmup_steps == 15 and E.Config(steps=10).warmup_steps == 0
+    assert E.Config(steps=200, warmup_steps=3).warmup_steps == 3
 
 
 @pytest.mark.parametrize(

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from optiscope import cli, runs
-from optiscope.experiments import lm
+from optiscope.experiments import ConfigError, build_config, lm
 from support import write_tiny_corpus
 
 TINY = [  # a 1-layer, 16-wide GPT
     *("--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4"),
     *("--eval-every", "10", "--eval-batches", "2", "--log-every", "5", "--checkpoint-every", "10"),
-    *("--sample-tokens", "8", "--prompts", "the,a cat", "--warmup-steps", "2", "--quiet"),
+    *("--sample-tokens", "8", "--prompts", "the,a cat", "--quiet"),  # the warmup follows --steps
 ]
 
 
@@ -25,6 +25,18 @@ def text(tmp_path_factory):
 
 def run_cli(out, text, *extra):
     return cli.main(["run", "lm", "--out", str(out), "--text", str(text), *TINY, *extra])
+
+
+def test_a_warmup_not_given_follows_steps():
+    """A short run needs no --warmup-steps of its own: a tenth of --steps, at most nanoGPT's 100; one given
+    is kept, and one that does not fit is still refused."""
+    assert lm.Config().warmup_steps == 100 and lm.Config(steps=5000).warmup_steps == 100
+    assert lm.Config(steps=20).warmup_steps == 2 and lm.Config(steps=5).warmup_steps == 0
+    assert build_config(lm, True, {}).warmup_steps == 30  # --quick's 300 steps
+    assert build_config(lm, True, {"steps": 20}).warmup_steps == 2
+    assert lm.Config(steps=20, warmup_steps=7).warmup_steps == 7
+    with pytest.raises(ConfigError, match=r"--warmup-steps=20 must be in \[0, --steps=20\)"):
+        lm.Config(steps=20, warmup_steps=20)
 
 
 def test_runs_each_optimizer_and_draws_figures(tmp_path, text):

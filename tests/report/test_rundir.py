@@ -10,9 +10,10 @@ import shutil
 import pytest
 import torch
 
-from optiscope import cli
+from optiscope import cli, runs
 from optiscope.monitor import JSONLSink, Monitor
 from optiscope.report import read_metrics, read_run, series
+from optiscope.report.page import status_line
 
 from .browser import load
 from .monitored import diverging_run
@@ -37,6 +38,23 @@ def test_unknown_experiment_and_missing_results_are_named(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert any("results.json is missing" in p for p in read_run(empty).problems)
+
+
+def test_a_run_going_on_is_told_from_one_that_stopped_before_its_results(tmp_path):
+    """Both have records and no results.json; the one whose process still holds the directory is running (its
+    missing results are no problem), the other stopped: interrupted or failed, and resumable."""
+    out = tmp_path / "run"
+    with runs.open_run(out, "lm", {"steps": 10}):
+        runs.append_jsonl(out / "metrics.jsonl", {"run": "adam", "step": 3, "loss": 2.0})
+        going = read_run(out)
+        assert going.in_progress and not any("results.json" in p for p in going.problems)
+        assert 'Status: <span class="status-run">running</span>; last logged: adam at step 3.' in status_line(going)
+    stopped = read_run(out)
+    assert not stopped.in_progress
+    assert any("interrupted or failed" in p and "--resume" in p for p in stopped.problems)
+    assert "stopped before its results (interrupted or failed)</span>; last logged: adam at step 3" in status_line(
+        stopped
+    )
 
 
 def test_bad_directories_give_a_page_that_says_what_it_could_not_show(page, tiny_runs, tmp_path, capsys):

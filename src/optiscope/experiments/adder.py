@@ -104,7 +104,9 @@ class Config:
     seed: int = field(default=1, metadata={"help": "the seed, when --seeds is not given"})
     seeds: tuple[int, ...] = field(default=(), metadata={"help": "several seeds, e.g. 1,2,3,4,5"})
     min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine decays to lr × this"})
-    warmup_steps: int = 1000
+    warmup_steps: int | None = field(
+        default=None, metadata={"help": "warmup steps (default: 7.5 % of --steps, at most 1000)"}
+    )
     weight_decay: float = field(default=0.01, metadata={"help": "λ, for the optimizers that decay"})
     clip: float = field(default=1.0, metadata={"help": "global gradient-norm clip"})
     batch_size: int = 256
@@ -125,6 +127,8 @@ class Config:
     def __post_init__(self) -> None:
         require_counts(self, "params_budget", "batch_size", "steps", "eval_every", "log_every")
         require_threads(self)
+        if self.warmup_steps is None:  # follows --steps, so that a short run needs no --warmup-steps of its own
+            self.warmup_steps = min(1000, self.steps * 3 // 40)
         require_counts(self, "warmup_steps", "curriculum_steps", "carry_steps", minimum=0)
         require(self.warmup_steps < self.steps, f"--warmup-steps={self.warmup_steps} must be < --steps={self.steps}")
         runs_of(self)
@@ -150,7 +154,7 @@ def runs_of(config: Config) -> tuple[RunSpec, ...]:
     return parse_runs(config.optimizers, DEFAULT_LR, OPTIMIZERS)
 
 
-QUICK = dict(params_budget=300, steps=4_000, warmup_steps=300, carry_steps=2_000, eval_every=500)
+QUICK = dict(params_budget=300, steps=4_000, carry_steps=2_000, eval_every=500)
 
 
 class Evaluation(TypedDict):

@@ -207,7 +207,6 @@ def trained_model(config: Config, run_dir: Path, console: Console) -> tuple[GPT,
         lm_config = lm.Config(
             optimizers="adamw",
             steps=config.train_steps,
-            warmup_steps=min(100, config.train_steps // 10),
             eval_every=max(config.train_steps // 4, 1),
             checkpoint_every=config.train_steps,
             quiet=config.quiet,

@@ -98,7 +98,9 @@ class Config:
     batch_size: int = field(default=12, metadata={"help": "global batch (split across torchrun ranks)"})
     steps: int = 2000
     schedule: str = field(default="auto", metadata={"help": f"one of {', '.join(SCHEDULES)}; auto: per optimizer"})
-    warmup_steps: int = field(default=100, metadata={"help": "warmup steps of warmup_cosine"})
+    warmup_steps: int | None = field(
+        default=None, metadata={"help": "warmup steps of warmup_cosine (default: a tenth of --steps, at most 100)"}
+    )
     min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine decays to this fraction of the lr"})
     weight_decay: float = field(default=0.1, metadata={"help": "λ on matrices, for the optimizers that decay"})
     clip: float = field(default=1.0, metadata={"help": "global gradient-norm clip"})
@@ -134,6 +136,8 @@ class Config:
         counts = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "steps", "eval_every", "eval_batches")
         require_counts(self, *counts, "log_every", "checkpoint_every", "vocab_cap", "curvature_batch")
         require_counts(self, "curvature_every", minimum=0)
+        if self.warmup_steps is None:  # follows --steps, so that a short run needs no --warmup-steps of its own
+            self.warmup_steps = min(100, self.steps // 10)
         require(
             self.curvature_every % self.log_every == 0,
             f"--curvature-every={self.curvature_every} must be 0 or a multiple of --log-every={self.log_every}",
@@ -167,7 +171,6 @@ QUICK = dict(
     eval_every=100,
     eval_batches=8,
     checkpoint_every=100,
-    warmup_steps=30,
     sample_tokens=60,
 )
 

@@ -36,6 +36,7 @@ h3 { margin-bottom: 0.3em; } .muted { color: #6b6b6b; font-size: 0.9em; }
 .headline li { margin: 0.2em 0; } .num { font-weight: 600; font-variant-numeric: tabular-nums; }
 .problems { background: #fdf0ee; border-left: 4px solid #b03a2e; padding: 0.5em 1em 0.5em 2em; }
 .status-ok { color: #2e8b57; font-weight: 600; } .status-bad { color: #b03a2e; font-weight: 600; }
+.status-run { color: #1f5fa8; font-weight: 600; }
 .chart { margin: 0.6em 0 1.6em; } .chart h4 { margin: 0 0 0.2em; font-size: 0.95em; }
 figure { margin: 0.5em 0 1.5em; } figure img { max-width: 100%; border: 1px solid #e3e3df; }
 pre { background: #f1f1ee; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
@@ -65,7 +66,10 @@ def signature(run_dirs: Sequence[RunDir], titles: Sequence[str], live: dict[str,
     charts drawn and the columns of each chart's live data (a chart that appears mid-run, e.g. the sharpness
     at the first measurement, changes them) — not the lengths of the series."""
     shape = [
-        [(str(r.path), r.results is not None, sorted(series.by_run(r.metrics)), divergence_lines(r)) for r in run_dirs],
+        [
+            (str(r.path), r.results is not None, r.in_progress, sorted(series.by_run(r.metrics)), divergence_lines(r))
+            for r in run_dirs
+        ],
         list(titles),
         {key: sorted(data) for key, data in live.items()},
     ]
@@ -204,10 +208,12 @@ def status_line(run: RunDir) -> str:
         return f'<p>Status: <span class="{css}">{html.escape(status)}</span>{quick}{extra}.</p>'
     if runs_seen and section_of(run) == MONITORED:
         return f"<p>Status: monitored; last logged: {html.escape(progress)}.</p>"
+    logged = f"; last logged: {html.escape(progress)}" if runs_seen else "; nothing logged yet"
+    if run.in_progress:
+        return f'<p>Status: <span class="status-run">running</span>{logged}.</p>'
     if runs_seen:
-        return (
-            f'<p>Status: <span class="status-bad">no results.json yet</span>; last logged: {html.escape(progress)}.</p>'
-        )
+        stopped = "stopped before its results (interrupted or failed)"
+        return f'<p>Status: <span class="status-bad">{stopped}</span>{logged}.</p>'
     return '<p>Status: <span class="status-bad">no results</span>.</p>'
 
 

@@ -31,6 +31,7 @@ class RunDir:
     figures: list[Path] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     monitored: bool = False  # a Monitor's directory (its JSONL sink, the callbacks'): metrics.jsonl, no config.json
+    in_progress: bool = False  # a process holds the directory's lock: the run is going on
 
     @property
     def name(self) -> str:
@@ -48,7 +49,9 @@ def read_run(path: Path) -> RunDir:
     foreign = config is not None and not runs.is_run_config(config)
     run.config = None if foreign else config
     run.monitored = (path / runs.METRICS).exists() and (foreign or not (path / runs.CONFIG).exists())
-    run.results = _read_results(path / runs.RESULTS, run.problems, expected=not run.monitored)
+    run.in_progress = runs.in_progress(path)
+    # results.json is written at the end: its absence is a problem only once no process holds the run
+    run.results = _read_results(path / runs.RESULTS, run.problems, expected=not (run.monitored or run.in_progress))
     run.metrics = read_metrics(path / runs.METRICS, run.problems)
     if run.monitored and not run.metrics:
         run.problems.append(f"{runs.METRICS} holds no record yet (the monitor writes one every `every` steps)")
@@ -81,8 +84,9 @@ def _read_results(path: Path, problems: list[str], expected: bool = True) -> dic
         if not expected:
             return None
         problems.append(
-            f"{runs.RESULTS} is missing (the run is still going, was interrupted or failed): "
-            "headline numbers, result charts and figures' data are not shown"
+            f"{runs.RESULTS} is missing and no process holds the run: it was interrupted or failed (`optiscope run "
+            "… --resume` continues it from its last checkpoint); headline numbers, result charts and figures' data "
+            "are not shown"
         )
         return None
     results = _read_object(path, problems)

@@ -28,7 +28,8 @@ HOST = "127.0.0.1"
 
 
 class Report:
-    """The page of ``dirs``, rebuilt only when one of their files has changed since the last request."""
+    """The page of ``dirs``, rebuilt only when one of their files has changed since the last request, or a run
+    in them has started or stopped."""
 
     def __init__(self, dirs: Sequence[Path], interval_ms: int = 1000) -> None:
         self.dirs, self.interval_ms = [Path(d) for d in dirs], interval_ms
@@ -46,6 +47,7 @@ class Report:
                 except OSError:
                     out.append(None)
             out.append(tuple(sorted(p.name for p in (d / runs.FIGURES).glob("*.png"))))
+            out.append(runs.in_progress(d))  # a run that stops without results shows as stopped
         return tuple(out)
 
     def page(self) -> Page:
