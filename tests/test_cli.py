@@ -43,6 +43,14 @@ def test_quick_then_explicit_options(fake, tmp_path):
     assert runs.read_json(tmp_path / "q2" / "config.json")["config"]["steps"] == 5
 
 
+@pytest.mark.parametrize("name", sorted(experiments.EXPERIMENTS))
+def test_every_experiment_takes_the_shared_options(name):
+    """One command line (``--quiet --seed N``) fits every experiment; ``--quiet`` never changes results."""
+    args = cli.make_parser().parse_args(["run", name, "--out", "x", "--quiet", "--seed", "3"])
+    assert args.quiet is True and args.seed == 3
+    assert "quiet" in experiments.options_without_effect(experiments.load(name).Config)
+
+
 def test_plot_redraws_from_results_alone(fake, tmp_path):
     out = tmp_path / "run"
     cli.main(["run", "fake", "--out", str(out)])

@@ -4,8 +4,9 @@ An experiment module defines
 
 * ``SUMMARY`` — one line for ``optiscope list``;
 * ``Config`` — a dataclass whose fields become command-line options (``field(metadata={"help": ...})``;
-  ``"affects_results": False`` marks options such as ``--quiet`` that ``--resume`` may change) and whose
-  ``__post_init__`` raises ``ConfigError`` naming any bad value and the valid ones;
+  ``NO_EFFECT`` in the metadata marks options such as ``--quiet`` that ``--resume`` may change) and whose
+  ``__post_init__`` raises ``ConfigError`` naming any bad value and the valid ones. Every one takes
+  ``--quiet``, so that one command line silences any of them;
 * ``QUICK`` — field overrides for ``--quick`` (what ``make demo`` runs: well under a minute on a laptop);
 * ``Results`` — the ``TypedDict`` of its ``results.json``, the contract its figures are drawn from;
 * ``run(config, run_dir) -> Results`` — does the work. Experiments that train go through
@@ -162,6 +163,10 @@ def require_non_negative(config: Any, *names: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------- running
+#: the metadata of a Config field that does not change results (``--resume`` ignores differences in it)
+NO_EFFECT = {"affects_results": False}
+
+
 def config_dict(config: Any) -> dict[str, Any]:
     return runs.to_jsonable(dataclasses.asdict(config))
 

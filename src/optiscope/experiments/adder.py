@@ -34,6 +34,7 @@ from ..models.adder_challenge import SuiteScorer, build_model, evaluate, greedy_
 from ..monitor import DivergenceGuard, Monitor, run_directory_sinks
 from ..optim import RECIPES, as_lambda_lr, build_optimizer, warmup_cosine
 from . import (
+    NO_EFFECT,
     ConfigError,
     Objective,
     RunSpec,
@@ -54,7 +55,6 @@ SUMMARY = "tiny transformers that add 10-digit numbers: trained, scored on the 1
 #: Every recipe but plain Muon, which cannot take the model's vectors and scalars.
 OPTIMIZERS = tuple(name for name in RECIPES if name != "muon")
 DEFAULT_LR = 0.02
-NO_EFFECT = {"affects_results": False}
 
 # The architectures ``--params-budget`` chooses from (README, "Experiment adder", has what each achieved).
 # "two-head": routing by two heads that share one Q/K matrix and differ by their learned phase (one reads

@@ -39,6 +39,7 @@ from ..curvature import stability_threshold
 from ..monitor import Curvature, Monitor, run_directory_sinks
 from ..optim import RECIPES, build_optimizer
 from . import (
+    NO_EFFECT,
     RunSpec,
     checkpoint_name,
     parse_runs,
@@ -53,7 +54,6 @@ SUMMARY = "Full-batch GD, momentum and Adam: (preconditioned) sharpness against 
 
 #: Learning rates for names given without @lr (each reaches its threshold in the default number of steps).
 LEARNING_RATES = {"sgd": 0.2, "momentum": 0.3, "nesterov": 0.1, "adam": 0.01, "adamw": 0.01, "adaml2": 0.01}
-NO_EFFECT = {"affects_results": False}
 
 
 @dataclass

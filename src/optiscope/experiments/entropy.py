@@ -40,7 +40,7 @@ from ..models.pretrained import add_lora, context_length, load_causal_lm
 from ..monitor.stats import loglog_fit
 from ..optim import build_optimizer
 from ..probe import MODES, prediction_curves, probe_step, sample_sequences, subset_errors, update_direction
-from . import ConfigError, RunSpec, execute, lm, parse_runs, require, require_counts
+from . import NO_EFFECT, ConfigError, RunSpec, execute, lm, parse_runs, require, require_counts
 
 SUMMARY = "One optimizer step's true vs predicted (linear, quadratic) change of a GPT's entropy and loss"
 #: The lm run trained here when no --checkpoint is given lives in DIR/lm.
@@ -86,7 +86,7 @@ class Config:
     text: str | None = field(default=None, metadata={"help": "text to train it on (default: Shakespeare)"})
     seed: int = 0
     precision: str = field(default="float64", metadata={"help": "float64 (a float64 copy of the model) or model"})
-    quiet: bool = field(default=False, metadata={"help": "print nothing while working", **lm.NO_EFFECT})
+    quiet: bool = field(default=False, metadata={"help": "print nothing while working", **NO_EFFECT})
 
     def __post_init__(self) -> None:
         runs_of(self)

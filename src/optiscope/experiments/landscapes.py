@@ -23,6 +23,7 @@ import torch
 from ..checks import finite, positive
 from ..optim import RECIPES
 from . import (
+    NO_EFFECT,
     Objective,
     RunSpec,
     only_run,
@@ -74,6 +75,8 @@ class Config:
     )
     weights_per_group: int = field(default=100, metadata={"help": "weights in each parameter group"})
     seed: int = field(default=0, metadata={"help": "seed of the regression data"})
+    # taken by every experiment (one command line silences any); this one prints nothing while it runs anyway
+    quiet: bool = field(default=False, metadata={"help": "print nothing while working (it never does)", **NO_EFFECT})
 
     def __post_init__(self) -> None:
         require_counts(self, "steps", "bias_steps", "decay_steps", "weights_per_group")

@@ -37,6 +37,7 @@ from ..monitor.curvature import DIRECTIONS
 from ..monitor.stats import spearman, update_ratio_by
 from ..optim import RECIPES, Schedule, as_lambda_lr, build_optimizer
 from . import (
+    NO_EFFECT,
     ConfigError,
     Objective,
     RunSpec,
@@ -70,7 +71,6 @@ DEFAULTS: dict[str, tuple[float, str]] = {
 LEARNING_RATES = {name: lr for name, (lr, _) in DEFAULTS.items()}
 SCHEDULES = ("auto", "constant", "warmup_cosine")
 DEVICES = ("auto", "cpu", "cuda")
-NO_EFFECT = {"affects_results": False}
 #: sequences in the fixed curvature batch, unless --curvature-batch says otherwise (the issue's 12 × 64)
 CURVATURE_BATCH = 12
 

@@ -31,6 +31,7 @@ from ..checks import positive
 from ..monitor.stats import loglog_fit
 from ..optim import RECIPES, build_optimizer
 from . import (
+    NO_EFFECT,
     Objective,
     RunSpec,
     only_run,
@@ -95,6 +96,8 @@ class Config:
         metadata={"help": "learning rates of the SGD-vs-Adam sweep"},
     )
     seed: int = field(default=0, metadata={"help": "seed of the data stream"})
+    # taken by every experiment (one command line silences any); this one prints nothing while it runs anyway
+    quiet: bool = field(default=False, metadata={"help": "print nothing while working (it never does)", **NO_EFFECT})
 
     def __post_init__(self) -> None:
         require_counts(self, "steps", "batch_size")
