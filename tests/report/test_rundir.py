@@ -35,9 +35,15 @@ def test_unknown_experiment_and_missing_results_are_named(tmp_path):
     run = read_run(tmp_path)
     assert run.results is None and run.experiment is None
     assert any("'nope'" in p and "known: " in p for p in run.problems)
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / "config.json").write_text(json.dumps({"experiment": "lm", "config": {}}))
+    assert any("results.json is missing" in p for p in read_run(stopped).problems)
     empty = tmp_path / "empty"
-    empty.mkdir()
-    assert any("results.json is missing" in p for p in read_run(empty).problems)
+    empty.mkdir()  # nothing of a run: said once, not as a run that stopped
+    assert read_run(empty).problems == [
+        f"{empty} holds no config.json, results.json or metrics.jsonl of an optiscope run"
+    ]
 
 
 def test_a_run_going_on_is_told_from_one_that_stopped_before_its_results(tmp_path):

@@ -50,8 +50,11 @@ def read_run(path: Path) -> RunDir:
     run.config = None if foreign else config
     run.monitored = (path / runs.METRICS).exists() and (foreign or not (path / runs.CONFIG).exists())
     run.in_progress = runs.in_progress(path)
-    # results.json is written at the end: its absence is a problem only once no process holds the run
-    run.results = _read_results(path / runs.RESULTS, run.problems, expected=not (run.monitored or run.in_progress))
+    # results.json is written at the end: its absence is a problem of a run that started (it wrote its config
+    # or records) and that no process holds any more; a directory with nothing of a run is said below
+    started = any((path / name).exists() for name in (runs.CONFIG, runs.METRICS))
+    expected = started and not (run.monitored or run.in_progress)
+    run.results = _read_results(path / runs.RESULTS, run.problems, expected=expected)
     run.metrics = read_metrics(path / runs.METRICS, run.problems)
     if run.monitored and not run.metrics:
         run.problems.append(f"{runs.METRICS} holds no record yet (the monitor writes one every `every` steps)")
