@@ -17,6 +17,18 @@ LM_SIZES = {
 }
 
 
+def lm_shape(size: str) -> tuple[dict[str, int], int, int]:
+    """(the GPT's layer shapes, its context, the training batch) of the ``LM_SIZES`` configuration ``size``."""
+    shape = dict(LM_SIZES[size])
+    context, batch_size = shape.pop("block_size"), shape.pop("batch_size")
+    return shape, context, batch_size
+
+
+def machine(device: str) -> str:
+    """What a benchmark ran on, for its first line: the GPU's name, or torch's CPU threads."""
+    return torch.cuda.get_device_name() if device == "cuda" else f"{torch.get_num_threads()} CPU threads"
+
+
 def synchronize() -> None:
     """Waits for the GPU's queued work, so that a clock read after it counts that work (no-op without CUDA)."""
     if torch.cuda.is_initialized():

@@ -26,7 +26,7 @@ from functools import partial
 import torch
 from torch.func import functional_call, grad, jvp
 
-from common import LM_SIZES, synchronize, timed
+from common import LM_SIZES, lm_shape, machine, synchronize, timed
 from monitor_overhead import corpus_ids
 from optiscope.curvature import HessianOperator, sharpness
 from optiscope.curvature.hvp import evaluating
@@ -65,9 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     ids = corpus_ids(args.text)
-    shape = dict(LM_SIZES[args.size])
-    context = shape.pop("block_size")
-    shape.pop("batch_size")
+    shape, context, _ = lm_shape(args.size)
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=int(ids.max()) + 1, block_size=context, **shape)).to(args.device)
     opt = AdamW(model.parameters(), lr=1e-3)
@@ -123,8 +121,8 @@ def main() -> None:
     loose, loose_s = measured(init=cold["vector"], tol=1e-2)  # the monitor's default
     both, both_s = measured(init=cold["vector"], along={"update": update, "gradient": "gradient"})
     ref = reference["eigenvalues"][0]
-    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
-    print(f"torch {torch.__version__}, {where}, GPT {model.num_parameters() / 1e6:.2f}M params, batch 12 x {context}")
+    size = f"GPT {model.num_parameters() / 1e6:.2f}M params, batch 12 x {context}"
+    print(f"torch {torch.__version__}, {machine(args.device)}, {size}")
     print(
         f"forward+backward {fb_s * 1e3:.1f} ms; linearisation {lin_s * 1e3:.1f} ms = {lin_s / fb_s:.2f} f+b "
         f"(once per measurement); HVP on its graph {hvp_s * 1e3:.1f} ms = {hvp_s / fb_s:.2f} f+b "

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from common import LM_SIZES, synchronize
+from common import LM_SIZES, lm_shape, machine, synchronize
 from monitor_overhead import corpus_ids
 from optiscope.data.batches import sample_batch
 from optiscope.models.gpt import GPT, GPTConfig
@@ -52,8 +52,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     ids = corpus_ids(args.text)
-    shape = dict(LM_SIZES[args.size])
-    context, batch_size = shape.pop("block_size"), shape.pop("batch_size")
+    shape, context, batch_size = lm_shape(args.size)
     torch.manual_seed(0)
     base = GPT(GPTConfig(vocab_size=int(ids.max()) + 1, block_size=context, **shape)).to(args.device)
     base_opt = AdamW(base.parameters(), lr=1e-3)
@@ -107,9 +106,8 @@ def main() -> None:
         order = list(contenders) if r % 2 == 0 else list(reversed(contenders))  # drift hits all alike
         for name in order:
             rates[name].append(train(contenders[name], args.steps))
-    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
     print(
-        f"torch {torch.__version__}, {where}, GPT {base.num_parameters() / 1e6:.2f}M params, "
+        f"torch {torch.__version__}, {machine(args.device)}, GPT {base.num_parameters() / 1e6:.2f}M params, "
         f"batch {batch_size} x {context}, curvature batch 12 x {context}, measured after {args.warm_steps} steps"
     )
     peer_rate = statistics.median(rates["monitor only"])

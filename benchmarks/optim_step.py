@@ -18,7 +18,7 @@ import statistics
 
 import torch
 
-from common import extra_peak_mib, timed
+from common import extra_peak_mib, machine, timed
 from optiscope import optim as ours
 
 # bytes per element a step must read + write at the least (params, grads, state), float32
@@ -69,8 +69,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args()
     torch.manual_seed(0)
-    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} threads"
-    print(f"torch {torch.__version__}, {where}, {args.numel / 1e6:.0f}M float32 params in {args.tensors} tensors")
+    size = f"{args.numel / 1e6:.0f}M float32 params in {args.tensors} tensors"
+    print(f"torch {torch.__version__}, {machine(args.device)}, {size}")
     params = make_params(args.numel, args.tensors, args.device)
     bandwidth = stream_bandwidth(args.numel, args.device)
     print(

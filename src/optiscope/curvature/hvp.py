@@ -115,7 +115,7 @@ class _Loss(nn.Module):
 def rng_forked(model: nn.Module) -> contextlib.AbstractContextManager[None]:
     """torch's random streams forked for the duration: the CPU's and those of the CUDA devices ``model`` is on
     (dropout on a GPU draws from the GPU's), so that what runs inside leaves the training run's draws alone."""
-    return torch.random.fork_rng(devices=sorted({t.device.index or 0 for t in model.parameters() if t.is_cuda}))
+    return torch.random.fork_rng(devices=sorted({t.get_device() for t in model.parameters() if t.is_cuda}))
 
 
 @contextlib.contextmanager

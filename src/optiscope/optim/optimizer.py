@@ -341,17 +341,13 @@ def fused_devices_ok(params: list[Tensor]) -> bool:
     return all(device.type in ("cpu", "cuda") and dtype in FUSED_DTYPES and g == dtype for device, dtype, g in kinds)
 
 
-def kinds_of(tensors: list[Tensor]) -> set[tuple[torch.device, torch.dtype]]:
-    return {(p.device, p.dtype) for p in tensors}
-
-
 def _contiguous(p: Tensor) -> bool:
     return p.is_contiguous() and p.grad.is_contiguous()
 
 
 def grouped_by_device_and_dtype(tensors: list[Tensor]) -> dict[tuple[torch.device, torch.dtype], list[int]]:
     """Positions of tensors sharing a (device, dtype): fused and foreach kernels want uniform lists."""
-    kinds = kinds_of(tensors)
+    kinds = {(p.device, p.dtype) for p in tensors}
     if len(kinds) == 1:  # the usual case, without a dict operation per tensor (this runs every step)
         return {kinds.pop(): list(range(len(tensors)))}
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}

@@ -164,8 +164,8 @@ class SGD(OptiscopeOptimizer):
                 bufs[i] = sgd_step_(p, p.grad, bufs[i], decoupled_weight_decay=group["decoupled_weight_decay"], **hyper)
         else:
             groups = grouped_by_device_and_dtype(params).values()
+            whole = len(groups) == 1  # the usual case: the lists as they are, not copies
             for idx in groups:
-                whole = len(groups) == 1  # the usual case: the lists as they are, not copies
                 ps, bs = (params, bufs) if whole else ([params[i] for i in idx], [bufs[i] for i in idx])
                 gs = [p.grad for p in ps]
                 if impl == "foreach":

@@ -43,16 +43,17 @@ def read_run(path: Path) -> RunDir:
     if not path.is_dir():
         raise UserError(f"{path} is not a run directory (give directories written by `optiscope run`)")
     run = RunDir(path)
+    present = {name for name in (runs.CONFIG, runs.RESULTS, runs.METRICS) if (path / name).exists()}
     config = _read_object(path / runs.CONFIG, run.problems)
     # a config.json that is not an optiscope run's (a 🤗 model's, saved next to the callback's metrics.jsonl)
     # is not this directory's config
     foreign = config is not None and not runs.is_run_config(config)
     run.config = None if foreign else config
-    run.monitored = (path / runs.METRICS).exists() and (foreign or not (path / runs.CONFIG).exists())
+    run.monitored = runs.METRICS in present and (foreign or runs.CONFIG not in present)
     run.in_progress = runs.in_progress(path)
     # results.json is written at the end: its absence is a problem of a run that started (it wrote its config
     # or records) and that no process holds any more; a directory with nothing of a run is said below
-    started = any((path / name).exists() for name in (runs.CONFIG, runs.METRICS))
+    started = bool(present & {runs.CONFIG, runs.METRICS})
     expected = started and not (run.monitored or run.in_progress)
     run.results = _read_results(path / runs.RESULTS, run.problems, expected=expected)
     run.metrics = read_metrics(path / runs.METRICS, run.problems)
@@ -61,7 +62,7 @@ def read_run(path: Path) -> RunDir:
     run.figures = sorted((path / runs.FIGURES).glob("*.png"))
     named = [d.get("experiment") for d in (run.results, run.config) if isinstance(d, dict)]
     run.experiment = next((n for n in named if sweep.results_contract(n) is not None), None)
-    if not any((path / name).exists() for name in (runs.CONFIG, runs.RESULTS, runs.METRICS)):
+    if not present:
         run.problems.append(f"{path} holds no config.json, results.json or metrics.jsonl of an optiscope run")
     return run
 
