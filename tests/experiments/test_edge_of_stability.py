@@ -6,7 +6,7 @@ import torch
 
 from figure_checks import assert_figures_drawn_and_replotted
 from optiscope import cli, contracts, runs
-from optiscope.experiments import ConfigError
+from optiscope.experiments import ConfigError, build_config
 from optiscope.experiments import edge_of_stability as eos
 from optiscope.figures import edge_of_stability as figures
 
@@ -95,7 +95,7 @@ def test_summarize_finds_the_edge_and_the_median_after_it():
         ({"measure_every": 0}, "measure-every"),
         ({"tol": 2.0}, "tol"),
         ({"edge": 0.0}, "edge"),
-        ({"steps": 5}, "--measure-every=20 exceeds --steps=5"),
+        ({"steps": 5, "measure_every": 20}, "--measure-every=20 exceeds --steps=5"),
         ({"examples": 1}, "--examples=1 must be an integer >= 2"),
         ({"examples": 0}, "--examples=0 must be an integer >= 2"),
         ({"weight_decay": -0.1}, "--weight-decay=-0.1 must be a finite number >= 0"),
@@ -116,3 +116,13 @@ def test_a_run_shorter_than_the_guards_warm_up_is_still_judged(tmp_path):
     assert cli.main([*argv, "--steps", "20", "--measure-every", "10"]) == cli.EXIT_DIVERGED
     (run,) = runs.read_json(tmp_path / "r" / "results.json")["runs"]
     assert run["status"] == "diverged" and run["equilibrium"] is None
+
+
+def test_a_measure_every_not_given_follows_steps():
+    """A short run needs no --measure-every of its own: a 70th of --steps, from 1 to 20 (the default 2,500
+    steps and --quick's 700 keep 20 and 10); one given is kept."""
+    assert eos.Config().measure_every == 20 and eos.Config(steps=10_000).measure_every == 20
+    assert build_config(eos, True, {}).measure_every == 10
+    assert eos.Config(steps=140).measure_every == 2 and eos.Config(steps=10).measure_every == 1
+    assert build_config(eos, True, {"steps": 5}).measure_every == 1
+    assert eos.Config(steps=140, measure_every=7).measure_every == 7

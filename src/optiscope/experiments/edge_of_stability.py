@@ -63,7 +63,10 @@ class Config:
         metadata={"help": f"runs as optimizer[@lr]; optimizers with a known threshold: {', '.join(LEARNING_RATES)}"},
     )
     steps: int = field(default=2500, metadata={"help": "full-batch steps per run"})
-    measure_every: int = field(default=20, metadata={"help": "sharpness every N steps (Lanczos, warm-started)"})
+    measure_every: int | None = field(
+        default=None,
+        metadata={"help": "sharpness every N steps (Lanczos, warm-started; default: a 70th of --steps, from 1 to 20)"},
+    )
     examples: int = field(default=256, metadata={"help": "training examples (the full batch)"})
     inputs: int = field(default=8, metadata={"help": "input dimension"})
     outputs: int = field(default=4, metadata={"help": "output dimension"})
@@ -80,8 +83,10 @@ class Config:
 
     def __post_init__(self) -> None:
         runs_of(self)
-        counts = ("steps", "measure_every", "inputs", "outputs", "width", "teacher_width")
-        require_counts(self, *counts)
+        require_counts(self, "steps")
+        if self.measure_every is None:  # follows --steps, so that a short run needs no --measure-every of its own
+            self.measure_every = min(20, max(1, self.steps // 70))
+        require_counts(self, "measure_every", "inputs", "outputs", "width", "teacher_width")
         require_threads(self)
         require_counts(self, "examples", minimum=2)  # the targets are scaled by their std
         require_non_negative(self, "weight_decay")
@@ -93,7 +98,7 @@ class Config:
         )
 
 
-QUICK = dict(optimizers="sgd@0.3,sgd@0.5,momentum@0.3,adam@0.01", steps=700, measure_every=10)
+QUICK = dict(optimizers="sgd@0.3,sgd@0.5,momentum@0.3,adam@0.01", steps=700)  # measured every 10 steps
 
 
 class RunResults(TypedDict):
