@@ -169,6 +169,32 @@ def test_micro_batches_too_small_for_batch_norms_are_refused_at_construction():
         assert "noise_scale" in train(model, opt, monitor, loss_fn, batch, 1)[-1]
 
 
+def test_a_batch_or_loss_the_products_cannot_take_fails_when_the_monitor_is_built():
+    """Not at the first measurement, ``every`` steps into training: a float64 batch on a float32 model meets
+    torch's own error (the oracle: the loss function called directly on the model), and a loss that is not a
+    scalar our refusal, each with a note saying where; the model is left as it was, and a good batch builds."""
+    model, loss_fn, batch = mlp_problem(0)
+    model = model.float()
+    before = copy.deepcopy(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError) as direct:
+        loss_fn(model, batch)
+    with pytest.raises(RuntimeError) as built:
+        Monitor(model, opt, curvature=Curvature(batch, loss_fn, every=1000))
+    assert str(built.value) == str(direct.value)
+    assert any("when the monitor was built" in note for note in built.value.__notes__)
+
+    def per_example(m, b):
+        return ((m(b[0]) - b[1]) ** 2).mean(1)
+
+    floats = tuple(t.float() for t in batch)
+    with pytest.raises(ValueError, match=r"loss_fn returned a tensor of shape \(20,\); it must return the scalar"):
+        Monitor(model, opt, curvature=Curvature(floats, per_example, every=1000))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    monitor = Monitor(model, opt, curvature=Curvature(floats, loss_fn, every=1))
+    assert "sharpness" in train(model, opt, monitor, loss_fn, floats, 1)[-1]
+
+
 def test_one_image_per_micro_batch_is_measured_where_torch_accepts_it():
     """A BatchNorm2d normalises over the batch and the pixels: one image of 2 × 2 pixels has 4 values per
     channel, which torch accepts (the oracle), so micro-batches of one image are measured."""

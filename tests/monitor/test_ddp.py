@@ -167,7 +167,8 @@ def _noise_by_ranks(rank: int, tmp: str) -> None:
     ddp = nn.parallel.DistributedDataParallel(nn.Linear(6, 1))
     ddp.register_comm_hook(None, allreduce_hook)
     try:
-        Monitor(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), curvature=Curvature(None, _mse, rank_batch_size=16))
+        batch = (torch.zeros(2, 6), torch.zeros(2, 1))
+        Monitor(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), curvature=Curvature(batch, _mse, rank_batch_size=16))
         refused = None
     except ValueError as error:
         refused = str(error)
@@ -209,9 +210,10 @@ def test_rank_noise_needs_two_ranks(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
     try:
         ddp = nn.parallel.DistributedDataParallel(nn.Linear(3, 1))
+        batch = (torch.zeros(2, 3), torch.zeros(2, 1))
         with pytest.raises(ValueError, match=r"rank_batch_size=8\).*world size 1; run >= 2 ranks"):
-            Monitor(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), curvature=Curvature(None, _mse, rank_batch_size=8))
-        accumulated = Curvature(None, _mse, accumulation_batch_size=8)
+            Monitor(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), curvature=Curvature(batch, _mse, rank_batch_size=8))
+        accumulated = Curvature(batch, _mse, accumulation_batch_size=8)
         with pytest.raises(ValueError, match=r"accumulation_batch_size=8\).*DistributedDataParallel.*rank_batch_size"):
             Monitor(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), curvature=accumulated)
     finally:

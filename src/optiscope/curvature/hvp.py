@@ -295,21 +295,31 @@ class HessianOperator:
         with evaluating(self.model), torch.no_grad():
             return float(self._loss(self.theta, self.batch if batch is None else self.prepare(batch)))
 
+    def _differentiable_loss(self, batch: Any) -> tuple[list[Tensor], Tensor]:
+        """(θ leaves requiring grad, the scalar loss at them on ``batch``); call with gradients on."""
+        leaves = [t.detach().requires_grad_(True) for t in self.theta.values()]
+        loss = self._loss(dict(zip(self.theta, leaves, strict=True)), batch)
+        if not (isinstance(loss, Tensor) and loss.numel() == 1 and loss.is_floating_point()):
+            what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, Tensor) else type(loss).__name__
+            raise ValueError(f"curvature: loss_fn returned {what}; it must return the scalar loss (a mean) as a tensor")
+        if not loss.requires_grad:
+            raise ValueError(
+                "curvature: loss_fn's loss does not depend on the parameters through autograd (detached, "
+                ".item(), or computed under torch.no_grad?); it must return the loss as computed from the model"
+            )
+        return leaves, loss.reshape(())
+
+    def check(self) -> None:
+        """Evaluates the loss once as the products will (one forward pass with autograd on, nothing of the model
+        changed): a batch or ``loss_fn`` that cannot give H v (a wrong structure, dtype or device, a loss that
+        is not a differentiable scalar) fails here, before any product is asked for."""
+        with gradients_on(), evaluating(self.model):
+            self._differentiable_loss(self.batch)
+
     def _gradient(self, batch: Any, create_graph: bool) -> tuple[list[Tensor], list[Tensor]]:
         with gradients_on(), evaluating(self.model):
-            leaves = [t.detach().requires_grad_(True) for t in self.theta.values()]
-            loss = self._loss(dict(zip(self.theta, leaves, strict=True)), batch)
-            if not (isinstance(loss, Tensor) and loss.numel() == 1 and loss.is_floating_point()):
-                what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, Tensor) else type(loss).__name__
-                raise ValueError(
-                    f"curvature: loss_fn returned {what}; it must return the scalar loss (a mean) as a tensor"
-                )
-            if not loss.requires_grad:
-                raise ValueError(
-                    "curvature: loss_fn's loss does not depend on the parameters through autograd (detached, "
-                    ".item(), or computed under torch.no_grad?); it must return the loss as computed from the model"
-                )
-            g = torch.autograd.grad(loss.reshape(()), leaves, create_graph=create_graph, allow_unused=True)
+            leaves, loss = self._differentiable_loss(batch)
+            g = torch.autograd.grad(loss, leaves, create_graph=create_graph, allow_unused=True)
         # a parameter the loss does not use has gradient 0 (and a row and column of zeros in H)
         return leaves, [torch.zeros_like(p) if t is None else t for t, p in zip(g, leaves, strict=True)]
 

@@ -167,6 +167,24 @@ def split_batch(batch: Any, parts: int) -> list[Any]:
     return [map_tensors(lambda t, i=i: t.chunk(parts)[i], batch) for i in range(parts)]
 
 
+def check_batch(config: Curvature, model: nn.Module) -> None:
+    """Fails now, not at the first measurement ``every`` steps into training, where ``config``'s batch and
+    ``loss_fn`` cannot give Hessian-vector products on ``model``: one forward pass on the batch with autograd
+    on, as the products take it (``HessianOperator.check``: a batch of the wrong structure, dtype or device, a
+    loss that is not a differentiable scalar), with nothing of the model changed; then ``check_micro_batches``.
+    The error is the one the measurement would have met (torch's, the loss function's, or ours), with a note
+    saying where it was met."""
+    try:
+        HessianOperator(model, config.loss_fn, config.batch, dtype=config.dtype).check()
+    except Exception as error:
+        error.add_note(
+            "optiscope: met when the monitor was built, trying loss_fn(model, batch) once on Curvature's batch so that "
+            "a measurement cannot fail later in training"
+        )
+        raise
+    check_micro_batches(config, model)
+
+
 def check_micro_batches(config: Curvature, model: nn.Module) -> None:
     """Fails now, not at the first measurement, where ``config.micro_batches`` cuts the batch into micro-batches
     too small for the model's batch norms: in a measurement those that train normalise by the micro-batch's

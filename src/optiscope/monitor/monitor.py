@@ -47,7 +47,7 @@ from ..checks import is_count, is_number, require_optimizer
 from ..curvature.hvp import unwrap
 from . import stats
 from .accumulation_noise import AccumulationNoise
-from .curvature import KEYS, Curvature, check_micro_batches, measure
+from .curvature import KEYS, Curvature, check_batch, measure
 from .divergence import Diverged, DivergenceGuard, curvature_diagnosis
 from .names import is_own_name, own_names, under_compile
 from .rank_noise import RankNoise
@@ -124,6 +124,8 @@ class Monitor:
         context: fields added to every record (e.g. ``{"run": "adam@1e-3"}`` when several runs share a file),
             with their names under ``context``.
         curvature: a ``Curvature`` config: sharpness / threshold and the rest every ``curvature.every`` steps.
+            Its loss is evaluated once on its batch when the monitor is built (``check_batch``), so that a
+            batch or loss function the products cannot take fails here, not ``every`` steps into training.
             With ``rank_batch_size`` the model must be a ``DistributedDataParallel`` with world size >= 2
             and no communication hook of its own (DDP takes one): the monitor registers its own, which
             averages exactly as DDP's default does (``RankNoise``), and keeps it until the model is gone
@@ -177,7 +179,7 @@ class Monitor:
         self._update: dict[int, Tensor] | None = None
         self.names: dict[int, str] = parameter_names(model, optimizer)
         if curvature is not None:
-            check_micro_batches(curvature, model)
+            check_batch(curvature, model)
         self._small_batches = self._small_batch_source(model, optimizer, curvature)
         self.embedding = self._resolve_embedding(embedding, model, optimizer, self.names)
         self.token_counts = None if token_counts is None else torch.as_tensor(token_counts, dtype=torch.float64)
