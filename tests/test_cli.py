@@ -193,7 +193,12 @@ def test_a_used_directory_is_refused_then_replaced_with_force(fake, tmp_path, ca
     (out / "figures" / "notes.md").write_text("the user's notes beside the figures")
     (out / "tensorboard" / "old").mkdir(parents=True)
     (out / "tensorboard" / "old" / "events.out.tfevents.1.host").write_bytes(b"old events")
+    from optiscope import report
+
+    page = report.default_out([out])  # where `optiscope report DIR` puts the page of this run
+    page.write_text("<html>the replaced run's page</html>")
     assert cli.main(["run", "fake", "--out", str(out), "--steps", "4", "--force"]) == 0
+    assert not page.exists()  # it would show the replaced run as the new one
     assert runs.read_json(out / "results.json")["squares"] == [0.0, 0.5, 2.0, 4.5]
     assert not (out / "figures" / "stale.png").exists()  # everything the run wrote was cleared
     assert not (out / "tensorboard" / "old").exists()  # with the folders it left empty

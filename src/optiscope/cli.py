@@ -221,7 +221,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     # the page first: it is what a person opens; the figure paths follow for those who want the files
     try:
         report = report_module()
-        page = report.write([out / name for name in experiments.EXPERIMENTS], out / report.REPORT)
+        page = report.write([out / name for name in experiments.EXPERIMENTS], out / runs.REPORT)
         console.print(str(page), highlight=False)
     except UserError as e:
         console.print(f"report: not written ({e})", highlight=False)

@@ -9,6 +9,7 @@ A run directory holds exactly one run::
     DIR/tensorboard/       TensorBoard event files (when the extra is installed)
     DIR/figures/*.png      drawn from results.json alone
     DIR/error.log          tracebacks of internal errors, figures that could not be drawn
+    DIR/report.html        the page ``optiscope report DIR`` writes (a snapshot; ``--force`` removes it too)
 
 ``open_run`` is the lifecycle every command goes through: it locks the directory, refuses to mix two
 runs in it (``--resume`` continues the one there, ``--force`` replaces it) and writes ``config.json``.
@@ -44,6 +45,7 @@ CHECKPOINTS = "checkpoints"
 FIGURES = "figures"
 TENSORBOARD = "tensorboard"
 ERROR_LOG = "error.log"
+REPORT = "report.html"  # the page ``optiscope report DIR`` writes by default
 
 
 def checkpoint_name(label: str) -> str:
@@ -188,8 +190,9 @@ class CheckpointError(UserError):
     """A checkpoint that is missing, truncated or not optiscope's."""
 
 
-#: Files and folders a run owns: ``--force`` removes exactly these (experiments may own more).
-OWNED = (CONFIG, RESULTS, METRICS, CHECKPOINTS, FIGURES, TENSORBOARD, ERROR_LOG)
+#: Files and folders a run owns: ``--force`` removes exactly these (experiments may own more). The report page
+#: is one: left behind, it would show the replaced run as if it were the new one.
+OWNED = (CONFIG, RESULTS, METRICS, CHECKPOINTS, FIGURES, TENSORBOARD, ERROR_LOG, REPORT)
 LOCK = ".optiscope.lock"
 
 

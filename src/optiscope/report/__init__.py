@@ -19,16 +19,13 @@ from .rundir import RunDir, read_metrics, read_run
 
 __all__ = ["Page", "RunDir", "build", "default_out", "read_metrics", "read_run", "write"]
 
-REPORT = "report.html"
-
-
 def default_out(dirs: Sequence[Path]) -> Path:
     """DIR/report.html for one directory; for several, report.html in the directory that holds them all."""
     if len(dirs) == 1:
-        return Path(dirs[0]) / REPORT
+        return Path(dirs[0]) / runs.REPORT
     resolved = [Path(d).resolve() for d in dirs]
     common = Path(*_common_parts([p.parts for p in resolved]))
-    return common / REPORT
+    return common / runs.REPORT
 
 
 def _common_parts(parts: list[tuple[str, ...]]) -> tuple[str, ...]:
@@ -44,7 +41,7 @@ def write(dirs: Sequence[Path], out: Path | None = None) -> Path:
     """Read ``dirs``, build the page and write it atomically to ``out`` (default: ``default_out``)."""
     out = Path(out) if out is not None else default_out(dirs)
     if out.is_dir():
-        raise UserError(f"--out {out} is a directory; give the page's file name, e.g. {out / REPORT}")
+        raise UserError(f"--out {out} is a directory; give the page's file name, e.g. {out / runs.REPORT}")
     read = [read_run(d) for d in dirs]
     # a mistyped path, another program's folder: no page about nothing
     if not any(runs.holds_run(run.path) for run in read):
