@@ -19,6 +19,7 @@ from .rundir import RunDir, read_metrics, read_run
 
 __all__ = ["Page", "RunDir", "build", "default_out", "read_metrics", "read_run", "write"]
 
+
 def default_out(dirs: Sequence[Path]) -> Path:
     """DIR/report.html for one directory; for several, report.html in the directory that holds them all."""
     if len(dirs) == 1:
