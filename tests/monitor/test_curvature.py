@@ -4,6 +4,7 @@ the divergence diagnosis, and exact resume of the warm start and history."""
 import collections
 import copy
 import io
+import itertools
 import math
 
 import pytest
@@ -327,10 +328,10 @@ def test_the_console_header_shows_the_curvature_it_measured_with_or_without_a_th
 def test_lr_and_threshold_are_those_of_the_step_taken_wherever_the_scheduler_steps():
     """Step t uses lr 0.1/t: its record says 0.1/t and 2/(0.1/t) whether the loop steps the scheduler before
     monitor.step() (optiscope.train, Lightning) or after (the 🤗 callback's order), and the optimizer keeps
-    the scheduler's lr."""
-    for scheduler_first in (True, False):
+    the scheduler's lr; also for a tensor lr, which the scheduler sets in place."""
+    for scheduler_first, as_tensor in itertools.product((True, False), (False, True)):
         model, loss_fn, batch = mlp_problem(0)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        opt = torch.optim.SGD(model.parameters(), lr=torch.tensor(0.1) if as_tensor else 0.1)
         schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1 / (epoch + 1))
         monitor = Monitor(model, opt, every=1, curvature=Curvature(batch, loss_fn, every=1, directions=()))
         for t in range(1, 4):
@@ -345,7 +346,7 @@ def test_lr_and_threshold_are_those_of_the_step_taken_wherever_the_scheduler_ste
                 schedule.step()
             assert record["lr"] == [pytest.approx(0.1 / t)]
             assert record["threshold"] == pytest.approx(2 / (0.1 / t))
-            assert opt.param_groups[0]["lr"] == pytest.approx(0.1 / (t + 1))
+            assert float(opt.param_groups[0]["lr"]) == pytest.approx(0.1 / (t + 1))
 
 
 @pytest.mark.parametrize(

@@ -240,7 +240,8 @@ class Monitor:
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.is_measured(self.step_count + 1):
             return
-        self._step_lrs = [g["lr"] for g in optimizer.param_groups]
+        # copies: a scheduler steps a tensor lr in place (``fill_``), before the monitor reads the step's lr
+        self._step_lrs = [g["lr"].clone() if isinstance(g["lr"], Tensor) else g["lr"] for g in optimizer.param_groups]
         # Every trainable parameter, not only those holding a gradient now: an optimizer stepped with a
         # closure (Lightning's automatic optimisation) computes the gradients inside step(), after this hook.
         params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
