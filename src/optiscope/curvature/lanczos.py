@@ -159,9 +159,11 @@ class _Space:
     def W(self) -> Tensor:
         return self._W[: self.rows]
 
-    def orthogonal(self, q: Tensor, w: Tensor | None = None) -> tuple[Tensor, Tensor | None] | None:
+    def orthogonal(
+        self, q: Tensor, w: Tensor | None = None, inside: float = 1e-10
+    ) -> tuple[Tensor, Tensor | None] | None:
         """(q, w = A q) with the span of V taken out of q twice and normalised, w following by linearity
-        (None stays None); None when q lies in the span already."""
+        (None stays None); None when q lies in the span already: less than ``inside`` of its norm outside."""
         size = q.norm()
         for _ in range(2):
             c = self.V @ q
@@ -169,14 +171,17 @@ class _Space:
             if w is not None:
                 w = w - c @ self.W
         norm = q.norm()
-        if not norm > 1e-10 * size:
+        if not norm > inside * size:
             return None
         return q / norm, None if w is None else w / norm
 
     def add(self, q: Tensor, w: Tensor) -> None:
-        """A start vector q with w = A q: orthogonalised against the basis first (dropped if inside it)."""
-        pair = self.orthogonal(q, w)
-        if pair is None:  # a start vector inside the span so far (the update along the gradient in SGD)
+        """A start vector q with w = A q: orthogonalised against the basis first, dropped if within ε^{1/4}
+        of it (2 % in float32). Its w follows by linearity, w − W c, which cancels as q − V c does: the
+        product's rounding comes out magnified by |q| / |q − V c|, and from a q all but inside the span
+        (the update along the gradient in SGD, equal up to rounding) it would fill T with noise."""
+        pair = self.orthogonal(q, w, inside=torch.finfo(q.dtype).eps ** 0.25)
+        if pair is None:  # a start vector inside the span so far, or too nearly to add to it
             self.nonfinite |= not bool(torch.isfinite(w).all())
             return
         q, w = pair
