@@ -1,6 +1,8 @@
 """Shared by the curvature tests: a small float64 MLP problem, its exact Hessian, an Adam scaling built by
 hand and the noise-scale estimators written out (the oracles, independent of optiscope.curvature)."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -73,7 +75,7 @@ def noise_scale_by_formula(passes, batch_size):
         "noise_scale": trace_sigma / grad_sq,
         "grad_sq": grad_sq,
         "trace_sigma": trace_sigma,
-        "snr": [g2 / (s / b) for g2, s in per_tensor],
+        "snr": [g2 / (s / b) if s else math.nan for g2, s in per_tensor],  # NaN: a tensor without gradient
     }
 
 

@@ -283,6 +283,58 @@ def test_noise_over_the_passes_of_an_accumulated_step_matches_their_own_gradient
         assert torch.equal(a, b)
 
 
+class _Heads(nn.Module):
+    """A trunk and three heads, the batch naming the one to use: passes of an accumulated step that differ in
+    the parameters they reach (as an expert a micro-batch routed nothing to)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk, self.first, self.second = nn.Linear(3, 6), nn.Linear(6, 2), nn.Linear(6, 2)
+        self.unused = nn.Linear(2, 2)
+
+    def forward(self, x, head):
+        return getattr(self, head)(torch.tanh(self.trunk(x)))
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_accumulated_noise_counts_a_pass_that_missed_a_parameter_as_zero_and_a_skipped_step_not_at_all(set_to_none):
+    """Four passes, the last alone reaching the second head and none the unused one: the noise scale, |G|²,
+    tr Σ and SNR equal the estimators written out on the passes' own gradients, 0 where a pass did not reach
+    (the oracle), where a NaN had spoilt them all; the unreached head's SNR is NaN. Passes whose optimizer
+    step was skipped (a GradScaler's step with infinite gradients) do not leak into the next step's, whether
+    ``zero_grad`` frees the gradients or zeroes them."""
+    torch.manual_seed(0)
+    model = _Heads().double()
+
+    def loss_fn(m, b):
+        return nn.functional.mse_loss(m(b[0], b[2]), b[1])
+
+    _, _, (x, y) = mlp_problem(4)
+    y = y + 3.0  # a signal above the noise
+    passes = [(x[i : i + 5], y[i : i + 5], "first" if i < 15 else "second") for i in range(0, 20, 5)]
+    skipped = [(2 * x_, -y_, head) for x_, y_, head in passes]
+    copy_ = copy.deepcopy(model)
+    params = list(copy_.parameters())
+    grads = [torch.autograd.grad(loss_fn(copy_, b), params, allow_unused=True) for b in passes]
+    own = [[torch.zeros_like(p) if g is None else g for g, p in zip(gs, params, strict=True)] for gs in grads]
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    curvature = Curvature((x, y, "first"), loss_fn, every=1, directions=(), accumulation_batch_size=5)
+    monitor = Monitor(model, opt, every=100, curvature=curvature)
+    for batches, step in ((skipped, False), (passes, True)):
+        opt.zero_grad(set_to_none=set_to_none)
+        for b in batches:
+            (loss_fn(model, b) / len(batches)).backward()
+        if step:
+            opt.step()
+    record = monitor.step(0.0)
+    assert_accumulated_noise_scale({1: record}, {1: own}, (1,), 5, rel=1e-9)
+    names = [n for n, _ in model.named_parameters()]
+    want = noise_scale_by_formula(own, 5)["snr"]
+    snr = record["curvature"]["snr"]
+    assert [snr[n] for n in names[:-2]] == pytest.approx(want[:-2], rel=1e-9)
+    assert all(math.isnan(snr[n]) for n in names[-2:]) and all(math.isnan(v) for v in want[-2:])
+
+
 def test_micro_batches_of_a_named_tuple_or_a_mapping_batch_keep_its_type():
     """The noise scale from slices of a namedtuple or a UserDict batch (a 🤗 BatchEncoding is one) equals
     McCandlish et al.'s estimators written out on each slice's gradient, with the slices as the loss expects."""

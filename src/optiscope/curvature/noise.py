@@ -86,7 +86,8 @@ def noise_scale_from_norms(
         |G_p|² ≈ (B |G_big,p|² − b ⟨|G_small,p|²⟩) / (B − b),   tr(Σ_p) ≈ (⟨|G_small,p|²⟩ − |G_big,p|²) / (1/b − 1/B),
 
     summed over p for B_simple = tr(Σ)/|G|² (NaN when |G|² ≤ 0), and snr_p = |G_p|² / (tr(Σ_p)/b) (inf when
-    tr(Σ_p) ≤ 0; NaN where a norm is NaN). Returns the keys of ``gradient_noise_scale``.
+    tr(Σ_p) ≤ 0; NaN where a norm is NaN, and for a gradient that is 0 in every small batch, which has neither
+    signal nor noise). Returns the keys of ``gradient_noise_scale``.
     """
     if not is_count(count, 2):
         raise ValueError(f"noise_scale_from_norms: count={count!r} must be an integer >= 2 (small batches)")
@@ -98,7 +99,8 @@ def noise_scale_from_norms(
         g2 = (big * whole - b * small) / (big - b)
         s = (small - whole) / (1 / b - 1 / big)
         grad_sq, trace_sigma = grad_sq + g2, trace_sigma + s
-        snr.append(math.nan if math.isnan(s) or math.isnan(g2) else g2 / (s / b) if s > 0 else math.inf)
+        undefined = math.isnan(s) or math.isnan(g2) or small == whole == 0
+        snr.append(math.nan if undefined else g2 / (s / b) if s > 0 else math.inf)
     return {
         "noise_scale": trace_sigma / grad_sq if grad_sq > 0 else math.nan,
         "grad_sq": grad_sq,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -25,9 +25,14 @@ class AccumulationNoise:
         ⟨|G_small|²⟩ = n Σ|c_i|²,   |G_big|² = |Σc_i|².
 
     B_simple and the SNR are ratios, the same whatever the passes were scaled by; |G|² and tr(Σ) take that
-    division as given. Costs one copy of each gradient, on measured steps only. Not under DDP, whose
-    reducer overwrites ``p.grad`` with the ranks' mean at the last pass: take the ranks as the small
-    batches there (``rank_batch_size``).
+    division as given. A pass that does not reach a parameter (an unused head, an expert no example was
+    routed to) adds nothing to its ``p.grad``: c_i = 0 there, counted among the n passes (the most any
+    parameter saw); one that no pass reached has 0 in each (nothing to |G|² or tr Σ; its SNR is NaN).
+    A new accumulation after ``zero_grad`` — also one whose optimizer step was skipped (non-finite gradients
+    under a GradScaler) — is told by ``p.grad`` being another tensor, or having been changed in place since
+    the last pass (its version counter), and starts the sums over. Costs one copy of each gradient, on
+    measured steps only. Not under DDP, whose reducer overwrites ``p.grad`` with the ranks' mean at the last
+    pass: take the ranks as the small batches there (``rank_batch_size``).
     """
 
     source = "accumulated micro-batches"
@@ -48,13 +53,23 @@ class AccumulationNoise:
         self.squares: dict[int, Tensor] = {}  # Σ|c_i|² per parameter
         self.counts: dict[int, int] = {}
         self.sums: dict[int, Tensor] = {}  # Σc_i: p.grad after the last pass, before clipping
+        # p.grad as the last pass left it (weakly: zero_grad may free it) and its version counter
+        self.seen: dict[int, tuple[weakref.ref[Tensor], int]] = {}
         self.handles = [p.register_post_accumulate_grad_hook(self.hook) for p in self.params]
 
     @torch.no_grad()
     def hook(self, p: Tensor) -> None:
         if p.grad is None or not self.due():
             return
-        grad = p.grad.detach()
+        grad = p.grad
+        seen = self.seen.get(id(p))
+        # a pass adds in place (version + 1); another tensor, or other changes, mean the gradient was reset since
+        if seen is not None and not (seen[0]() is grad and grad._version == seen[1] + 1):
+            self.squares.pop(id(p), None)
+            self.counts.pop(id(p), None)
+            self.sums.pop(id(p), None)
+        self.seen[id(p)] = (weakref.ref(grad), grad._version)
+        grad = grad.detach()
         before = self.sums.get(id(p))
         own = grad if before is None else grad - before
         square = own.double().square().sum()
@@ -68,13 +83,13 @@ class AccumulationNoise:
         n = max(counts, default=0)
         small, big = [], []
         for p, count in zip(self.params, counts, strict=True):
-            if count == n and n >= 2:  # a parameter some passes did not reach has no n small batches
+            if count and n >= 2:  # the passes that did not reach p added 0 to it
                 small.append(n * float(self.squares[id(p)]))
                 big.append(float(self.sums[id(p)].double().square().sum()))
-            else:
-                small.append(math.nan)
-                big.append(math.nan)
-        self.squares, self.counts, self.sums = {}, {}, {}
+            else:  # no pass reached p: 0 in each
+                small.append(0.0)
+                big.append(0.0)
+        self.squares, self.counts, self.sums, self.seen = {}, {}, {}, {}
         return SmallBatchNorms(self.names, small, big, n, self.batch_size, self.source) if n >= 2 else None
 
     def close(self) -> None:
