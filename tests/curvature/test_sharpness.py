@@ -118,6 +118,45 @@ def test_preconditioned_by_a_torch_adam_state_built_by_hand():
     assert out["ratio"] == pytest.approx(out["eigenvalues"][0] / out["threshold"])
 
 
+class _Ascent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.x = nn.Parameter(torch.ones(2, dtype=torch.float64))
+
+
+def test_an_optimizer_that_maximizes_is_measured_on_the_objective_it_descends():
+    """``maximize=True`` ascends L = −½ xᵀ diag(10, 1) x, i.e. descends −L with Hessian diag(10, 1): torch's SGD
+    (the oracle) diverges at η = 1.05·2/10 and converges at 0.95·2/10, and the instrument says 10 against 2/η
+    before the first step; Adam's preconditioned spectrum is that of D(−H)D, built by hand; param groups
+    that mix maximize give no threshold."""
+    A = torch.diag(torch.tensor([10.0, 1.0], dtype=torch.float64))
+
+    def reward(m, batch):
+        return -0.5 * m.x @ A @ m.x
+
+    for factor in (1.05, 0.95):
+        model = _Ascent()
+        opt = torch.optim.SGD(model.parameters(), lr=factor * 2 / 10, maximize=True)
+        out = sharpness(model, reward, None, opt)
+        assert out["eigenvalues"][0] == pytest.approx(10.0, rel=1e-9) and out["ratio"] == pytest.approx(factor)
+        for _ in range(60):
+            opt.zero_grad()
+            reward(model, None).backward()
+            opt.step()
+        assert (float(model.x.detach().abs().max()) > 10) == (factor > 1)
+    model, loss_fn, batch, opt = adam_problem()
+    for group in opt.param_groups:
+        group["maximize"] = True
+    d = adam_scaling(model, opt)
+    H = exact_hessian(model, loss_fn, batch)
+    exact = torch.linalg.eigvalsh(d[:, None] * -H * d[None, :]).flip(0)[:2]
+    out = sharpness(model, loss_fn, batch, opt, k=2, tol=1e-10)
+    torch.testing.assert_close(torch.tensor(out["eigenvalues"], dtype=torch.float64), exact, rtol=1e-6, atol=0)
+    mixed = torch.optim.SGD([{"params": [model[0].weight], "maximize": True}, {"params": [model[2].weight]}], lr=0.1)
+    out = sharpness(model, loss_fn, batch, mixed)
+    assert out["threshold"] is None and "mix maximize=True and False" in out["reason"]
+
+
 def test_adam_before_its_first_step_has_no_preconditioner_and_says_so():
     model, loss_fn, batch = mlp_problem(0)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)

@@ -10,6 +10,10 @@ H is taken over the parameters whose stability the threshold speaks of, those th
 ones in its param groups that require grad and, once an Adam-family optimizer has stepped, hold its state
 (a parameter that never had a gradient is not moved, and has no P). Without an optimizer, over every
 parameter that requires grad; the others are constants.
+
+An optimizer with ``maximize=True`` descends −L, so its stability is that of −H: the eigenvalues are those of
+−H (or P⁻¹(−H)), and a loss it is climbing towards a maximum shows positive curvature, as L's does under a
+minimising optimizer. Param groups that mix maximize=True and False get no threshold.
 """
 
 from __future__ import annotations
@@ -60,19 +64,25 @@ def operator(
     dtype: torch.dtype | None,
 ) -> tuple[HessianOperator, Any, Tensor | None, Stability]:
     """(H over the parameters the optimizer moves, v ↦ A v, D or None, stability), where A = D H D with
-    D = P^{-1/2} for a preconditioned optimizer that has stepped, else A = H."""
+    D = P^{-1/2} for a preconditioned optimizer that has stepped, else A = H; with ``maximize=True`` the
+    optimizer descends −L, and −H takes H's place."""
     stability = stability_threshold(optimizer)
     params = None if optimizer is None else moved_parameters(model, optimizer, stability.preconditioned)
     op = HessianOperator(model, loss_fn, batch, dtype=dtype, params=params)
+    maximizing = {bool(g.get("maximize", False)) for g in moving_groups(optimizer)} if optimizer else {False}
+    hessian: Any = op if maximizing != {True} else (lambda v: -op(v))
+    if len(maximizing) > 1:
+        why = f"{type(optimizer).__name__}'s param groups mix maximize=True and False: H of neither objective"
+        stability = Stability(None, stability.label, stability.preconditioned, why)
     if optimizer is None or not stability.preconditioned:
-        return op, op, None, stability
+        return op, hessian, None, stability
     try:
         parts = {id(p): inverse_preconditioner(optimizer, p).sqrt() for p in op.params}
     except KeyError:
         why = f"{type(optimizer).__name__} has no state yet (before its first step): H, not P⁻¹H"
         return op, op, None, Stability(None, stability.label, False, why)
     scale = op.flatten_by_param(parts)
-    return op, (lambda v: scale * op(scale * v)), scale, stability
+    return op, (lambda v: scale * hessian(scale * v)), scale, stability
 
 
 def sharpness(
