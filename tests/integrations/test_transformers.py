@@ -90,13 +90,17 @@ def test_u_is_the_real_update_after_accumulation_and_clipping(kind, tmp_path):
     assert [r["loss"] for r in records] == pytest.approx(logged, rel=1e-5)
 
 
-def test_nan_loss_stops_training_with_the_diagnosis(tmp_path, caplog):
+@pytest.mark.parametrize("save_strategy", ["no", "steps", "epoch"])
+def test_nan_loss_stops_training_with_the_diagnosis_and_saves_no_diverged_model(save_strategy, tmp_path, caplog):
+    """Also where the Trainer saves at every step or at the end of the epoch the stop cuts short (its flow
+    callback asks for that save after the step's own was called off): no checkpoint of the diverged step."""
     model = tiny_hf.model("gpt2")
     callback = OptiscopeCallback(every=1)
     optimizer = optiscope.optim.SGD(model.parameters(), lr=1e30)
+    options = dict(max_steps=6, gradient_accumulation_steps=1, max_grad_norm=0.0, save_strategy=save_strategy)
     trainer = Trainer(
         model=model,
-        args=arguments(tmp_path, max_steps=6, gradient_accumulation_steps=1, max_grad_norm=0.0),
+        args=arguments(tmp_path, **options, **({"save_steps": 1} if save_strategy == "steps" else {})),
         train_dataset=dataset(n=12),
         callbacks=[callback],
         optimizers=(optimizer, None),
@@ -108,6 +112,10 @@ def test_nan_loss_stops_training_with_the_diagnosis(tmp_path, caplog):
     assert any("diverged" in r.getMessage() and "training stops" in r.getMessage() for r in caplog.records)
     last = read_records(tmp_path)[-1]
     assert last["diverged"] and last["reason"] == callback.diverged["reason"]
+    saved = sorted(int(d.name.split("-")[1]) for d in tmp_path.glob("checkpoint-*"))
+    assert all(step < callback.diverged["step"] for step in saved)
+    if save_strategy == "steps":
+        assert saved == list(range(1, callback.diverged["step"]))  # the good ones are kept
 
 
 def test_curvature_reaches_the_monitor_with_the_trainers_optimizer_state(tmp_path):

@@ -74,6 +74,11 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
             control.should_save = False
         return control
 
+    def on_epoch_end(self, args, state, control, **kwargs):
+        # the stop cuts the epoch short, and the flow callback asks for its end-of-epoch save (save_strategy
+        # "epoch") after the step's was called off: a diverged model must not become the checkpoint to resume
+        return self.on_step_end(args, state, control)
+
     def on_train_end(self, args, state, control, **kwargs):
         self._release()
 
