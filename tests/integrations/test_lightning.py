@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 
 import pytest
 import torch
@@ -92,6 +93,69 @@ def test_u_is_the_real_update_after_accumulation_and_clipping(automatic, tmp_pat
     assert records[0]["grad_norm"] == pytest.approx(CLIP, rel=1e-4)  # clipped before the step
     micro = torch.tensor(module.losses).view(2, ACCUMULATE).mean(1)
     assert [r["loss"] for r in records] == pytest.approx(micro.tolist(), rel=1e-5)
+
+
+def test_the_loss_of_an_epochs_short_last_window_is_its_mean(tmp_path):
+    """Five batches an epoch with accumulate_grad_batches=2: the third step takes the epoch's last batch alone,
+    and Lightning divides its loss by 2 all the same; the record gives each step the mean of its batches'
+    losses as training_step computed them (the oracle), not half the short window's."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(20, 4, generator=generator)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    module = Regression(True)
+    trainer = quiet_trainer(tmp_path, 3, [OptiscopeCallback(every=1)], accumulate_grad_batches=2)
+    trainer.fit(module, data)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    windows = [module.losses[0:2], module.losses[2:4], module.losses[4:5]]
+    assert [r["step"] for r in records] == [1, 2, 3] and len(module.losses) == 5
+    assert [r["loss"] for r in records] == pytest.approx([sum(w) / len(w) for w in windows], rel=1e-5)
+
+
+class TwoStepsPerBatch(Regression):
+    """Manual optimisation that steps the optimizer twice in every training_step."""
+
+    def __init__(self):
+        super().__init__(False)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        opt = self.optimizers()
+        for _ in range(2):
+            loss = nn.functional.mse_loss(self.net(x), y)
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+        return loss
+
+
+class StepUpdates(lightning.Callback):
+    """The oracle: ‖Δθ‖ of the watched weight at every optimizer step, from the optimizer's own hooks."""
+
+    def __init__(self):
+        self.u = []
+
+    def on_train_start(self, trainer, pl_module):
+        weight, opt = pl_module.net[0].weight, trainer.optimizers[0]
+        opt.register_step_pre_hook(lambda *_: setattr(self, "before", weight.detach().clone()))
+        opt.register_step_post_hook(lambda *_: self.u.append(float((weight.detach() - self.before).norm())))
+
+
+def test_several_steps_in_one_batch_are_never_recorded_under_another_steps_number(tmp_path, caplog):
+    """Two optimizer steps per batch, measured at steps 1, 3, 6 (every=3), the callback called after steps 2, 4,
+    6, 8: steps 1 and 3 were once written as steps 2 and 4 with their numbers. Now a record holds its own step's
+    numbers (u against the optimizer's own hooks) or is not written, and the callback says why, once."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 4, generator=generator)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    oracle = StepUpdates()
+    trainer = quiet_trainer(tmp_path, 8, [OptiscopeCallback(every=3), oracle], max_epochs=1)
+    with caplog.at_level(logging.WARNING, logger="optiscope"):
+        trainer.fit(TwoStepsPerBatch(), data)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(oracle.u) == 8 and [r["step"] for r in records] == [6]
+    assert records[0]["params"]["net.0.weight"]["u"] == pytest.approx(oracle.u[5], rel=1e-6)
+    warnings = [r.getMessage() for r in caplog.records if "optimizer steps in one batch" in r.getMessage()]
+    assert len(warnings) == 1 and "2 optimizer steps" in warnings[0]
 
 
 def test_a_diverging_run_stops_cleanly(tmp_path):

@@ -141,6 +141,7 @@ class Attachment:
         self.seen_steps = monitor.step_count
         self.diverged: dict[str, Any] | None = None
         self.closed = False
+        self.warned = False  # about several optimizer steps in one batch
 
     def add_loss(self, loss: Tensor | float | None) -> None:
         """The loss of one micro-batch (ignored when the library gives none)."""
@@ -153,6 +154,13 @@ class Attachment:
         divergence record the first time the monitor's guard trips, else None."""
         if self.monitor.step_count == self.seen_steps:
             return None  # no real optimizer step since the last call: an accumulation micro-batch
+        if self.monitor.step_count > self.seen_steps + 1 and not self.warned:
+            self.warned = True
+            log.warning(
+                "optiscope: %d optimizer steps in one batch; the callback records once per batch, so the steps "
+                "before the last have no record (step the optimizer at most once per training_step)",
+                self.monitor.step_count - self.seen_steps,
+            )
         self.seen_steps = self.monitor.step_count
         losses, self.losses = self.losses, []
         loss = None

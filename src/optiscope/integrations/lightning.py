@@ -48,8 +48,13 @@ class OptiscopeCallback(MonitorCallback, Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.attachment is None:
             return
-        self.attachment.add_loss(outputs.get("loss") if isinstance(outputs, Mapping) else outputs)
-        if self.stepped("sum" if pl_module.automatic_optimization else "mean", trainer.is_global_zero):
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if loss is not None and pl_module.automatic_optimization:
+            # Lightning divides each batch's loss by accumulate_grad_batches, also in an epoch's last, shorter
+            # window: undone, so that a step's loss is the mean of its batches' however many there were
+            loss = loss * trainer.accumulate_grad_batches
+        self.attachment.add_loss(loss)
+        if self.stepped("mean", trainer.is_global_zero):
             trainer.should_stop = True
 
     def on_train_end(self, trainer, pl_module) -> None:
