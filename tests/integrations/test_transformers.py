@@ -90,6 +90,44 @@ def test_u_is_the_real_update_after_accumulation_and_clipping(kind, tmp_path):
     assert [r["loss"] for r in records] == pytest.approx(logged, rel=1e-5)
 
 
+class TupleOutput(torch.nn.Module):
+    """A plain module returning (loss, logits), which the Trainer reads as the loss and the rest."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids, labels=None):
+        out = self.inner(input_ids=input_ids, labels=labels)
+        return out.loss, out.logits
+
+
+def test_a_loss_from_a_tuple_is_read_and_a_loss_the_trainer_computes_itself_is_said_missing(tmp_path, caplog):
+    """A model returning a tuple: its first item, as the Trainer takes it (the oracle: the Trainer's logged
+    loss). Label smoothing makes the Trainer compute the loss outside the model: records carry None, and a
+    warning says so once rather than leaving the guard blind unannounced."""
+    trainer = Trainer(
+        model=TupleOutput(tiny_hf.model("gpt2")),
+        args=arguments(tmp_path / "tuple"),
+        train_dataset=dataset(),
+        callbacks=[OptiscopeCallback(every=1)],
+    )
+    trainer.train()
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert [r["loss"] for r in read_records(tmp_path / "tuple")] == pytest.approx(logged, rel=1e-5)
+    smoothed = Trainer(
+        model=tiny_hf.model("gpt2"),
+        args=arguments(tmp_path / "smoothed", label_smoothing_factor=0.1),
+        train_dataset=dataset(),
+        callbacks=[OptiscopeCallback(every=1)],
+    )
+    with caplog.at_level(logging.WARNING, logger="optiscope"):
+        smoothed.train()
+    assert [r["loss"] for r in read_records(tmp_path / "smoothed")] == [None, None]
+    said = [r.getMessage() for r in caplog.records if "gave no loss" in r.getMessage()]
+    assert len(said) == 1 and "label_smoothing_factor" in said[0]
+
+
 @pytest.mark.parametrize("save_strategy", ["no", "steps", "epoch"])
 def test_nan_loss_stops_training_with_the_diagnosis_and_saves_no_diverged_model(save_strategy, tmp_path, caplog):
     """Also where the Trainer saves at every step or at the end of the epoch the stop cuts short (its flow

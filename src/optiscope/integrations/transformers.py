@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from .attach import MonitorCallback
+from .attach import MonitorCallback, log
 
 __all__ = ["OptiscopeCallback"]
 
@@ -41,6 +41,7 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         super().__init__(*args, **kwargs)
         self._loss_hook = None
         self._items_given = False
+        self._said_no_loss = False  # warned that the model's forward gives no loss
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
@@ -52,8 +53,21 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         """The loss of each training micro-batch, as the model computed it (evaluation passes are skipped)."""
         if not (module.training and torch.is_grad_enabled()) or self.attachment is None:
             return
-        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        if isinstance(output, dict):
+            loss = output.get("loss")
+        elif isinstance(output, tuple | list) and output:  # the Trainer takes a tuple's first item as the loss
+            first = output[0]
+            loss = first if isinstance(first, torch.Tensor) and first.numel() == 1 else None
+        else:
+            loss = getattr(output, "loss", None)
         self._items_given = kwargs.get("num_items_in_batch") is not None
+        if loss is None and not self._said_no_loss:
+            self._said_no_loss = True
+            log.warning(
+                "optiscope: the model's forward gave no loss (the Trainer computes it itself with "
+                "label_smoothing_factor, compute_loss_func or an overridden compute_loss): records carry loss "
+                "None, and divergence is judged by the weights alone"
+            )
         self.attachment.add_loss(loss)
 
     def on_optimizer_step(self, args, state, control, **kwargs):
