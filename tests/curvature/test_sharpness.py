@@ -157,6 +157,24 @@ def test_an_optimizer_that_maximizes_is_measured_on_the_objective_it_descends():
     assert out["threshold"] is None and "mix maximize=True and False" in out["reason"]
 
 
+def _embedding_model(sparse):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Embedding(10, 4, sparse=sparse), nn.Flatten(), nn.Linear(12, 1)).double()
+
+
+def test_a_sparse_embedding_is_measured_as_its_dense_twin():
+    """``nn.Embedding(sparse=True)`` gets sparse gradients and products: the same top-2 as the exact Hessian of
+    the model with a dense embedding (the oracle), where flattening a sparse product had failed."""
+    ids, y = torch.randint(0, 10, (16, 3), generator=torch.Generator().manual_seed(1)), torch.randn(16, 1).double()
+
+    def loss_fn(m, batch):
+        return nn.functional.mse_loss(m(batch[0]), batch[1])
+
+    exact = torch.linalg.eigvalsh(exact_hessian(_embedding_model(False), loss_fn, (ids, y))).flip(0)[:2]
+    out = sharpness(_embedding_model(True), loss_fn, (ids, y), k=2, tol=1e-10)
+    torch.testing.assert_close(torch.tensor(out["eigenvalues"], dtype=torch.float64), exact, rtol=1e-6, atol=0)
+
+
 def test_adam_before_its_first_step_has_no_preconditioner_and_says_so():
     model, loss_fn, batch = mlp_problem(0)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)

@@ -621,3 +621,24 @@ def test_the_guard_within_a_run_cuts_its_warm_up_to_a_tenth_of_a_short_run():
     short = guard.within(50)
     assert (short.warmup, short.factor, short.first_factor) == (5, 3.0, 2.0)
     assert guard.reason(6, 10.0, 1.0, 1.0) is None and short.reason(6, 10.0, 1.0, 1.0) is not None
+
+
+def test_a_sparse_embeddings_gradient_is_measured_as_its_dense_twins():
+    """``nn.Embedding(sparse=True)``: the same g and u as the model with a dense embedding (the oracle, trained
+    alike), where torch's foreach norms, which have no sparse kernel, had failed at the first step."""
+    ids, y = torch.randint(0, 10, (16, 3), generator=torch.Generator().manual_seed(1)), torch.randn(16, 1)
+    records = []
+    for sparse in (True, False):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Embedding(10, 4, sparse=sparse), nn.Flatten(), nn.Linear(12, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        monitor = Monitor(model, opt, every=1, sinks=[])
+        for _ in range(2):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(ids), y)
+            loss.backward()
+            opt.step()
+            record = monitor.step(loss)
+        records.append(record["params"]["0.weight"])
+    for key in ("g", "u", "w"):
+        assert records[0][key] == pytest.approx(records[1][key], rel=1e-5), key  # float32, two kernels

@@ -250,7 +250,8 @@ class HessianOperator:
 
     def flatten(self, tensors: dict[str, Tensor] | list[Tensor]) -> Tensor:
         values = [tensors[k] for k in self.theta] if isinstance(tensors, dict) else tensors
-        return torch.cat([t.reshape(-1).to(self.dtype) for t in values])
+        # an nn.Embedding(sparse=True) gets sparse gradients and products
+        return torch.cat([(t.to_dense() if t.is_sparse else t).reshape(-1).to(self.dtype) for t in values])
 
     def flatten_by_param(self, by_param: dict[int, Tensor], fill: float = 0.0) -> Tensor:
         """A flat vector from tensors keyed by ``id(param)``; parameters missing get ``fill``."""

@@ -268,7 +268,8 @@ class Monitor:
     def _parameter_stats(
         self, optimizer: torch.optim.Optimizer, params: list[Tensor], neg_updates: list[Tensor]
     ) -> dict[str, Any]:
-        grads = [p.grad.detach() for p in params]
+        # dense: torch's foreach norms have no kernel for the sparse gradient of an nn.Embedding(sparse=True)
+        grads = [p.grad.detach().to_dense() if p.grad.is_sparse else p.grad.detach() for p in params]
         weights = [p.detach() for p in params]
         g = stats.foreach_norms(grads)
         w = stats.foreach_norms(weights)
