@@ -202,8 +202,7 @@ class Monitor:
         self._ratio_history: dict[str, list[tuple[int, float]]] = {}
         self._snapshot: list[Tensor] | None = None
         self._snapshot_params: list[Tensor] = []
-        self._measured: dict[str, Any] | None = None
-        self._measured_step = start_step  # the optimizer step ``_measured`` is of
+        self._measured: dict[str, Any] | None = None  # the stats of the last optimizer step, if it was measured
         # each group's lr as the measured step used it, read before the step: a record means the same whether
         # a scheduler moves lr on before monitor.step() (optiscope.train, Lightning) or after (the 🤗 callback)
         self._step_lrs: list[Any] | None = None
@@ -252,6 +251,8 @@ class Monitor:
     @torch.no_grad()
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.step_count += 1
+        # an earlier step's numbers that no step() took (stepped twice without a call there) are not this step's
+        self._measured, self._update = None, None
         if self._snapshot is None:
             return
         kept = [(p, b) for p, b in zip(self._snapshot_params, self._snapshot, strict=True) if p.grad is not None]
@@ -261,7 +262,6 @@ class Monitor:
         params, before = [p for p, _ in kept], [b for _, b in kept]
         torch._foreach_sub_(before, [p.detach() for p in params])  # before − after = −u, in place
         self._measured = self._parameter_stats(optimizer, params, neg_updates=before)
-        self._measured_step = self.step_count
         if self._curvature_due(self.step_count):  # −u: the sign does not change a curvature
             self._update = {id(p): u for p, u in zip(params, before, strict=True)}
 
@@ -330,8 +330,6 @@ class Monitor:
                 self.first_loss = loss_value
             self.lowest_loss = min(self.lowest_loss, loss_value)
         measured, self._measured = self._measured, None
-        if self._measured_step != step:  # stepped again since, without a call here: not this step's numbers
-            measured = None
         reason = None
         if loss_value is not None and self.guard is not None:
             reason = self.guard.reason(step, loss_value, self.lowest_loss, self.first_loss)
