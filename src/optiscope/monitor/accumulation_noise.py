@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from .curvature import SmallBatchNorms
 from .names import under_compile
+
+
+@dataclass(frozen=True)
+class Passes:
+    """One parameter's passes so far in an accumulated step."""
+
+    count: int
+    square: Tensor  # Σ|c_i|²
+    total: Tensor  # Σc_i: p.grad after the last pass, before clipping
+    grad: weakref.ref[Tensor]  # p.grad as the last pass left it (weakly: zero_grad may free it)
+    version: int  # its version counter then
 
 
 class AccumulationNoise:
@@ -50,11 +62,7 @@ class AccumulationNoise:
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.due = due
-        self.squares: dict[int, Tensor] = {}  # Σ|c_i|² per parameter
-        self.counts: dict[int, int] = {}
-        self.sums: dict[int, Tensor] = {}  # Σc_i: p.grad after the last pass, before clipping
-        # p.grad as the last pass left it (weakly: zero_grad may free it) and its version counter
-        self.seen: dict[int, tuple[weakref.ref[Tensor], int]] = {}
+        self.passes: dict[int, Passes] = {}  # by id(p), this step's so far
         self.handles = [p.register_post_accumulate_grad_hook(self.hook) for p in self.params]
 
     @torch.no_grad()
@@ -62,35 +70,30 @@ class AccumulationNoise:
         if p.grad is None or not self.due():
             return
         grad = p.grad
-        seen = self.seen.get(id(p))
+        last = self.passes.get(id(p))
         # a pass adds in place (version + 1); another tensor, or other changes, mean the gradient was reset since
-        if seen is not None and not (seen[0]() is grad and grad._version == seen[1] + 1):
-            self.squares.pop(id(p), None)
-            self.counts.pop(id(p), None)
-            self.sums.pop(id(p), None)
-        self.seen[id(p)] = (weakref.ref(grad), grad._version)
-        grad = grad.detach()
-        before = self.sums.get(id(p))
-        own = grad if before is None else grad - before
+        if last is not None and not (last.grad() is grad and grad._version == last.version + 1):
+            last = None
+        own = grad.detach() if last is None else grad.detach() - last.total
         square = own.double().square().sum()
-        self.squares[id(p)] = square if before is None else self.squares[id(p)] + square
-        self.counts[id(p)] = self.counts.get(id(p), 0) + 1
-        self.sums[id(p)] = grad.clone()
+        self.passes[id(p)] = Passes(
+            count=1 if last is None else last.count + 1,
+            square=square if last is None else last.square + square,
+            total=grad.detach().clone(),
+            grad=weakref.ref(grad),
+            version=grad._version,
+        )
 
     def gather(self) -> SmallBatchNorms | None:
         """The step's norms (None when it took fewer than 2 passes, e.g. no accumulation); starts over."""
-        counts = [self.counts.get(id(p), 0) for p in self.params]
-        n = max(counts, default=0)
-        small, big = [], []
-        for p, count in zip(self.params, counts, strict=True):
-            if count and n >= 2:  # the passes that did not reach p added 0 to it
-                small.append(n * float(self.squares[id(p)]))
-                big.append(float(self.sums[id(p)].double().square().sum()))
-            else:  # no pass reached p: 0 in each
-                small.append(0.0)
-                big.append(0.0)
-        self.squares, self.counts, self.sums, self.seen = {}, {}, {}, {}
-        return SmallBatchNorms(self.names, small, big, n, self.batch_size, self.source) if n >= 2 else None
+        passes, self.passes = [self.passes.get(id(p)) for p in self.params], {}
+        n = max((q.count for q in passes if q is not None), default=0)
+        if n < 2:
+            return None
+        # the passes that did not reach a parameter added 0 to it; one that none reached has 0 in each
+        small = [0.0 if q is None else n * float(q.square) for q in passes]
+        big = [0.0 if q is None else float(q.total.double().square().sum()) for q in passes]
+        return SmallBatchNorms(self.names, small, big, n, self.batch_size, self.source)
 
     def close(self) -> None:
         for handle in self.handles:
