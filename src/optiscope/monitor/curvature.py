@@ -46,7 +46,6 @@ from ..curvature import (
     sharpness,
     tensors_in,
 )
-from ..curvature.hvp import unwrap
 
 KEYS = (
     "sharpness",
@@ -175,26 +174,26 @@ def check_batch(config: Curvature, model: nn.Module) -> None:
     The error is the one the measurement would have met (torch's, the loss function's, or ours), with a note
     saying where it was met."""
     try:
-        HessianOperator(model, config.loss_fn, config.batch, dtype=config.dtype).check()
+        op = HessianOperator(model, config.loss_fn, config.batch, dtype=config.dtype)
+        op.check()
     except Exception as error:
         error.add_note(
             "optiscope: met when the monitor was built, trying loss_fn(model, batch) once on Curvature's batch so that "
             "a measurement cannot fail later in training"
         )
         raise
-    check_micro_batches(config, model)
+    check_micro_batches(config, op)
 
 
-def check_micro_batches(config: Curvature, model: nn.Module) -> None:
+def check_micro_batches(config: Curvature, op: HessianOperator) -> None:
     """Fails now, not at the first measurement, where ``config.micro_batches`` cuts the batch into micro-batches
     too small for the model's batch norms: in a measurement those that train normalise by the micro-batch's
     own statistics, which torch refuses for one value per channel (a BatchNorm1d on one example). One forward
     pass of one micro-batch, with nothing of the model changed (``evaluating``), and only for such models;
     each such norm checks its input's values per channel before torch does."""
-    norms = [(name, m) for name, m in unwrap(model).named_modules() if batch_statistics(m)]
+    norms = [(name, m) for name, m in op.model.named_modules() if batch_statistics(m)]
     if not (config.micro_batches and norms):
         return
-    op = HessianOperator(model, config.loss_fn, config.batch, dtype=config.dtype)
     part = split_batch(config.batch, config.micro_batches)[0]
 
     def refuse_one_value(name: str) -> Callable[..., None]:
