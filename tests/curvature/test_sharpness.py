@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from curvature_support import adam_problem, adam_scaling, exact_hessian, mlp_problem
-from optiscope.curvature import HessianOperator, lanczos, sharpness
+from optiscope.curvature import HessianOperator, directional_curvature, lanczos, sharpness
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -157,6 +157,58 @@ def test_an_optimizer_that_maximizes_is_measured_on_the_objective_it_descends():
     assert out["threshold"] is None and "mix maximize=True and False" in out["reason"]
 
 
+def test_coupled_weight_decay_is_in_the_hessian_the_step_sees():
+    """SGD's weight decay λ adds λθ to the gradient, so the step sees H + λI: on L = ½ xᵀ diag(10, 1) x with
+    λ = 2, torch's SGD (the oracle) diverges at 2/η = 11 (10 < 11 < 12) and converges at 2/η = 13, and the
+    instrument says 12 against 2/η before the first step (the loss's own 10 would call both stable)."""
+    A = torch.diag(torch.tensor([10.0, 1.0], dtype=torch.float64))
+
+    def loss_fn(m, batch):
+        return 0.5 * m.x @ A @ m.x
+
+    for edge, diverges in ((11.0, True), (13.0, False)):
+        model = _Ascent()
+        opt = torch.optim.SGD(model.parameters(), lr=2 / edge, weight_decay=2.0)
+        out = sharpness(model, loss_fn, None, opt)
+        assert out["eigenvalues"][0] == pytest.approx(12.0, rel=1e-9) and out["ratio"] == pytest.approx(12 / edge)
+        for _ in range(100):
+            opt.zero_grad()
+            loss_fn(model, None).backward()
+            opt.step()
+        assert (float(model.x.detach().abs().max()) > 10) == diverges
+
+
+@pytest.mark.parametrize("torch_class", [torch.optim.Adam, torch.optim.AdamW])
+def test_adam_coupled_decay_per_group_against_a_state_built_by_hand(torch_class):
+    """torch.optim.Adam with weight decay on the first layer only: eig(D (H + Λ) D), Λ = λ on that layer's
+    entries, from the exact Hessian and a hand-built D; AdamW decays outside the gradient: eig(D H D). The
+    curvature along the gradient is that of the gradient the step sees, g + Λθ (the oracle by autograd)."""
+    model, loss_fn, batch = mlp_problem(2)
+    first = list(model[0].parameters())
+    rest = [p for p in model.parameters() if all(p is not q for q in first)]
+    opt = torch_class([{"params": first, "weight_decay": 0.5}, {"params": rest, "weight_decay": 0.0}], lr=0.01)
+    for _ in range(5):
+        opt.zero_grad()
+        loss_fn(model, batch).backward()
+        opt.step()
+    coupled = torch_class is torch.optim.Adam
+    lam = torch.cat(
+        [torch.full((p.numel(),), 0.5 if coupled and i < 2 else 0.0) for i, p in enumerate(model.parameters())]
+    )
+    H = exact_hessian(model, loss_fn, batch) + torch.diag(lam.double())
+    d = adam_scaling(model, opt)
+    exact = torch.linalg.eigvalsh(d[:, None] * H * d[None, :]).flip(0)[:2]
+    out = sharpness(model, loss_fn, batch, opt, k=2, tol=1e-10, along={"gradient": "gradient"})
+    torch.testing.assert_close(torch.tensor(out["eigenvalues"], dtype=torch.float64), exact, rtol=1e-6, atol=0)
+    grads = torch.autograd.grad(loss_fn(model, batch), list(model.parameters()))
+    theta = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    g = torch.cat([t.reshape(-1) for t in grads]) + lam.double() * theta
+    expected = float(g @ H @ g / (g @ (g / d**2)))  # gᵀ(H + Λ)g / gᵀPg, P = D⁻²
+    assert out["along"]["gradient"]["curvature"] == pytest.approx(expected, rel=1e-8)
+    along = directional_curvature(model, loss_fn, batch, "gradient", opt)
+    assert along["curvature"] == pytest.approx(expected, rel=1e-8)
+
+
 def _embedding_model(sparse):
     torch.manual_seed(0)
     return nn.Sequential(nn.Embedding(10, 4, sparse=sparse), nn.Flatten(), nn.Linear(12, 1)).double()
@@ -180,6 +232,10 @@ def test_adam_before_its_first_step_has_no_preconditioner_and_says_so():
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     out = sharpness(model, loss_fn, batch, optimizer=opt, dtype=torch.float64)
     assert out["threshold"] is None and not out["preconditioned"] and "before its first step" in out["reason"]
+    exact = torch.linalg.eigvalsh(-exact_hessian(model, loss_fn, batch))[-1]  # maximizing: −H, not H
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, maximize=True)
+    out = sharpness(model, loss_fn, batch, optimizer=opt, tol=1e-10)
+    assert out["eigenvalues"][0] == pytest.approx(float(exact), rel=1e-6)
 
 
 class Quadratic(nn.Module):

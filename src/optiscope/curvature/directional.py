@@ -42,13 +42,14 @@ def directional_curvature(
     Returns ``curvature``, ``preconditioned``, ``threshold``, ``label``, ``ratio`` (curvature/threshold or
     None) and ``reason``.
     """
-    op, matvec, scale, stability = operator(model, loss_fn, batch, optimizer, dtype)
-    w = in_operator_space(direction_vector(op, direction), scale)
+    objective = operator(model, loss_fn, batch, optimizer, dtype)
+    stability = objective.stability
+    w = in_operator_space(direction_vector(objective, direction), objective.scale)
     ww = torch.dot(w, w)
-    value = float(torch.dot(w, matvec(w)) / ww) if ww > 0 else float("nan")
+    value = float(torch.dot(w, objective.matvec(w)) / ww) if ww > 0 else float("nan")
     return {
         **against(value, stability.threshold),
-        "preconditioned": scale is not None,
+        "preconditioned": objective.scale is not None,
         "threshold": stability.threshold,
         "label": stability.label,
         "reason": stability.reason,

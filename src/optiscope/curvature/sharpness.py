@@ -11,14 +11,19 @@ ones in its param groups that require grad and, once an Adam-family optimizer ha
 (a parameter that never had a gradient is not moved, and has no P). Without an optimizer, over every
 parameter that requires grad; the others are constants.
 
-An optimizer with ``maximize=True`` descends −L, so its stability is that of −H: the eigenvalues are those of
-−H (or P⁻¹(−H)), and a loss it is climbing towards a maximum shows positive curvature, as L's does under a
-minimising optimizer. Param groups that mix maximize=True and False get no threshold.
+With an optimizer, H is the Hessian of the objective its step descends (``Objective``), which is the loss's
+but for two cases. An optimizer with ``maximize=True`` descends −L, so its stability is that of −H: the
+eigenvalues are those of −H (or P⁻¹(−H)), and a loss it is climbing towards a maximum shows positive
+curvature, as L's does under a minimising optimizer (param groups that mix maximize=True and False get no
+threshold). Coupled L2 weight decay λ (SGD's, Adam's without decoupling, ``AdamL2``) adds λθ to the gradient
+each step, so H + λI takes H's place: preconditioned, P⁻¹λ is large wherever v̂ is small, and leaving it out
+can understate the ratio several-fold. Decoupled decay (AdamW) is not in H (``thresholds.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,7 +32,7 @@ from torch import Tensor, nn
 from ..checks import is_count, is_number, require_optimizer
 from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
-from .thresholds import Stability, inverse_preconditioner, moving_groups, stability_threshold
+from .thresholds import Stability, coupled_decay, inverse_preconditioner, moving_groups, stability_threshold
 
 
 def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer, preconditioned: bool) -> list[Tensor]:
@@ -56,33 +61,71 @@ def require_optimizer_of(
         )
 
 
+@dataclass(frozen=True)
+class Objective:
+    r"""What one step of the optimizer descends, as the curvature instruments see it.
+
+    The objective is J = s·L + ½ Σ λ_p ‖θ_p‖², with s = −1 for an optimizer with ``maximize=True`` (it
+    descends −L) and λ_p the *coupled* L2 weight decay of parameter p's group — the λθ an optimizer adds to
+    the gradient before its step (torch's and our SGD, Adam without decoupling, ``AdamL2``), which its
+    moments and its preconditioner see as part of the gradient. Decoupled decay (AdamW, θ ← (1 − ηλ)θ) is
+    not in J. ``matvec`` is v ↦ A v with A = D ∇²J D, D = P^{-1/2} for a preconditioned optimizer that has
+    stepped (``scale``), else D = I; ``op`` is the loss's own ``HessianOperator``.
+    """
+
+    op: HessianOperator
+    stability: Stability
+    sign: float = 1.0
+    decay: Tensor | None = None  # λ_p per entry, flat; None without coupled decay
+    scale: Tensor | None = None
+
+    def hessian(self, v: Tensor) -> Tensor:
+        """∇²J v = s·H v + λ ⊙ v."""
+        hv = self.op(v) if self.sign > 0 else -self.op(v)
+        return hv if self.decay is None else hv + self.decay * v
+
+    def matvec(self, v: Tensor) -> Tensor:
+        """A v = D ∇²J D v."""
+        return self.hessian(v) if self.scale is None else self.scale * self.hessian(self.scale * v)
+
+    def gradient(self) -> Tensor:
+        """∇J = s·∇L + λ ⊙ θ on the operator's batch, flat: the gradient the optimizer's step sees."""
+        g = self.op.gradient() * self.sign
+        return g if self.decay is None else g + self.decay * self.op.flatten(self.op.theta)
+
+
 def operator(
     model: nn.Module,
     loss_fn: LossFn,
     batch: Any,
     optimizer: torch.optim.Optimizer | None,
     dtype: torch.dtype | None,
-) -> tuple[HessianOperator, Any, Tensor | None, Stability]:
-    """(H over the parameters the optimizer moves, v ↦ A v, D or None, stability), where A = D H D with
-    D = P^{-1/2} for a preconditioned optimizer that has stepped, else A = H; with ``maximize=True`` the
-    optimizer descends −L, and −H takes H's place."""
+) -> Objective:
+    """The ``Objective`` of ``optimizer`` (the loss itself without one), over the parameters it moves."""
     stability = stability_threshold(optimizer)
-    params = None if optimizer is None else moved_parameters(model, optimizer, stability.preconditioned)
-    op = HessianOperator(model, loss_fn, batch, dtype=dtype, params=params)
-    maximizing = {bool(g.get("maximize", False)) for g in moving_groups(optimizer)} if optimizer else {False}
-    hessian: Any = op if maximizing != {True} else (lambda v: -op(v))
+    if optimizer is None:
+        return Objective(HessianOperator(model, loss_fn, batch, dtype=dtype), stability)
+    op = HessianOperator(
+        model, loss_fn, batch, dtype=dtype, params=moved_parameters(model, optimizer, stability.preconditioned)
+    )
+    groups = moving_groups(optimizer)
+    maximizing = {bool(g.get("maximize", False)) for g in groups}
     if len(maximizing) > 1:
         why = f"{type(optimizer).__name__}'s param groups mix maximize=True and False: H of neither objective"
         stability = Stability(None, stability.label, stability.preconditioned, why)
-    if optimizer is None or not stability.preconditioned:
-        return op, hessian, None, stability
+    sign = -1.0 if maximizing == {True} else 1.0
+    decays = {id(p): coupled_decay(optimizer, g) for g in groups for p in g["params"]}
+    decay = None
+    if any(decays.get(id(p)) for p in op.params):
+        decay = op.flatten_by_param({id(p): torch.full_like(p, decays[id(p)]) for p in op.params})
+    if not stability.preconditioned:
+        return Objective(op, stability, sign, decay)
     try:
         parts = {id(p): inverse_preconditioner(optimizer, p).sqrt() for p in op.params}
     except KeyError:
         why = f"{type(optimizer).__name__} has no state yet (before its first step): H, not P⁻¹H"
-        return op, op, None, Stability(None, stability.label, False, why)
-    scale = op.flatten_by_param(parts)
-    return op, (lambda v: scale * hessian(scale * v)), scale, stability
+        return Objective(op, Stability(None, stability.label, False, why), sign, decay)
+    return Objective(op, stability, sign, decay, op.flatten_by_param(parts))
 
 
 def sharpness(
@@ -122,7 +165,8 @@ def sharpness(
         raise ValueError(f"sharpness: max_hvps={max_hvps!r} must be an integer >= k={k}")
     if optimizer is not None:
         require_optimizer(optimizer, "sharpness")
-    op, matvec, scale, stability = operator(model, loss_fn, batch, optimizer, dtype)
+    objective = operator(model, loss_fn, batch, optimizer, dtype)
+    op, stability = objective.op, objective.stability
     if k > op.size:
         raise ValueError(f"sharpness: k={k} exceeds the {op.size} parameters H is taken over")
     generator = torch.Generator().manual_seed(seed)
@@ -130,9 +174,11 @@ def sharpness(
     # k − 1 random vectors more: a single start vector sees one vector of each eigenspace, so an eigenvalue
     # repeated among the top k would show once
     extra = [op.random(generator) for _ in range(min(k, op.size) - 1)]
-    directions = {name: in_operator_space(direction_vector(op, d), scale) for name, d in (along or {}).items()}
+    directions = {
+        name: in_operator_space(direction_vector(objective, d), objective.scale) for name, d in (along or {}).items()
+    }
     rows = [start, *extra, *directions.values()]
-    result = lanczos(matvec, torch.stack(rows), k=k, tol=tol, max_steps=max(max_hvps, len(rows)))
+    result = lanczos(objective.matvec, torch.stack(rows), k=k, tol=tol, max_steps=max(max_hvps, len(rows)))
     top = result.eigenvalues[0]
     quotients = dict(zip(directions, result.start_quotients[1 + len(extra) :], strict=True))
     out = {
@@ -152,13 +198,15 @@ def sharpness(
     return out
 
 
-def direction_vector(op: HessianOperator, direction: dict[Any, Tensor] | str) -> Tensor:
-    """A flat direction: "gradient" (∇L on the operator's batch), or tensors keyed by parameter name or
-    by ``id(param)`` (parameters without an entry count as 0)."""
+def direction_vector(objective: Objective, direction: dict[Any, Tensor] | str) -> Tensor:
+    """A flat direction: "gradient" (the objective's gradient on the operator's batch: ∇L, with coupled weight
+    decay ∇L + λθ), or tensors keyed by parameter name or by ``id(param)`` (parameters without an entry
+    count as 0)."""
     if isinstance(direction, str):
         if direction != "gradient":
             raise ValueError(f"curvature: direction={direction!r}; give 'gradient' or tensors")
-        return op.gradient()
+        return objective.gradient()
+    op = objective.op
     if not isinstance(direction, Mapping):
         raise ValueError(
             f"curvature: a direction of type {type(direction).__name__}; give 'gradient' or a dict of tensors keyed "

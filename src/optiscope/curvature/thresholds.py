@@ -12,9 +12,10 @@ eigenvalue λ of the relevant matrix this gives (Cohen et al., ICLR 2021; Cohen 
 
 where v̂ = v/(1 − β₂ᵗ) is the bias-corrected second moment in the optimizer's state (``max_exp_avg_sq``
 with AMSGrad). For β₁ = 0.9 Adam's threshold is 38/η. The analysis freezes P, and leaves out m̂'s bias
-correction 1/(1 − β₁ᵗ) (within 1 % of 1 after 44 steps at β₁ = 0.9) and weight decay λ_wd, negligible
-beside these thresholds in practice: in the gradient (SGD's, Adam+L2) it adds λ_wd to H (P⁻¹λ_wd to P⁻¹H);
-decoupled (AdamW, θ ← (1 − ηλ_wd)θ − …) it lowers the threshold by λ_wd(1 + β₁)/(1 − β₁) = 19λ_wd.
+correction 1/(1 − β₁ᵗ) (within 1 % of 1 after 44 steps at β₁ = 0.9). Weight decay λ_wd in the gradient
+(SGD's, Adam+L2: ``coupled_decay``) adds λ_wd to H, which the sharpness takes into H (``sharpness.py``);
+decoupled (AdamW, θ ← (1 − ηλ_wd)θ − …) it would lower the threshold by λ_wd(1 + β₁)/(1 − β₁) = 19λ_wd, left
+out here as negligible beside 38/η at the decays used in practice.
 
 For optimizers without such a linear analysis (Lion and Muon are sign / orthogonalising maps, RMSprop
 and others are not covered here) the threshold is None with the reason — never a made-up number.
@@ -100,6 +101,15 @@ def moving_groups(optimizer: torch.optim.Optimizer) -> list[dict]:
     first step from 0) all that hold a trainable parameter are returned."""
     trainable = [g for g in optimizer.param_groups if any(p.requires_grad for p in g["params"])]
     return [g for g in trainable if float(g.get("lr", 1.0)) > 0] or trainable
+
+
+def coupled_decay(optimizer: torch.optim.Optimizer, group: dict) -> float:
+    """λ of the L2 term λθ that ``optimizer`` adds to the gradient of ``group``'s parameters before its step
+    (SGD's weight decay, Adam's without decoupling, ``AdamL2``): its Hessian λI is part of what the step sees.
+    0.0 for decoupled decay (AdamW's θ ← (1 − ηλ)θ) and for optimizers without a threshold here."""
+    if not isinstance(optimizer, _SGD_TYPES + _ADAM_TYPES) or isinstance(optimizer, torch.optim.AdamW):
+        return 0.0
+    return 0.0 if group.get("decoupled_weight_decay", False) else float(group.get("weight_decay", 0.0))
 
 
 def inverse_preconditioner(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor:
