@@ -63,13 +63,15 @@ class ParameterChange(lightning.Callback):
 
 
 def quiet_trainer(tmp_path, max_steps, callbacks, **options):
-    """A CPU Trainer without logger, checkpoints, progress bar or summary."""
+    """A CPU Trainer without logger, progress bar or summary, and without checkpoints unless ``callbacks``
+    hold a ``ModelCheckpoint``."""
+    saves = any(isinstance(c, lightning.pytorch.callbacks.ModelCheckpoint) for c in callbacks)
     return lightning.Trainer(
         max_steps=max_steps,
         accelerator="cpu",
         devices=1,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=saves,
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=tmp_path,
@@ -342,3 +344,50 @@ def test_the_noise_scale_over_ranks_is_refused_with_advice_a_user_can_follow(tmp
     trainer = quiet_trainer(tmp_path, 2, [OptiscopeCallback(every=1, curvature=curvature)])
     with pytest.raises(ValueError, match=r"rank_batch_size=4\) needs the DDP-wrapped model.*micro_batches"):
         trainer.fit(Regression(True), data)
+
+
+def test_a_resumed_run_continues_the_monitor_as_if_it_had_not_stopped(tmp_path, caplog):
+    """The uninterrupted run is the oracle: a run resumed from its end-of-epoch checkpoint at step 3 (a fresh
+    Trainer, module and callback; ``fit(ckpt_path=...)``) writes the same records for steps 4–6, curvature
+    included (its warm start from step 2's eigenvector), and ends with the same monitor state: the guard's
+    reference losses, the sharpness history from before the stop. From a checkpoint without the callback's
+    state the monitor starts afresh and says so. Every batch is the same: Lightning 2.6, resumed from a
+    checkpoint written at an epoch's end, serves that epoch's first batch once more before the next epoch."""
+    from optiscope.monitor import Curvature
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 4, generator=generator).repeat(3, 1)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    fixed_x = torch.randn(8, 4, generator=generator)
+    fixed = (fixed_x, fixed_x.sum(1, keepdim=True))
+
+    def train(out, ckpt_path):
+        callback = OptiscopeCallback(every=1, curvature=Curvature(fixed, regression_loss, every=2, directions=()))
+        saving = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", save_top_k=-1)
+        trainer = quiet_trainer(out, 6, [callback, saving])
+        trainer.fit(HeavyBall(automatic=True), data, ckpt_path=ckpt_path)
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return callback.monitor.state_dict(), [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in records]
+
+    whole, records = train(tmp_path / "whole", None)
+    saved = tmp_path / "whole" / "checkpoints" / "epoch=0-step=3.ckpt"
+    stateless = tmp_path / "stateless.ckpt"
+    checkpoint = torch.load(saved, weights_only=False)
+    checkpoint["callbacks"] = {k: v for k, v in checkpoint["callbacks"].items() if "OptiscopeCallback" not in k}
+    torch.save(checkpoint, stateless)
+    for path in (saved, stateless):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="optiscope"):
+            state, resumed = train(tmp_path / path.stem, path)
+        assert [r["step"] for r in resumed] == [4, 5, 6]
+        assert [r["loss"] for r in resumed] == [r["loss"] for r in records[3:]]  # training itself resumed exactly
+        warned = "resuming at step 3 without the monitor's state" in caplog.text
+        if path == saved:
+            assert not warned
+            assert resumed == records[3:]
+            assert state["curvature_history"] == whole["curvature_history"]
+            assert (state["first_loss"], state["lowest_loss"]) == (whole["first_loss"], whole["lowest_loss"])
+            assert torch.equal(state["curvature_vector"], whole["curvature_vector"])
+        else:
+            assert warned
+            assert len(state["curvature_history"]) == len(whole["curvature_history"]) - 1  # step 2's is missing

@@ -243,3 +243,56 @@ def test_noise_scale_from_the_accumulated_micro_batches(tmp_path):
     records = {r["step"]: r for r in read_records(tmp_path)}
     assert [len(oracle.passes[step]) for step in (2, 4)] == [2, 2]
     assert_accumulated_noise_scale(records, oracle.passes, (2, 4), 2)
+
+
+def test_a_resumed_run_continues_the_monitor_as_if_it_had_not_stopped(tmp_path, caplog):
+    """The uninterrupted run is the oracle: a run resumed from its checkpoint-2 (a fresh Trainer, model and
+    callback) writes the same records for steps 3–6, curvature included (its warm start from step 2's
+    eigenvector), and ends with the same monitor state: the guard's reference losses, the sharpness history
+    from before the stop. Without the state beside the checkpoint the monitor starts afresh and says so."""
+    import shutil
+
+    from optiscope.monitor import Curvature
+
+    def loss_fn(model, batch):
+        return model(**batch).loss
+
+    fixed = {key: torch.stack([row[key] for row in dataset(n=4, seed=1)]) for key in ("input_ids", "labels")}
+
+    def train(out, resume):
+        callback = OptiscopeCallback(every=1, curvature=Curvature(fixed, loss_fn, every=2, directions=()))
+        options = dict(max_steps=6, save_strategy="steps", save_steps=2, lr_scheduler_type="constant")
+        trainer = Trainer(
+            model=tiny_hf.model("qwen2"),  # no dropout
+            args=arguments(out, learning_rate=1e-2, **options),
+            train_dataset=dataset(n=16),
+            callbacks=[callback],
+        )
+        trainer.train(resume_from_checkpoint=resume)
+        return callback.monitor.state_dict(), read_records(out)
+
+    def comparable(record):
+        return {k: v for k, v in record.items() if k != "tokens_per_s"}
+
+    whole, records = train(tmp_path / "whole", None)
+    assert (tmp_path / "whole" / "checkpoint-2" / "optiscope_monitor.pt").is_file()
+    for keep in (True, False):
+        out = tmp_path / f"resumed-{keep}"
+        shutil.copytree(tmp_path / "whole" / "checkpoint-2", out / "checkpoint-2")
+        if not keep:
+            (out / "checkpoint-2" / "optiscope_monitor.pt").unlink()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="optiscope"):
+            state, resumed = train(out, True)
+        assert [r["step"] for r in resumed] == [3, 4, 5, 6]
+        assert [r["loss"] for r in resumed] == [r["loss"] for r in records[2:]]  # training itself resumed exactly
+        warned = "resuming at step 2 without the monitor's state" in caplog.text
+        if keep:
+            assert not warned
+            assert [comparable(r) for r in resumed] == [comparable(r) for r in records[2:]]
+            assert state["curvature_history"] == whole["curvature_history"]
+            assert (state["first_loss"], state["lowest_loss"]) == (whole["first_loss"], whole["lowest_loss"])
+            assert torch.equal(state["curvature_vector"], whole["curvature_vector"])
+        else:
+            assert warned
+            assert len(state["curvature_history"]) == len(whole["curvature_history"]) - 1  # step 2's is missing

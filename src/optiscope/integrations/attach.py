@@ -97,8 +97,17 @@ class MonitorCallback:
         return None if self.attachment is None else self.attachment.monitor
 
     def attach(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, default_dir: Any, start_step: int, rank_zero: bool
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        default_dir: Any,
+        start_step: int,
+        rank_zero: bool,
+        saved: dict[str, Any] | None = None,
+        where: str = "",
     ) -> None:
+        """Build the monitor for a run that starts at ``start_step``; a resumed run (``start_step`` > 0) gets
+        ``saved``, the monitor's state its checkpoint kept (``where`` says where it was looked for)."""
         monitor = build_monitor(
             model,
             optimizer,
@@ -110,6 +119,8 @@ class MonitorCallback:
             rank_zero=rank_zero,
             label=self.label,
         )
+        if start_step > 0:
+            resume(monitor, saved, start_step, where, rank_zero)
         self.attachment = Attachment(monitor)
         self.diverged = None
 
@@ -130,6 +141,25 @@ class MonitorCallback:
         """Remove the monitor's hooks and close its sinks; ``callback.monitor`` keeps its records."""
         if self.attachment is not None:
             self.attachment.close()
+
+
+def resume(monitor: Monitor, saved: dict[str, Any] | None, step: int, where: str, rank_zero: bool) -> None:
+    """Give ``monitor``, built for a run resumed at ``step``, the state ``saved`` with that step's checkpoint:
+    the divergence guard's reference losses and u/w history, the curvature warm start and the sharpness
+    history the diagnosis reads, as if the run had not stopped. Without it (a checkpoint from before
+    optiscope was attached, or one the callback could not find) a warning says that these start afresh."""
+    if saved is not None and saved.get("step_count") == step:
+        monitor.load_state_dict(saved)
+        return
+    if rank_zero:
+        found = "none was saved" if saved is None else f"the one found is from step {saved.get('step_count')}"
+        log.warning(
+            "optiscope: resuming at step %d without the monitor's state from that checkpoint (%s%s): the "
+            "divergence guard, the curvature warm start and the sharpness history start afresh",
+            step,
+            found,
+            f"; looked in {where}" if where else "",
+        )
 
 
 class Attachment:

@@ -14,7 +14,9 @@ calls ``opt.step()`` itself, as often as it likes). The loss of a step is taken 
 ``training_step`` returned for the batches since the previous step: in automatic optimisation their sum,
 since Lightning divides each by ``accumulate_grad_batches`` (the loss it backpropagates); in manual
 optimisation their mean. A divergence sets ``trainer.should_stop``, logs the diagnosis as a warning and
-writes it to ``metrics.jsonl``. Ranks other than 0 measure but write nothing.
+writes it to ``metrics.jsonl``. Ranks other than 0 measure but write nothing. The monitor's state (the
+divergence guard, the curvature warm start and history) travels in Lightning's checkpoints as the
+callback's state, so ``trainer.fit(..., ckpt_path=...)`` resumes it exactly.
 
 One optimizer per module (``configure_optimizers`` returning several is refused). Needs
 ``pip install 'optiscope[lightning]'``.
@@ -23,6 +25,7 @@ One optimizer per module (``configure_optimizers`` returning several is refused)
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
@@ -37,13 +40,28 @@ class OptiscopeCallback(MonitorCallback, Callback):
 
     label = "lightning"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._saved: dict[str, Any] | None = None  # the monitor's state from the checkpoint resumed, until attached
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.monitor is None else {"monitor": self.monitor.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # Lightning restores callbacks before on_train_start, where the monitor is built
+        self._saved = state_dict.get("monitor")
+
     def on_train_start(self, trainer, pl_module) -> None:
         if len(trainer.optimizers) != 1:
             raise ValueError(
                 f"OptiscopeCallback: the module has {len(trainer.optimizers)} optimizers; it monitors exactly one"
             )
         log_dir = trainer.log_dir  # collective: every rank must ask
-        self.attach(pl_module, trainer.optimizers[0], log_dir, trainer.global_step, trainer.is_global_zero)
+        saved, self._saved = self._saved, None
+        where = "the checkpoint's callback state"
+        self.attach(
+            pl_module, trainer.optimizers[0], log_dir, trainer.global_step, trainer.is_global_zero, saved, where
+        )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.attachment is None:

@@ -14,19 +14,29 @@ the optimizer (the Trainer's own, ``optimizers=(optiscope.optim.AdamW(...), None
 Trainer logs: the model's loss of each micro-batch, combined as the Trainer combines them. A divergence
 sets ``control.should_training_stop`` (and ``should_save`` off, so a good checkpoint is not replaced by
 a diverged one), logs the diagnosis as a warning and writes it to ``metrics.jsonl``. Ranks other than 0
-measure (the loss is averaged over ranks, so all stop together) but write nothing.
+measure (the loss is averaged over ranks, so all stop together) but write nothing. The monitor's state (the
+divergence guard, the curvature warm start and history) is saved beside each checkpoint, as
+``checkpoint-N/optiscope_monitor.pt``, and read back when the Trainer resumes from
+``args.output_dir/checkpoint-N`` (where it saves them), so ``trainer.train(resume_from_checkpoint=True)``
+resumes it exactly; from a checkpoint elsewhere the monitor starts afresh, and says so.
 
 Needs ``pip install 'optiscope[hf]'``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from ..runs import load_checkpoint, save_checkpoint
 from .attach import MonitorCallback, log
+
+#: The monitor's state in each checkpoint directory the Trainer writes.
+MONITOR_STATE = "optiscope_monitor.pt"
 
 __all__ = ["OptiscopeCallback"]
 
@@ -46,7 +56,9 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
         inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps the real one
-        self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero)
+        saved_at = checkpoint_dir(args, state) / MONITOR_STATE
+        saved = load_checkpoint(saved_at) if state.global_step > 0 and saved_at.is_file() else None
+        self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero, saved, str(saved_at))
         self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
 
     def _record_loss(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
@@ -83,6 +95,12 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
             control.should_training_stop = True
         return control
 
+    def on_save(self, args, state, control, **kwargs):
+        # right after the Trainer wrote checkpoint-N for the step the monitor has just recorded
+        if self.monitor is not None and state.is_world_process_zero:
+            save_checkpoint(checkpoint_dir(args, state) / MONITOR_STATE, self.monitor.state_dict())
+        return control
+
     def on_step_end(self, args, state, control, **kwargs):
         if self.diverged is not None:  # runs after the Trainer's flow callback has decided to save
             control.should_save = False
@@ -101,3 +119,8 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
             self._loss_hook.remove()
             self._loss_hook = None
         self.detach()
+
+
+def checkpoint_dir(args: Any, state: Any) -> Path:
+    """Where the Trainer saves (and, by default, resumes) the checkpoint of ``state.global_step``."""
+    return Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"

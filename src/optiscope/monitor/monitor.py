@@ -477,6 +477,8 @@ class Monitor:
         self.first_loss, self.lowest_loss = state["first_loss"], state["lowest_loss"]
         self._ratio_history = {k: list(v) for k, v in state["ratio_history"].items()}
         self.row_update_sum, self.row_update_steps = state["row_update_sum"], state["row_update_steps"]
+        if self.row_update_sum is not None and self.embedding is not None:  # a checkpoint is loaded onto the CPU
+            self.row_update_sum = self.row_update_sum.to(self.embedding.device)
         self._curvature_vector = state.get("curvature_vector")  # absent in checkpoints from before curvature
         self._curvature_history = [tuple(h) for h in state.get("curvature_history", [])]
         self._clock = (time.perf_counter(), self.step_count)
