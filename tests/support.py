@@ -154,3 +154,20 @@ def write_tiny_corpus(path: Path) -> Path:
     lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 10))) + "." for _ in range(900)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def assert_monitor_resumed(state, whole, records, whole_records, kept: bool, warned: bool) -> None:
+    """A library's run resumed from a checkpoint (its monitor's final ``state`` and its ``records`` after the
+    checkpoint) against the uninterrupted run (``whole``, ``whole_records`` from the same step on, the oracle).
+    With the monitor's state in the checkpoint (``kept``): no warning, the same records, the same guard losses,
+    sharpness history and warm start. Without: a warning, and the history short by the one measurement before
+    the checkpoint."""
+    assert [r["loss"] for r in records] == [r["loss"] for r in whole_records]  # training itself resumed exactly
+    assert warned != kept
+    if kept:
+        assert records == whole_records
+        assert state["curvature_history"] == whole["curvature_history"]
+        assert (state["first_loss"], state["lowest_loss"]) == (whole["first_loss"], whole["lowest_loss"])
+        assert torch.equal(state["curvature_vector"], whole["curvature_vector"])
+    else:
+        assert len(state["curvature_history"]) == len(whole["curvature_history"]) - 1
