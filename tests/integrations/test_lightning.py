@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 
 import pytest
 import torch
@@ -383,3 +384,28 @@ def test_a_resumed_run_continues_the_monitor_as_if_it_had_not_stopped(tmp_path, 
         assert [r["step"] for r in resumed] == [4, 5, 6]
         warned = "resuming at step 3 without the monitor's state" in caplog.text
         assert_monitor_resumed(state, whole, resumed, records[3:], path == saved, warned)
+
+
+@pytest.mark.parametrize("automatic", [True, False], ids=["automatic", "manual"])
+def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(automatic, tmp_path):
+    """Lightning's own mixed-precision plugin ("16-mixed", on the CPU, with its GradScaler) and a first batch
+    holding an inf: the first step's gradients are NaN and the scaler skips it (the oracle: no parameter change
+    across it); the next two go through. Lightning counts the skipped step: the records are steps 2 and 3,
+    with the real updates and each one's own loss (manual mode: the mean of its two batches), none of the
+    skipped step's NaN carried into the next (it would trip the guard)."""
+    from lightning.pytorch.plugins import MixedPrecision
+
+    x = torch.randn(32, 4, generator=torch.Generator().manual_seed(0))  # steps 1–3 in the first epoch, both modes
+    x[0, 0] = math.inf
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1.0)
+    module, oracle = Regression(automatic), ParameterChange()
+    plugins = [MixedPrecision("16-mixed", "cpu", scaler)]
+    trainer = quiet_trainer(tmp_path, 3, [OptiscopeCallback(every=1), oracle], plugins=plugins)
+    trainer.fit(module, data)
+    assert trainer.global_step == 3 and oracle.u[0] == 0 and all(u > 0 for u in oracle.u[1:])
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 3]
+    assert [r["params"]["net.0.weight"]["u"] for r in records] == pytest.approx(oracle.u[1:], rel=1e-5)
+    per_step = torch.tensor(module.losses).view(3, -1).mean(1)  # manual mode: two batches a step
+    assert not per_step[0].isfinite() and [r["loss"] for r in records] == pytest.approx(per_step[1:].tolist(), rel=1e-6)

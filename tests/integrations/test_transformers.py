@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import pytest
 import torch
@@ -290,3 +291,40 @@ def test_a_resumed_run_continues_the_monitor_as_if_it_had_not_stopped(tmp_path, 
         assert_monitor_resumed(
             state, whole, [comparable(r) for r in resumed], [comparable(r) for r in records[2:]], keep, warned
         )
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["torch-fused-adamw", "optiscope-adamw"])
+def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(fused, tmp_path):
+    """The Trainer's own mixed-precision path (Accelerate's GradScaler, here on the CPU) and a first backward
+    pass that makes one weight's gradient inf: the first step is skipped (the oracle: no parameter change
+    across it); the next two go through. torch's fused AdamW (the Trainer's
+    default) is called with the scaler's found_inf and skips inside its kernel, leaving a state at t = 0;
+    optiscope's AdamW is not called at all. Either way the Trainer counts the step: the records are steps 2 and
+    3, with the real updates and the Trainer's logged losses, none of the skipped step's inf carried over."""
+    model = tiny_hf.model("qwen2")
+    oracle = ParameterChange(WATCHED["qwen2"])
+    extra = {} if fused else {"optimizers": (optiscope.optim.AdamW(model.parameters(), lr=1e-2), None)}
+    passes = []
+
+    def first_gradient_inf(grad):
+        passes.append(1)
+        return torch.full_like(grad, math.inf) if len(passes) == 1 else None
+
+    dict(model.named_parameters())[WATCHED["qwen2"]].register_hook(first_gradient_inf)
+    trainer = Trainer(
+        model=model,
+        args=arguments(tmp_path, max_steps=3, max_grad_norm=0.0, optim="adamw_torch_fused"),
+        train_dataset=dataset(),
+        callbacks=[OptiscopeCallback(every=1), oracle],
+        **extra,
+    )
+    trainer.accelerator.scaler = torch.amp.GradScaler("cpu", init_scale=1.0)
+    trainer.train()
+    inner = trainer.optimizer.optimizer
+    assert isinstance(inner, torch.optim.AdamW if fused else optiscope.optim.AdamW)
+    assert oracle.u[0] == 0 and all(u > 0 for u in oracle.u[1:])
+    records = read_records(tmp_path)
+    assert [r["step"] for r in records] == [2, 3]
+    assert [r["params"][WATCHED["qwen2"]]["u"] for r in records] == pytest.approx(oracle.u[1:], rel=1e-5)
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert [r["loss"] for r in records] == pytest.approx(logged[1:], rel=1e-5)

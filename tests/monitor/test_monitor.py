@@ -642,3 +642,35 @@ def test_a_sparse_embeddings_gradient_is_measured_as_its_dense_twins():
         records.append(record["params"]["0.weight"])
     for key in ("g", "u", "w"):
         assert records[0][key] == pytest.approx(records[1][key], rel=1e-5), key  # float32, two kernels
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["torch-fused-adamw", "optiscope-adamw"])
+def test_a_step_a_grad_scaler_skips_is_not_a_step(fused):
+    """A GradScaler skips the first step, whose input holds an inf (its gradients are NaN), and lets the next
+    two through. torch's fused AdamW is still called, with the scaler's found_inf, and skips inside its kernel,
+    leaving a state at t = 0; optiscope's AdamW is not called. Either way ``monitor.step(loss)`` after the
+    skipped step uses up its number without judging its NaN loss, the two steps taken are recorded as steps 2
+    and 3 with their real updates (the oracle: the parameter change), and no effective learning rate is read
+    from the t = 0 state."""
+    model, (x, y) = tiny_lm()
+    model = nn.Sequential(nn.Linear(3, 3), nn.Flatten(), *list(model)[2:])  # float inputs, which can hold an inf
+    x = torch.randn(32, 8, 3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True) if fused else AdamW(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1.0)
+    monitor = Monitor(model, opt, every=1)
+    weight = model[2].weight
+    records, changes = [], []
+    for i in range(3):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x if i else x.index_fill(0, torch.tensor([0]), math.inf)), y)
+        scaler.scale(loss).backward()
+        before = weight.detach().clone()
+        scaler.step(opt)
+        scaler.update()
+        changes.append(float((weight.detach() - before).norm()))
+        records.append(monitor.step(loss))
+    assert changes[0] == 0 and all(c > 0 for c in changes[1:])
+    assert records[0] is None and [r["step"] for r in records[1:]] == [2, 3]  # the loop's own step numbers
+    assert [r["params"]["2.weight"]["u"] for r in records[1:]] == pytest.approx(changes[1:], rel=1e-5)
+    assert all(math.isfinite(r["params"]["2.weight"]["eff_lr"]["max"]) for r in records[1:])
+    assert monitor.diverged is None  # the skipped step's NaN loss is the scaler's to deal with

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from ..checks import is_count, is_number, require_optimizer
+from ..optim.adam import adam_has_stepped
 from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
 from .thresholds import Stability, coupled_decay, inverse_preconditioner, moving_groups, stability_threshold
@@ -43,7 +44,7 @@ def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer, precond
     then measures H)."""
     params = [p for group in moving_groups(optimizer) for p in group["params"] if p.requires_grad]
     require_optimizer_of(model, optimizer, params, "curvature", "parameters that require grad")
-    stepped = [p for p in params if "exp_avg_sq" in optimizer.state.get(p, {})] if preconditioned else []
+    stepped = [p for p in params if adam_has_stepped(optimizer.state.get(p, {}))] if preconditioned else []
     return stepped or params
 
 

@@ -4,7 +4,8 @@ optimizer step with the loss of the micro-batches it was taken on, and divergenc
 A library's loop calls its callback around micro-batches and optimizer steps; ``Attachment`` turns
 that into the monitor's contract (``monitor.step(loss)`` once after every real ``optimizer.step()``).
 A step counts as taken when the optimizer's own step hooks ran, so a step the library skipped
-(e.g. a mixed-precision step with non-finite gradients) is not recorded as one.
+(a mixed-precision step with non-finite gradients) has no record; its number is used up all the same, as the
+library counts it, so that records carry the library's step numbers.
 """
 
 from __future__ import annotations
@@ -124,12 +125,12 @@ class MonitorCallback:
         self.attachment = Attachment(monitor)
         self.diverged = None
 
-    def stepped(self, reduce: str, rank_zero: bool) -> bool:
+    def stepped(self, reduce: str, counted: int, rank_zero: bool) -> bool:
         """After the library may have stepped the optimizer (see ``Attachment.after_optimizer``): True when
         training must stop, having logged the diagnosis (on rank 0)."""
         if self.attachment is None:
             return False
-        record = self.attachment.after_optimizer(reduce)
+        record = self.attachment.after_optimizer(reduce, counted)
         if record is None:
             return False
         self.diverged = record
@@ -178,12 +179,19 @@ class Attachment:
         if loss is not None:
             self.losses.append(torch.as_tensor(loss).detach().float().mean())
 
-    def after_optimizer(self, reduce: str) -> dict[str, Any] | None:
-        """Call after the library may have stepped the optimizer. When it did, send the step's loss —
-        the ``reduce`` ("sum" or "mean") of its micro-batch losses — to the monitor; returns the
-        divergence record the first time the monitor's guard trips, else None."""
+    def after_optimizer(self, reduce: str, counted: int) -> dict[str, Any] | None:
+        """Call after the library may have stepped the optimizer, with ``counted``, the library's own count of
+        optimizer steps by now. When the optimizer stepped, send the step's loss — the ``reduce`` ("sum" or
+        "mean") of its micro-batch losses — to the monitor; returns the divergence record the first time the
+        monitor's guard trips, else None. When the library counted a step the optimizer did not take (a
+        GradScaler skipped it: the libraries count it, the optimizer's hooks do not see it), its micro-batch
+        losses are dropped, not carried into the next step's, and its number is used up (``Monitor.skip``)."""
         if self.monitor.step_count == self.seen_steps:
-            return None  # no real optimizer step since the last call: an accumulation micro-batch
+            if counted > self.seen_steps:
+                self.losses = []
+                self.monitor.skip(counted - self.seen_steps)
+                self.seen_steps = counted
+            return None  # no real optimizer step since the last call: an accumulation micro-batch, or a skipped step
         if self.monitor.step_count > self.seen_steps + 1 and not self.warned:
             self.warned = True
             log.warning(

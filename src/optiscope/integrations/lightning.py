@@ -72,7 +72,7 @@ class OptiscopeCallback(MonitorCallback, Callback):
             # window: undone, so that a step's loss is the mean of its batches' however many there were
             loss = loss * trainer.accumulate_grad_batches
         self.attachment.add_loss(loss)
-        if self.stepped("mean", trainer.is_global_zero):
+        if self.stepped("mean", trainer.global_step, trainer.is_global_zero):
             trainer.should_stop = True
 
     def on_train_end(self, trainer, pl_module) -> None:

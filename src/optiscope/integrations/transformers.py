@@ -91,7 +91,8 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
             return control
         if self._items_given and getattr(args, "average_tokens_across_devices", False):
             self.attachment.losses = [loss * args.world_size for loss in self.attachment.losses]
-        if self.stepped("sum" if self._items_given else "mean", state.is_world_process_zero):
+        # the Trainer counts this update step (global_step + 1 once this hook returns), taken or skipped
+        if self.stepped("sum" if self._items_given else "mean", state.global_step + 1, state.is_world_process_zero):
             control.should_training_stop = True
         return control
 

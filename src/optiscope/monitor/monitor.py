@@ -207,6 +207,8 @@ class Monitor:
         # a scheduler moves lr on before monitor.step() (optiscope.train, Lightning) or after (the 🤗 callback)
         self._step_lrs: list[Any] | None = None
         self._clock = (time.perf_counter(), start_step)
+        self._skipping = False  # the step under way is one a fused kernel skips (``skipped_inside``)
+        self._stepped = False  # the optimizer stepped since the last step() call
         self._hooks = [
             optimizer.register_step_pre_hook(self._before_step),
             optimizer.register_step_post_hook(self._after_step),
@@ -238,7 +240,8 @@ class Monitor:
         return self.curvature is not None and self.curvature.due(step)
 
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self.is_measured(self.step_count + 1):
+        self._skipping = skipped_inside(optimizer)
+        if self._skipping or not self.is_measured(self.step_count + 1):
             return
         # copies: a scheduler steps a tensor lr in place (``fill_``), before the monitor reads the step's lr
         self._step_lrs = [g["lr"].clone() if isinstance(g["lr"], Tensor) else g["lr"] for g in optimizer.param_groups]
@@ -250,7 +253,11 @@ class Monitor:
 
     @torch.no_grad()
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._skipping:  # not a step: as when a GradScaler does not call step() at all
+            self._skipping = False
+            return
         self.step_count += 1
+        self._stepped = True
         # an earlier step's numbers that no step() took (stepped twice without a call there) are not this step's
         self._measured, self._update = None, None
         if self._snapshot is None:
@@ -313,15 +320,30 @@ class Monitor:
         self.row_update_steps += 1
 
     # ------------------------------------------------------------------------------------- step
+    def skip(self, steps: int = 1) -> None:
+        """The training loop counted ``steps`` optimizer steps that the optimizer did not take (a mixed-precision
+        step whose non-finite gradients a GradScaler skipped: it does not call ``optimizer.step()``, or, for an
+        optimizer that scales by itself, the kernel skips the update, ``skipped_inside``; the monitor counts
+        neither as a step). Their numbers are used up without records, so that the monitor's step numbers
+        stay the loop's (its logs, its checkpoints)."""
+        self.step_count += steps
+
     def step(self, loss: float | Tensor | None = None, **scalars: float) -> dict[str, Any] | None:
         """Call right after ``optimizer.step()``. Returns the record of a measured step, else None.
 
         Raises ``Diverged`` (with ``on_divergence="raise"``) when the guard trips. ``scalars`` join the record
-        under their own names, which must not be the record's own fields or the context's.
+        under their own names, which must not be the record's own fields or the context's. A call with no
+        optimizer step since the last one is a step a GradScaler skipped (``scaler.step(optimizer)`` did not
+        step it, or the kernel skipped it): its number is used up (``skip``) and its loss, often not finite
+        under mixed precision, is not judged: the scaler has dealt with it.
         """
         taken = sorted(self._taken_names.intersection(scalars))
         if taken:
             raise ValueError(f"Monitor.step: scalars {taken} would overwrite the record's own or the context's fields")
+        if not self._stepped:
+            self.skip()
+            return None
+        self._stepped = False
         step = self.step_count
         _refuse_ddp_join(self.model)
         loss_value = self._global_loss(loss)
@@ -570,3 +592,11 @@ def _median(values: list[float]) -> float:
 
 def _finite_or_big(x: float) -> float:
     return x if math.isfinite(x) else 1e300
+
+
+def skipped_inside(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the ``step()`` about to run skips its update inside the kernel: a GradScaler hands an optimizer
+    that scales by itself (torch's fused Adam, AdamW, SGD) the ``found_inf`` flag as an attribute instead of not
+    calling ``step()``, and the kernel leaves parameters and state as they were when it is set."""
+    found = getattr(optimizer, "found_inf", None)
+    return isinstance(found, Tensor) and bool(found.item())

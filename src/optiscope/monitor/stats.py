@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..optim.adam import adam_effective_lr
+from ..optim.adam import adam_effective_lr, adam_has_stepped
 
 
 def foreach_norms(tensors: Sequence[Tensor]) -> Tensor:
@@ -92,7 +92,7 @@ def effective_lr(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor | No
             return optimizer.effective_lr(param)
         except KeyError:
             return None
-    if "exp_avg_sq" in state and "step" in state:
+    if adam_has_stepped(state):
         try:
             return adam_effective_lr(optimizer.state, optimizer.param_groups, param)
         except KeyError:
@@ -110,7 +110,7 @@ def effective_lr_summary(
     Other optimizers with an ``effective_lr`` method (RMSprop) are summarised from the full tensor.
     """
     state = optimizer.state.get(param, {})
-    if "exp_avg_sq" in state and "step" in state and "betas" in group and "eps" in group:
+    if adam_has_stepped(state) and "betas" in group and "eps" in group:
         v = state["max_exp_avg_sq"] if group.get("amsgrad") else state["exp_avg_sq"]
         beta2 = group["betas"][1]
         bc2 = 1 - beta2 ** float(state["step"]) if group.get("bias_correction", True) else 1.0
