@@ -238,6 +238,21 @@ def test_adam_before_its_first_step_has_no_preconditioner_and_says_so():
     assert out["eigenvalues"][0] == pytest.approx(float(exact), rel=1e-6)
 
 
+def test_a_fused_adam_state_left_at_t_0_by_a_skipped_step_has_no_preconditioner():
+    """torch's fused AdamW called by a GradScaler on non-finite gradients creates its state and leaves t = 0,
+    v = 0: no v̂ yet, so H (the exact Hessian's top) and the reason, not a division by 1 − β2⁰ = 0."""
+    model, loss_fn, batch = mlp_problem(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, fused=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1.0)
+    scaler.scale(loss_fn(model, batch) * math.inf).backward()
+    scaler.step(opt)
+    assert all(float(opt.state[p]["step"]) == 0 for p in model.parameters())  # the premise
+    out = sharpness(model, loss_fn, batch, optimizer=opt, tol=1e-10)
+    assert not out["preconditioned"] and "before its first step" in out["reason"]
+    exact = torch.linalg.eigvalsh(exact_hessian(model, loss_fn, batch))[-1]
+    assert out["eigenvalues"][0] == pytest.approx(float(exact), rel=1e-6)
+
+
 class Quadratic(nn.Module):
     def __init__(self, n):
         super().__init__()
