@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from curvature_support import adam_problem, adam_scaling, exact_hessian, mlp_problem
+from optiscope import optim
 from optiscope.curvature import HessianOperator, directional_curvature, lanczos, sharpness
 
 
@@ -181,8 +182,9 @@ def test_coupled_weight_decay_is_in_the_hessian_the_step_sees():
 @pytest.mark.parametrize("torch_class", [torch.optim.Adam, torch.optim.AdamW])
 def test_adam_coupled_decay_per_group_against_a_state_built_by_hand(torch_class):
     """torch.optim.Adam with weight decay on the first layer only: eig(D (H + Λ) D), Λ = λ on that layer's
-    entries, from the exact Hessian and a hand-built D; AdamW decays outside the gradient: eig(D H D). The
-    curvature along the gradient is that of the gradient the step sees, g + Λθ (the oracle by autograd)."""
+    entries, from the exact Hessian and a hand-built D; AdamW decays outside the gradient: eig(D H D + 19Λ)
+    (its shift, tested against the update's own linear map below). The curvature along the gradient is that
+    of the gradient the step sees, g + Λθ for Adam (the oracle by autograd)."""
     model, loss_fn, batch = mlp_problem(2)
     first = list(model[0].parameters())
     rest = [p for p in model.parameters() if all(p is not q for q in first)]
@@ -192,21 +194,102 @@ def test_adam_coupled_decay_per_group_against_a_state_built_by_hand(torch_class)
         loss_fn(model, batch).backward()
         opt.step()
     coupled = torch_class is torch.optim.Adam
-    lam = torch.cat(
-        [torch.full((p.numel(),), 0.5 if coupled and i < 2 else 0.0) for i, p in enumerate(model.parameters())]
-    )
-    H = exact_hessian(model, loss_fn, batch) + torch.diag(lam.double())
+    on_first = torch.cat([torch.full((p.numel(),), 0.5 if i < 2 else 0.0) for i, p in enumerate(model.parameters())])
+    lam = torch.diag(on_first.double()) if coupled else 0  # in the gradient: H + Λ
+    shift = 0 if coupled else torch.diag(19 * on_first.double())  # decoupled: DHD + 19Λ
+    H = exact_hessian(model, loss_fn, batch) + lam
     d = adam_scaling(model, opt)
-    exact = torch.linalg.eigvalsh(d[:, None] * H * d[None, :]).flip(0)[:2]
+    A = d[:, None] * H * d[None, :] + shift
+    exact = torch.linalg.eigvalsh(A).flip(0)[:2]
     out = sharpness(model, loss_fn, batch, opt, k=2, tol=1e-10, along={"gradient": "gradient"})
     torch.testing.assert_close(torch.tensor(out["eigenvalues"], dtype=torch.float64), exact, rtol=1e-6, atol=0)
     grads = torch.autograd.grad(loss_fn(model, batch), list(model.parameters()))
     theta = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    g = torch.cat([t.reshape(-1) for t in grads]) + lam.double() * theta
-    expected = float(g @ H @ g / (g @ (g / d**2)))  # gᵀ(H + Λ)g / gᵀPg, P = D⁻²
+    g = torch.cat([t.reshape(-1) for t in grads]) + (on_first.double() * theta if coupled else 0)
+    w = g / d  # the gradient in A's coordinates: wᵀAw / wᵀw = gᵀ(H + Λ)g / gᵀPg when coupled
+    expected = float(w @ A @ w / (w @ w))
     assert out["along"]["gradient"]["curvature"] == pytest.approx(expected, rel=1e-8)
     along = directional_curvature(model, loss_fn, batch, "gradient", opt)
     assert along["curvature"] == pytest.approx(expected, rel=1e-8)
+
+
+@pytest.mark.parametrize(
+    ("momentum", "dampening", "nesterov"), [(0.0, 0.0, False), (0.5, 0.0, False), (0.5, 0.3, False), (0.5, 0.0, True)]
+)
+def test_decoupled_sgd_decay_against_the_optimizer_diverging_and_converging(momentum, dampening, nesterov):
+    """optiscope's SGD with decoupled decay λ = 2 on L = ½ xᵀ diag(10, 1) x: the sharpness is 10 + cλ,
+    c = 1 without momentum (the same steps as coupled decay), (1 + β)/(1 − τ) heavy ball with dampening τ,
+    (1 + β)/(1 + 2β) Nesterov. The optimizer itself is the oracle: at η with the threshold 0.95× the
+    sharpness it diverges, at 1.05× it converges (10 alone would call both stable: the threshold is above it)."""
+    A = torch.diag(torch.tensor([10.0, 1.0], dtype=torch.float64))
+    if momentum == 0:
+        c, coef = 1.0, 2.0
+    elif nesterov:
+        c, coef = (1 + momentum) / (1 + 2 * momentum), (2 + 2 * momentum) / (1 + 2 * momentum)
+    else:
+        c, coef = (1 + momentum) / (1 - dampening), (2 + 2 * momentum) / (1 - dampening)
+    top = 10 + 2 * c
+
+    def loss_fn(m, batch):
+        return 0.5 * m.x @ A @ m.x
+
+    for factor in (0.95, 1.05):
+        model = _Ascent()
+        opt = optim.SGD(
+            model.parameters(),
+            lr=coef / (factor * top),
+            momentum=momentum,
+            dampening=dampening,
+            nesterov=nesterov,
+            weight_decay=2.0,
+            decoupled_weight_decay=True,
+        )
+        out = sharpness(model, loss_fn, None, opt)
+        assert out["eigenvalues"][0] == pytest.approx(top, rel=1e-9) and out["ratio"] == pytest.approx(1 / factor)
+        assert out["threshold"] > 10
+        for _ in range(300):
+            opt.zero_grad()
+            loss_fn(model, None).backward()
+            opt.step()
+        assert (float(model.x.detach().abs().max()) > 10) == (factor < 1)
+
+
+def test_adamw_shift_puts_the_threshold_where_its_linear_map_meets_minus_1():
+    """torch's AdamW with decay λ on the first layer only, P frozen from its state: the map of (θ, m) written
+    out from the update rule, M = [[I − ηΛ − η(1 − β)P⁻¹H, −ηβP⁻¹], [(1 − β)H, βI]], has an eigenvalue −1 at
+    the η where the sharpness meets (2 + 2β)/((1 − β)η), and not where λ₁(DHD) alone would put it."""
+    model, loss_fn, batch = mlp_problem(2)
+    first = list(model[0].parameters())
+    rest = [p for p in model.parameters() if all(p is not q for q in first)]
+    beta = 0.9
+    opt = torch.optim.AdamW([{"params": first, "weight_decay": 5.0}, {"params": rest, "weight_decay": 0.0}], lr=0.01)
+    for _ in range(5):
+        opt.zero_grad()
+        loss_fn(model, batch).backward()
+        opt.step()
+    H = exact_hessian(model, loss_fn, batch)
+    p_inv = torch.diag(adam_scaling(model, opt) ** 2)
+    lam = torch.diag(
+        torch.cat([torch.full((p.numel(),), 5.0 if i < 2 else 0.0) for i, p in enumerate(model.parameters())]).double()
+    )
+    n = H.shape[0]
+
+    def distance_to_minus_1(eta):
+        M = torch.cat(
+            [
+                torch.cat(
+                    [torch.eye(n, dtype=H.dtype) - eta * lam - eta * (1 - beta) * p_inv @ H, -eta * beta * p_inv], 1
+                ),
+                torch.cat([(1 - beta) * H, beta * torch.eye(n, dtype=H.dtype)], 1),
+            ]
+        )
+        return float((torch.linalg.eigvals(M) + 1).abs().min())
+
+    out = sharpness(model, loss_fn, batch, opt, tol=1e-12, max_hvps=200)
+    edge = (2 + 2 * beta) / ((1 - beta) * out["eigenvalues"][0])
+    d = adam_scaling(model, opt)
+    without = (2 + 2 * beta) / ((1 - beta) * float(torch.linalg.eigvalsh(d[:, None] * H * d[None, :])[-1]))
+    assert distance_to_minus_1(edge) < 1e-8 < 1e-4 < distance_to_minus_1(without)
 
 
 def _embedding_model(sparse):

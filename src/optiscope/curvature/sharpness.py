@@ -17,7 +17,9 @@ eigenvalues are those of −H (or P⁻¹(−H)), and a loss it is climbing towar
 curvature, as L's does under a minimising optimizer (param groups that mix maximize=True and False get no
 threshold). Coupled L2 weight decay λ (SGD's, Adam's without decoupling, ``AdamL2``) adds λθ to the gradient
 each step, so H + λI takes H's place: preconditioned, P⁻¹λ is large wherever v̂ is small, and leaving it out
-can understate the ratio several-fold. Decoupled decay (AdamW) is not in H (``thresholds.py``).
+can understate the ratio several-fold. Decoupled decay (AdamW's, SGD's with ``decoupled_weight_decay``) adds
+its shift cλ to the eigenvalues the threshold bounds (``thresholds.py``): 19λ for AdamW at β₁ = 0.9,
+negligible beside 38/η in practice; λ for SGD without momentum, whose steps are then those of coupled decay.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ..checks import is_count, is_number, require_optimizer
 from ..optim.adam import adam_has_stepped
 from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
-from .thresholds import Stability, coupled_decay, inverse_preconditioner, moving_groups, stability_threshold
+from .thresholds import Stability, inverse_preconditioner, moving_groups, stability_threshold, weight_decay
 
 
 def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer, preconditioned: bool) -> list[Tensor]:
@@ -69,16 +71,18 @@ class Objective:
     The objective is J = s·L + ½ Σ λ_p ‖θ_p‖², with s = −1 for an optimizer with ``maximize=True`` (it
     descends −L) and λ_p the *coupled* L2 weight decay of parameter p's group — the λθ an optimizer adds to
     the gradient before its step (torch's and our SGD, Adam without decoupling, ``AdamL2``), which its
-    moments and its preconditioner see as part of the gradient. Decoupled decay (AdamW, θ ← (1 − ηλ)θ) is
-    not in J. ``matvec`` is v ↦ A v with A = D ∇²J D, D = P^{-1/2} for a preconditioned optimizer that has
-    stepped (``scale``), else D = I; ``op`` is the loss's own ``HessianOperator``.
+    moments and its preconditioner see as part of the gradient. ``matvec`` is v ↦ A v with
+    A = D ∇²J D + C, D = P^{-1/2} for a preconditioned optimizer that has stepped (``scale``), else D = I, and
+    C the diagonal of decoupled decay's shifts cλ_p (``thresholds.weight_decay``): the matrix whose top
+    eigenvalue the optimizer's threshold bounds. ``op`` is the loss's own ``HessianOperator``.
     """
 
     op: HessianOperator
     stability: Stability
     sign: float = 1.0
-    decay: Tensor | None = None  # λ_p per entry, flat; None without coupled decay
+    decay: Tensor | None = None  # coupled λ_p per entry, flat; None without
     scale: Tensor | None = None
+    shift: Tensor | None = None  # decoupled cλ_p per entry, flat; None without
 
     def hessian(self, v: Tensor) -> Tensor:
         """∇²J v = s·H v + λ ⊙ v."""
@@ -86,8 +90,9 @@ class Objective:
         return hv if self.decay is None else hv + self.decay * v
 
     def matvec(self, v: Tensor) -> Tensor:
-        """A v = D ∇²J D v."""
-        return self.hessian(v) if self.scale is None else self.scale * self.hessian(self.scale * v)
+        """A v = D ∇²J D v + C v."""
+        av = self.hessian(v) if self.scale is None else self.scale * self.hessian(self.scale * v)
+        return av if self.shift is None else av + self.shift * v
 
     def gradient(self) -> Tensor:
         """∇J = s·∇L + λ ⊙ θ on the operator's batch, flat: the gradient the optimizer's step sees."""
@@ -115,18 +120,30 @@ def operator(
         why = f"{type(optimizer).__name__}'s param groups mix maximize=True and False: H of neither objective"
         stability = Stability(None, stability.label, stability.preconditioned, why)
     sign = -1.0 if maximizing == {True} else 1.0
-    decays = {id(p): coupled_decay(optimizer, g) for g in groups for p in g["params"]}
-    decay = None
-    if any(decays.get(id(p)) for p in op.params):
-        decay = op.flatten_by_param({id(p): torch.full_like(p, decays[id(p)]) for p in op.params})
+    decays = {id(p): weight_decay(optimizer, g) for g in groups for p in g["params"]}
+    decay = per_entry(op, {i: d.coupled for i, d in decays.items()})
+    shift = per_entry(op, {i: d.shift for i, d in decays.items()})
     if not stability.preconditioned:
-        return Objective(op, stability, sign, decay)
+        return Objective(op, stability, sign, decay, None, shift)
     try:
         parts = {id(p): inverse_preconditioner(optimizer, p).sqrt() for p in op.params}
-    except KeyError:
+    except KeyError:  # no threshold without P, and the shifts are in P⁻¹H's units: H of J alone
         why = f"{type(optimizer).__name__} has no state yet (before its first step): H, not P⁻¹H"
         return Objective(op, Stability(None, stability.label, False, why), sign, decay)
-    return Objective(op, stability, sign, decay, op.flatten_by_param(parts))
+    return Objective(op, stability, sign, decay, op.flatten_by_param(parts), shift)
+
+
+def per_entry(op: HessianOperator, values: dict[int, float]) -> Tensor | None:
+    """A flat vector holding, on each parameter's entries, its value in ``values`` (keyed by ``id(param)``;
+    0 when missing) in the operator's dtype; None when all are 0."""
+    if not any(values.get(id(p), 0.0) for p in op.params):
+        return None
+    return torch.cat(
+        [
+            torch.full((n,), values.get(id(p), 0.0), dtype=op.dtype, device=op.device)
+            for p, n in zip(op.params, op.sizes, strict=True)
+        ]
+    )
 
 
 def sharpness(

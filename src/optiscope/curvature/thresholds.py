@@ -12,10 +12,18 @@ eigenvalue λ of the relevant matrix this gives (Cohen et al., ICLR 2021; Cohen 
 
 where v̂ = v/(1 − β₂ᵗ) is the bias-corrected second moment in the optimizer's state (``max_exp_avg_sq``
 with AMSGrad). For β₁ = 0.9 Adam's threshold is 38/η. The analysis freezes P, and leaves out m̂'s bias
-correction 1/(1 − β₁ᵗ) (within 1 % of 1 after 44 steps at β₁ = 0.9). Weight decay λ_wd in the gradient
-(SGD's, Adam+L2: ``coupled_decay``) adds λ_wd to H, which the sharpness takes into H (``sharpness.py``);
-decoupled (AdamW, θ ← (1 − ηλ_wd)θ − …) it would lower the threshold by λ_wd(1 + β₁)/(1 − β₁) = 19λ_wd, left
-out here as negligible beside 38/η at the decays used in practice.
+correction 1/(1 − β₁ᵗ) (within 1 % of 1 after 44 steps at β₁ = 0.9).
+
+Weight decay λ enters the same linear maps (``weight_decay``), and the sharpness takes it into the matrix
+whose top eigenvalue it reports (``sharpness.py``), so that the thresholds above stand as they are. Coupled
+decay (SGD's, Adam+L2: λθ added to the gradient) turns H into H + λI. Decoupled decay, θ ← (1 − ηλ)θ − η d
+for a step direction d = β b + (1 − τ) g (heavy ball with dampening τ; Adam: d = P⁻¹m̂, τ = β₁), gives the
+iteration matrix [[1 − ηλ − η(1 − τ)h, −ηβ], [(1 − τ)h, β]] along an eigenvector with eigenvalue h of H (of
+P⁻¹H), whose eigenvalue −1 lies at h + λ(1 + β)/(1 − τ) = (2 + 2β)/((1 − τ)η): the condition is the
+threshold above for h + cλ, c = (1 + β)/(1 − τ) — 1 without momentum (the same steps as coupled decay), 19
+for AdamW at β₁ = 0.9 — and c = (1 + β)/(1 + 2β) for Nesterov momentum. With λ differing between param
+groups the eigenvectors differ too, but the Schur complement of the map (θ, m) ↦ (θ′, m′) + (θ, m) shows the
+eigenvalue −1 still lies exactly where D H D + diag(cλ) has an eigenvalue at the threshold (tested).
 
 For optimizers without such a linear analysis (Lion and Muon are sign / orthogonalising maps, RMSprop
 and others are not covered here) the threshold is None with the reason — never a made-up number.
@@ -103,13 +111,32 @@ def moving_groups(optimizer: torch.optim.Optimizer) -> list[dict]:
     return [g for g in trainable if float(g.get("lr", 1.0)) > 0] or trainable
 
 
-def coupled_decay(optimizer: torch.optim.Optimizer, group: dict) -> float:
-    """λ of the L2 term λθ that ``optimizer`` adds to the gradient of ``group``'s parameters before its step
-    (SGD's weight decay, Adam's without decoupling, ``AdamL2``): its Hessian λI is part of what the step sees.
-    0.0 for decoupled decay (AdamW's θ ← (1 − ηλ)θ) and for optimizers without a threshold here."""
-    if not isinstance(optimizer, _SGD_TYPES + _ADAM_TYPES) or isinstance(optimizer, torch.optim.AdamW):
-        return 0.0
-    return 0.0 if group.get("decoupled_weight_decay", False) else float(group.get("weight_decay", 0.0))
+@dataclass(frozen=True)
+class Decay:
+    """A param group's weight decay as the stability analysis sees it: ``coupled``, the λ of an L2 term λθ
+    added to the gradient (λI joins H, before any preconditioning); ``shift``, cλ for decoupled decay, added
+    to the eigenvalues of H (of P⁻¹H) that the threshold bounds."""
+
+    coupled: float = 0.0
+    shift: float = 0.0
+
+
+def weight_decay(optimizer: torch.optim.Optimizer, group: dict) -> Decay:
+    """``group``'s weight decay in ``optimizer``'s stability analysis (module docstring); none for optimizers
+    without a threshold here."""
+    lam = float(group.get("weight_decay", 0.0))
+    if lam == 0 or not isinstance(optimizer, _SGD_TYPES + _ADAM_TYPES):
+        return Decay()
+    decoupled = bool(group.get("decoupled_weight_decay", False)) or isinstance(optimizer, torch.optim.AdamW)
+    if not decoupled:
+        return Decay(coupled=lam)
+    if isinstance(optimizer, _ADAM_TYPES):
+        beta = float(group["betas"][0])
+        return Decay(shift=lam * (1 + beta) / (1 - beta))
+    mu, tau = float(group["momentum"]), float(group["dampening"])
+    if mu == 0:
+        return Decay(shift=lam)
+    return Decay(shift=lam * (1 + mu) / (1 + 2 * mu) if group["nesterov"] else lam * (1 + mu) / (1 - tau))
 
 
 def inverse_preconditioner(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor:
