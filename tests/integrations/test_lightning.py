@@ -409,3 +409,21 @@ def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(automat
     assert [r["params"]["net.0.weight"]["u"] for r in records] == pytest.approx(oracle.u[1:], rel=1e-5)
     per_step = torch.tensor(module.losses).view(3, -1).mean(1)  # manual mode: two batches a step
     assert not per_step[0].isfinite() and [r["loss"] for r in records] == pytest.approx(per_step[1:].tolist(), rel=1e-6)
+
+
+def test_fit_again_on_the_same_trainer_goes_on_with_the_monitor(tmp_path, caplog):
+    """A second ``fit`` on the same Trainer and callback continues at its global step: the monitor goes on
+    from the first fit's state (the guard's first loss, the records so far), without a warning."""
+    x = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    callback, module = OptiscopeCallback(every=1), Regression(automatic=True)
+    trainer = quiet_trainer(tmp_path, 3, [callback])
+    trainer.fit(module, data)
+    first = callback.monitor.state_dict()
+    trainer.fit_loop.epoch_loop.max_steps = 6
+    with caplog.at_level(logging.WARNING, logger="optiscope"):
+        trainer.fit(module, data)
+    assert trainer.global_step == 6 and "without the monitor's state" not in caplog.text
+    assert callback.monitor.state_dict()["first_loss"] == first["first_loss"] == module.losses[0]
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]

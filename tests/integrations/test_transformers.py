@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 
 import pytest
 import torch
@@ -328,3 +329,35 @@ def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(fused, 
     assert [r["params"][WATCHED["qwen2"]]["u"] for r in records] == pytest.approx(oracle.u[1:], rel=1e-5)
     logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert [r["loss"] for r in records] == pytest.approx(logged[1:], rel=1e-5)
+
+
+class _RunsCode:
+    """A pickle that would create ``path`` when unpickled."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.path),))
+
+
+def test_a_foreign_monitor_state_runs_no_code_and_is_not_taken(tmp_path, caplog):
+    """``checkpoint-N/optiscope_monitor.pt`` is read as the Trainer reads the rest of a checkpoint, with
+    ``weights_only=True``: a pickle that runs code is refused (its code does not run), and the resume warns
+    and starts the monitor afresh; so does a file holding something that is not a monitor's state."""
+    from optiscope.integrations.attach import resume
+    from optiscope.integrations.transformers import saved_state
+    from optiscope.monitor import Monitor
+
+    marker = tmp_path / "ran"
+    torch.save({"step_count": 2, "payload": _RunsCode(marker)}, tmp_path / "foreign.pt")
+    torch.save({"step_count": 2}, tmp_path / "partial.pt")
+    model = torch.nn.Linear(2, 1)
+    for name in ("foreign.pt", "partial.pt", "missing.pt"):
+        caplog.clear()
+        monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), sinks=[], start_step=2)
+        with caplog.at_level(logging.WARNING, logger="optiscope"):
+            resume(monitor, saved_state(tmp_path / name), 2, name, rank_zero=True)
+        assert "resuming at step 2 without the monitor's state" in caplog.text, name
+        assert monitor.step_count == 2 and math.isnan(monitor.first_loss)
+    assert not marker.exists()

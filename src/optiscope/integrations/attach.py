@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from ..monitor import Curvature, Diverged, Monitor, run_directory_sinks
+from ..monitor.monitor import STATE_KEYS
 
 log = logging.getLogger("optiscope")
 
@@ -149,11 +150,17 @@ def resume(monitor: Monitor, saved: dict[str, Any] | None, step: int, where: str
     the divergence guard's reference losses and u/w history, the curvature warm start and the sharpness
     history the diagnosis reads, as if the run had not stopped. Without it (a checkpoint from before
     optiscope was attached, or one the callback could not find) a warning says that these start afresh."""
-    if saved is not None and saved.get("step_count") == step:
+    usable = isinstance(saved, dict) and saved.keys() >= STATE_KEYS
+    if usable and saved["step_count"] == step:
         monitor.load_state_dict(saved)
         return
     if rank_zero:
-        found = "none was saved" if saved is None else f"the one found is from step {saved.get('step_count')}"
+        if saved is None:
+            found = "none was saved"
+        elif not usable:
+            found = "what was found is not a monitor's state"
+        else:
+            found = f"the one found is from step {saved['step_count']}"
         log.warning(
             "optiscope: resuming at step %d without the monitor's state from that checkpoint (%s%s): the "
             "divergence guard, the curvature warm start and the sharpness history start afresh",

@@ -59,6 +59,8 @@ class OptiscopeCallback(MonitorCallback, Callback):
         log_dir = trainer.log_dir  # collective: every rank must ask
         saved, self._saved = self._saved, None
         where = "the checkpoint's callback state"
+        if saved is None and self.monitor is not None and self.monitor.step_count == trainer.global_step:
+            saved, where = self.monitor.state_dict(), ""  # fit() again on the same Trainer: go on from the last
         self.attach(
             pl_module, trainer.optimizers[0], log_dir, trainer.global_step, trainer.is_global_zero, saved, where
         )

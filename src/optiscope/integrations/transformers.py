@@ -32,7 +32,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..runs import load_checkpoint, save_checkpoint
+from ..runs import save_checkpoint
 from .attach import MonitorCallback, log
 
 #: The monitor's state in each checkpoint directory the Trainer writes.
@@ -57,7 +57,7 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
         inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps the real one
         saved_at = checkpoint_dir(args, state) / MONITOR_STATE
-        saved = load_checkpoint(saved_at) if state.global_step > 0 and saved_at.is_file() else None
+        saved = saved_state(saved_at) if state.global_step > 0 else None
         self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero, saved, str(saved_at))
         self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
 
@@ -98,7 +98,7 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         # right after the Trainer wrote checkpoint-N for the step the monitor has just recorded
-        if self.monitor is not None and state.is_world_process_zero:
+        if self.monitor is not None and args.should_save:  # where the Trainer writes (each node's main process too)
             save_checkpoint(checkpoint_dir(args, state) / MONITOR_STATE, self.monitor.state_dict())
         return control
 
@@ -125,3 +125,18 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
 def checkpoint_dir(args: Any, state: Any) -> Path:
     """Where the Trainer saves (and, by default, resumes) the checkpoint of ``state.global_step``."""
     return Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+
+
+def saved_state(path: Path) -> dict[str, Any] | None:
+    """The monitor's state saved at ``path``, or None when the file is missing or unreadable (the resume then
+    warns and starts the monitor afresh). Read
+    with ``weights_only=True``, as the Trainer reads the rest of a checkpoint: a checkpoint from elsewhere
+    runs no code."""
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for a bad or foreign file
+        log.warning("optiscope: %s is not a monitor's state (%s: %s)", path, type(e).__name__, str(e)[:200])
+        return None
+    return state if isinstance(state, dict) else None

@@ -495,6 +495,7 @@ class Monitor:
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (``state_dict``'s), which holds at least ``STATE_KEYS``."""
         self.step_count = state["step_count"]
         self.first_loss, self.lowest_loss = state["first_loss"], state["lowest_loss"]
         self._ratio_history = {k: list(v) for k, v in state["ratio_history"].items()}
@@ -592,6 +593,12 @@ def _median(values: list[float]) -> float:
 
 def _finite_or_big(x: float) -> float:
     return x if math.isfinite(x) else 1e300
+
+
+#: What ``Monitor.load_state_dict`` needs of a state (later keys are optional, for checkpoints from before them).
+STATE_KEYS = frozenset(
+    {"step_count", "first_loss", "lowest_loss", "ratio_history", "row_update_sum", "row_update_steps"}
+)
 
 
 def skipped_inside(optimizer: torch.optim.Optimizer) -> bool:
