@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from ..checks import is_count, is_number, require_optimizer
-from ..optim.adam import adam_has_stepped
+from ..optim.adam import adam_steps
 from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
 from .thresholds import Stability, inverse_preconditioner, moving_groups, stability_threshold, weight_decay
@@ -46,7 +46,7 @@ def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer, precond
     then measures H)."""
     params = [p for group in moving_groups(optimizer) for p in group["params"] if p.requires_grad]
     require_optimizer_of(model, optimizer, params, "curvature", "parameters that require grad")
-    stepped = [p for p in params if adam_has_stepped(optimizer.state.get(p, {}))] if preconditioned else []
+    stepped = [p for p in params if adam_steps(optimizer.state.get(p, {})) > 0] if preconditioned else []
     return stepped or params
 
 
@@ -124,13 +124,13 @@ def operator(
     decay = per_entry(op, {i: d.coupled for i, d in decays.items()})
     shift = per_entry(op, {i: d.shift for i, d in decays.items()})
     if not stability.preconditioned:
-        return Objective(op, stability, sign, decay, None, shift)
+        return Objective(op, stability, sign, decay, shift=shift)
     try:
         parts = {id(p): inverse_preconditioner(optimizer, p).sqrt() for p in op.params}
     except KeyError:  # no threshold without P, and the shifts are in P⁻¹H's units: H of J alone
         why = f"{type(optimizer).__name__} has no state yet (before its first step): H, not P⁻¹H"
         return Objective(op, Stability(None, stability.label, False, why), sign, decay)
-    return Objective(op, stability, sign, decay, op.flatten_by_param(parts), shift)
+    return Objective(op, stability, sign, decay, scale=op.flatten_by_param(parts), shift=shift)
 
 
 def per_entry(op: HessianOperator, values: dict[int, float]) -> Tensor | None:

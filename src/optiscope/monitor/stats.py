@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..optim.adam import adam_effective_lr, adam_has_stepped
+from ..optim.adam import adam_effective_lr, adam_steps
 
 
 def foreach_norms(tensors: Sequence[Tensor]) -> Tensor:
@@ -86,18 +86,15 @@ def effective_lr(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor | No
     Uses the optimizer's own ``effective_lr`` when it has one (optiscope's Adam, AdamW, AdamL2,
     RMSprop, MuonWithAdamW); otherwise reads torch.optim-style Adam state (``exp_avg_sq``, ``step``).
     """
-    state = optimizer.state.get(param, {})
     if hasattr(optimizer, "effective_lr"):
         try:
             return optimizer.effective_lr(param)
         except KeyError:
             return None
-    if adam_has_stepped(state):
-        try:
-            return adam_effective_lr(optimizer.state, optimizer.param_groups, param)
-        except KeyError:
-            return None
-    return None
+    try:  # a KeyError: no Adam state that has stepped (or not Adam's)
+        return adam_effective_lr(optimizer.state, optimizer.param_groups, param)
+    except KeyError:
+        return None
 
 
 def effective_lr_summary(
@@ -110,10 +107,11 @@ def effective_lr_summary(
     Other optimizers with an ``effective_lr`` method (RMSprop) are summarised from the full tensor.
     """
     state = optimizer.state.get(param, {})
-    if adam_has_stepped(state) and "betas" in group and "eps" in group:
+    t = adam_steps(state)
+    if t > 0 and "betas" in group and "eps" in group:
         v = state["max_exp_avg_sq"] if group.get("amsgrad") else state["exp_avg_sq"]
         beta2 = group["betas"][1]
-        bc2 = 1 - beta2 ** float(state["step"]) if group.get("bias_correction", True) else 1.0
+        bc2 = 1 - beta2**t if group.get("bias_correction", True) else 1.0
         lr, eps = float(group["lr"]), float(group["eps"])
 
         def eff(x: float) -> float:

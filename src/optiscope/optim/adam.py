@@ -323,16 +323,19 @@ def adam_denominator(state: Any, param_groups: list[dict[str, Any]], param: Tens
     if group is None:
         raise KeyError(f"param of shape {tuple(param.shape)} is not in this optimizer")
     s = state.get(param, {})
-    if not adam_has_stepped(s):
+    t = adam_steps(s)
+    if t == 0:
         raise KeyError(f"param of shape {tuple(param.shape)} has no Adam state yet (step it first)")
     beta1, beta2 = group["betas"]
-    _, bc2 = bias_corrections(float(s["step"]), beta1, beta2, group.get("bias_correction", True))
+    _, bc2 = bias_corrections(t, beta1, beta2, group.get("bias_correction", True))
     v = s["max_exp_avg_sq"] if group.get("amsgrad") else s["exp_avg_sq"]
     return group, (v / bc2).sqrt() + group["eps"]
 
 
-def adam_has_stepped(param_state: dict[str, Any]) -> bool:
-    """Whether a parameter's Adam-style state holds a second moment from at least one step: a state at t = 0
-    (a fused step that a GradScaler's ``found_inf`` skipped creates the state and leaves t and v at 0) has
-    no v̂ = v/(1 − β2⁰) yet."""
-    return "exp_avg_sq" in param_state and "step" in param_state and float(param_state["step"]) > 0
+def adam_steps(param_state: dict[str, Any]) -> float:
+    """t, the steps a parameter's Adam-style state has taken: 0 without a second moment, and at t = 0, where
+    v̂ = v/(1 − β2⁰) is not defined yet (a fused step that a GradScaler's ``found_inf`` skipped creates the
+    state and leaves t and v at 0). Read once: a step counter on a GPU costs a synchronisation."""
+    if "exp_avg_sq" not in param_state or "step" not in param_state:
+        return 0.0
+    return float(param_state["step"])
