@@ -129,9 +129,8 @@ def checkpoint_dir(args: Any, state: Any) -> Path:
 
 def saved_state(path: Path) -> dict[str, Any] | None:
     """The monitor's state saved at ``path``, or None when the file is missing or unreadable (the resume then
-    warns and starts the monitor afresh). Read
-    with ``weights_only=True``, as the Trainer reads the rest of a checkpoint: a checkpoint from elsewhere
-    runs no code."""
+    warns and starts the monitor afresh). Read with ``weights_only=True``, as the Trainer reads the rest of a
+    checkpoint: a checkpoint from elsewhere runs no code."""
     if not path.is_file():
         return None
     try:
