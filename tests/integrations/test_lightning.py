@@ -411,6 +411,26 @@ def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(automat
     assert not per_step[0].isfinite() and [r["loss"] for r in records] == pytest.approx(per_step[1:].tolist(), rel=1e-6)
 
 
+def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(tmp_path):
+    """Every batch holds an inf, so the GradScaler of "16-mixed" skips every step (the oracles: no parameter
+    change at any step, the scale halved at each). Lightning would count skipped steps to ``max_steps``; the
+    callback stops it at the guard's 32nd skipped step in a row."""
+    from lightning.pytorch.plugins import MixedPrecision
+
+    x = torch.randn(160, 4, generator=torch.Generator().manual_seed(0))
+    x[:, 0] = math.inf
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    scaler = torch.amp.GradScaler("cpu")
+    callback, oracle = OptiscopeCallback(every=1), ParameterChange()
+    trainer = quiet_trainer(tmp_path, 40, [callback, oracle], plugins=[MixedPrecision("16-mixed", "cpu", scaler)])
+    trainer.fit(Regression(True), data)
+    assert trainer.global_step == 32 and oracle.u == [0.0] * 32
+    assert scaler.get_scale() == 2.0**16 / 2**32
+    assert callback.diverged["step"] == 32 and "32 steps in a row skipped" in callback.diverged["reason"]
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["reason"] == callback.diverged["reason"]
+
+
 def test_fit_again_on_the_same_trainer_goes_on_with_the_monitor(tmp_path, caplog):
     """A second ``fit`` on the same Trainer and callback continues at its global step: the monitor goes on
     from the first fit's state (the guard's first loss, the records so far), without a warning."""

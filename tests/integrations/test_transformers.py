@@ -331,6 +331,28 @@ def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(fused, 
     assert [r["loss"] for r in records] == pytest.approx(logged[1:], rel=1e-5)
 
 
+def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(tmp_path):
+    """Every backward pass makes one weight's gradient inf, so Accelerate's GradScaler skips every step (the
+    oracles: no parameter change at any step, the scale halved at each). The Trainer would count skipped steps
+    to ``max_steps`` without a word; the callback stops it at the guard's 32nd skipped step in a row."""
+    model = tiny_hf.model("qwen2")
+    oracle = ParameterChange(WATCHED["qwen2"])
+    dict(model.named_parameters())[WATCHED["qwen2"]].register_hook(lambda grad: torch.full_like(grad, math.inf))
+    callback = OptiscopeCallback(every=1)
+    trainer = Trainer(
+        model=model,
+        args=arguments(tmp_path, max_steps=40, max_grad_norm=0.0, optim="adamw_torch_fused"),
+        train_dataset=dataset(),
+        callbacks=[callback, oracle],
+    )
+    trainer.accelerator.scaler = torch.amp.GradScaler("cpu")
+    trainer.train()
+    assert trainer.state.global_step == 32 and oracle.u == [0.0] * 32
+    assert trainer.accelerator.scaler.get_scale() == 2.0**16 / 2**32
+    assert callback.diverged["step"] == 32 and "32 steps in a row skipped" in callback.diverged["reason"]
+    assert read_records(tmp_path)[-1]["reason"] == callback.diverged["reason"]
+
+
 class _RunsCode:
     """A pickle that would create ``path`` when unpickled."""
 

@@ -674,3 +674,72 @@ def test_a_step_a_grad_scaler_skips_is_not_a_step(fused):
     assert [r["params"]["2.weight"]["u"] for r in records[1:]] == pytest.approx(changes[1:], rel=1e-5)
     assert all(math.isfinite(r["params"]["2.weight"]["eff_lr"]["max"]) for r in records[1:])
     assert monitor.diverged is None  # the skipped step's NaN loss is the scaler's to deal with
+
+
+def _scaled_loop(monitor, model, opt, scaler, inf_at, steps):
+    """``steps`` GradScaler steps of ``model`` whose gradients are inf at the steps in ``inf_at`` (1-based);
+    returns each step's parameter change (the oracle for which steps the scaler skipped)."""
+    x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+    changes = []
+    for step in range(1, steps + 1):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss * (math.inf if step in inf_at else 1.0)).backward()
+        before = model.weight.detach().clone()
+        scaler.step(opt)
+        scaler.update()
+        changes.append(float((model.weight.detach() - before).norm()))
+        monitor.step(loss)
+    return changes
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["torch-fused-adamw", "optiscope-adamw"])
+def test_a_run_whose_scaler_skips_every_step_diverges_at_the_guards_count(fused):
+    """Gradients that are never finite: the GradScaler skips every step (the oracles: no parameter ever moves,
+    and the scaler's scale fell by 2 at each of the 32 steps), and the guard calls the run diverged at the
+    32nd skipped step in a row, where it would otherwise skip steps for ever without a word."""
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True) if fused else AdamW(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu")
+    monitor = Monitor(model, opt, every=1)
+    start = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(Diverged, match=r"diverged at step 32: 32 steps in a row skipped for non-finite gradients"):
+        _scaled_loop(monitor, model, opt, scaler, inf_at=range(1, 100), steps=40)
+    assert scaler.get_scale() == 2.0**16 / 2**32
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), start, strict=True))
+    assert monitor.diverged["step"] == 32 and math.isfinite(monitor.diverged["loss"])
+    assert not model.weight.grad.isfinite().any()  # what the scaler saw
+
+
+def test_a_healthy_start_that_skips_fewer_steps_in_a_row_goes_on():
+    """Two streaks of 31 skipped steps, with a step taken between them (the oracle: the parameter change), do
+    not add up: the count is of steps skipped since the last step the optimizer took."""
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    opt = AdamW(model.parameters(), lr=1e-2)
+    monitor = Monitor(model, opt, every=1, guard=DivergenceGuard(skipped=31))
+    inf_at = set(range(1, 31)) | set(range(32, 62))
+    changes = _scaled_loop(monitor, model, opt, torch.amp.GradScaler("cpu", init_scale=1.0), inf_at, steps=65)
+    assert [i + 1 for i, c in enumerate(changes) if c > 0] == [31, 62, 63, 64, 65]
+    assert monitor.diverged is None and monitor.step_count == 65
+
+
+def test_the_count_of_skipped_steps_survives_a_resume():
+    """A monitor resumed from ``state_dict`` 20 steps into a streak trips where the uninterrupted one does."""
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    opt = AdamW(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu")
+    first = Monitor(model, opt, every=1, on_divergence="record")
+    _scaled_loop(first, model, opt, scaler, inf_at=range(1, 100), steps=20)
+    first.close()
+    resumed = Monitor(model, opt, every=1, on_divergence="record")
+    resumed.load_state_dict(first.state_dict())
+    _scaled_loop(resumed, model, opt, scaler, inf_at=range(1, 100), steps=15)
+    assert resumed.diverged["step"] == 32 and first.diverged is None
+
+
+def test_a_guard_takes_a_count_of_skipped_steps_of_at_least_one():
+    with pytest.raises(ValueError, match=r"skipped=0 must be an integer >= 1"):
+        DivergenceGuard(skipped=0)

@@ -192,12 +192,15 @@ class Attachment:
         "mean") of its micro-batch losses — to the monitor; returns the divergence record the first time the
         monitor's guard trips, else None. When the library counted a step the optimizer did not take (a
         GradScaler skipped it: the libraries count it, the optimizer's hooks do not see it), its micro-batch
-        losses are dropped, not carried into the next step's, and its number is used up (``Monitor.skip``)."""
+        losses are dropped, not carried into the next step's, and its number is used up (``Monitor.skip``, which
+        judges a run that skips every step diverged)."""
         if self.monitor.step_count == self.seen_steps:
             if counted > self.seen_steps:
-                self.losses = []
-                self.monitor.skip(counted - self.seen_steps)
-                self.seen_steps = counted
+                skipped, self.seen_steps = counted - self.seen_steps, counted
+                loss = self._step_loss(reduce)
+                if self.diverged is None:
+                    self.monitor.skip(skipped, loss)
+                    return self._newly_diverged()
             return None  # no real optimizer step since the last call: an accumulation micro-batch, or a skipped step
         if self.monitor.step_count > self.seen_steps + 1 and not self.warned:
             self.warned = True
@@ -207,14 +210,21 @@ class Attachment:
                 self.monitor.step_count - self.seen_steps,
             )
         self.seen_steps = self.monitor.step_count
-        losses, self.losses = self.losses, []
-        loss = None
-        if losses:
-            stacked = torch.stack([x.to(losses[0].device) for x in losses])
-            loss = stacked.sum() if reduce == "sum" else stacked.mean()
+        loss = self._step_loss(reduce)
         if self.diverged is not None:
             return None
         self.monitor.step(loss)
+        return self._newly_diverged()
+
+    def _step_loss(self, reduce: str) -> Tensor | None:
+        """The ``reduce`` of the step's micro-batch losses (None without any); starts the next step's."""
+        losses, self.losses = self.losses, []
+        if not losses:
+            return None
+        stacked = torch.stack([x.to(losses[0].device) for x in losses])
+        return stacked.sum() if reduce == "sum" else stacked.mean()
+
+    def _newly_diverged(self) -> dict[str, Any] | None:
         if self.monitor.diverged is not None:
             self.diverged = self.monitor.diverged
             return self.diverged

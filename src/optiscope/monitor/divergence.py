@@ -67,11 +67,19 @@ class DivergenceGuard:
     times the lowest loss seen so far and ``first_factor`` times the first loss of the run. (The second
     condition keeps a noisy batch near a loss of ~0 from counting as divergence: diverging means doing
     worse than at the start; ``first_factor`` > 1 lets a model that spikes and recovers spike.)
-    Non-finite weights are checked by the monitor on measured steps."""
+    Non-finite weights are checked by the monitor on measured steps.
+
+    It also trips when ``skipped`` optimizer steps in a row were skipped for non-finite gradients (a
+    GradScaler's, whose skipped steps' losses it does not judge): a scaler lowers its scale at each such
+    step, so a healthy start skips a few (torch's GradScaler starts at 2^16 and halves it, reaching 1 in 16
+    skips); gradients still not finite 32 halvings on are not a matter of scale, and such a run would
+    otherwise skip steps for ever without a word.
+    """
 
     factor: float = 4.0
     warmup: int = 20
     first_factor: float = 1.0
+    skipped: int = 32
 
     def __post_init__(self) -> None:
         if not (is_number(self.factor) and self.factor > 1):
@@ -80,6 +88,8 @@ class DivergenceGuard:
             raise ValueError(f"DivergenceGuard: first_factor={self.first_factor!r} must be a number >= 1")
         if not is_count(self.warmup, 0):
             raise ValueError(f"DivergenceGuard: warmup={self.warmup!r} must be an integer >= 0")
+        if not is_count(self.skipped, 1):
+            raise ValueError(f"DivergenceGuard: skipped={self.skipped!r} must be an integer >= 1")
 
     def within(self, steps: int) -> DivergenceGuard:
         """This guard for a run of ``steps`` steps: a warm-up longer than a tenth of the run is cut to that tenth,
@@ -95,6 +105,16 @@ class DivergenceGuard:
         if step > self.warmup and lowest >= 0 and loss > self.factor * lowest and loss > self.first_factor * first:
             above = "above the first loss" if self.first_factor == 1 else f"> {self.first_factor:g} x the first loss"
             return f"loss {loss:.4g} > {self.factor:g} x its lowest value {lowest:.4g} and {above} {first:.4g}"
+        return None
+
+    def skipped_reason(self, before: int, now: int) -> str | None:
+        """Why a streak of skipped steps that grew from ``before`` to ``now`` counts as divergence (once per
+        streak: when it reaches ``skipped``), or None."""
+        if before < self.skipped <= now:
+            return (
+                f"{now} steps in a row skipped for non-finite gradients: lowering the loss scale has not made "
+                "them finite"
+            )
         return None
 
 

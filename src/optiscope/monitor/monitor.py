@@ -209,6 +209,7 @@ class Monitor:
         self._clock = (time.perf_counter(), start_step)
         self._skipping = False  # the step under way is one a fused kernel skips (``skipped_inside``)
         self._stepped = False  # the optimizer stepped since the last step() call
+        self._skipped_in_a_row = 0  # steps skipped since the last step the optimizer took (``skip``)
         self._hooks = [
             optimizer.register_step_pre_hook(self._before_step),
             optimizer.register_step_post_hook(self._after_step),
@@ -258,6 +259,7 @@ class Monitor:
             return
         self.step_count += 1
         self._stepped = True
+        self._skipped_in_a_row = 0
         # an earlier step's numbers that no step() took (stepped twice without a call there) are not this step's
         self._measured, self._update = None, None
         if self._snapshot is None:
@@ -320,13 +322,18 @@ class Monitor:
         self.row_update_steps += 1
 
     # ------------------------------------------------------------------------------------- step
-    def skip(self, steps: int = 1) -> None:
+    def skip(self, steps: int = 1, loss: float | Tensor | None = None) -> None:
         """The training loop counted ``steps`` optimizer steps that the optimizer did not take (a mixed-precision
         step whose non-finite gradients a GradScaler skipped: it does not call ``optimizer.step()``, or, for an
         optimizer that scales by itself, the kernel skips the update, ``skipped_inside``; the monitor counts
         neither as a step). Their numbers are used up without records, so that the monitor's step numbers
-        stay the loop's (its logs, its checkpoints)."""
+        stay the loop's (its logs, its checkpoints). Their ``loss`` is not judged, but a run that skips the
+        guard's ``skipped`` steps in a row diverges here (``DivergenceGuard``), with the last one's loss."""
         self.step_count += steps
+        before, self._skipped_in_a_row = self._skipped_in_a_row, self._skipped_in_a_row + steps
+        reason = None if self.guard is None else self.guard.skipped_reason(before, self._skipped_in_a_row)
+        if reason is not None:  # every rank skips the same steps (DDP averages the gradients): all are here
+            self.diverge(self.step_count, self._global_loss(loss), reason)
 
     def step(self, loss: float | Tensor | None = None, **scalars: float) -> dict[str, Any] | None:
         """Call right after ``optimizer.step()``. Returns the record of a measured step, else None.
@@ -335,13 +342,14 @@ class Monitor:
         under their own names, which must not be the record's own fields or the context's. A call with no
         optimizer step since the last one is a step a GradScaler skipped (``scaler.step(optimizer)`` did not
         step it, or the kernel skipped it): its number is used up (``skip``) and its loss, often not finite
-        under mixed precision, is not judged: the scaler has dealt with it.
+        under mixed precision, is not judged: the scaler has dealt with it, unless it has skipped too many in
+        a row (``skip``).
         """
         taken = sorted(self._taken_names.intersection(scalars))
         if taken:
             raise ValueError(f"Monitor.step: scalars {taken} would overwrite the record's own or the context's fields")
         if not self._stepped:
-            self.skip()
+            self.skip(loss=loss)
             return None
         self._stepped = False
         step = self.step_count
@@ -491,6 +499,7 @@ class Monitor:
                 "row_update_steps": self.row_update_steps,
                 "curvature_vector": self._curvature_vector,
                 "curvature_history": self._curvature_history,
+                "skipped_in_a_row": self._skipped_in_a_row,
             }
         )
 
@@ -504,6 +513,7 @@ class Monitor:
             self.row_update_sum = self.row_update_sum.to(self.embedding.device)
         self._curvature_vector = state.get("curvature_vector")  # absent in checkpoints from before curvature
         self._curvature_history = [tuple(h) for h in state.get("curvature_history", [])]
+        self._skipped_in_a_row = state.get("skipped_in_a_row", 0)
         self._clock = (time.perf_counter(), self.step_count)
 
     # ------------------------------------------------------------------------------- embedding
