@@ -476,3 +476,26 @@ sys.exit(main())
     done = subprocess.run([sys.executable, "-c", script, "list"], capture_output=True, text=True, timeout=120)
     assert done.returncode == cli.EXIT_INTERRUPTED, done.stderr
     assert done.stderr.strip().splitlines() == ["optiscope: interrupted while starting; nothing was run"]
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["run", "nonesuch"], "run: unknown experiment 'nonesuch'"),
+        (["run", "lm", "--quick", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["run", "lm", "--quick", "--optimizers", "nonesuch"], "run: error: --optimizers: unknown optimizer"),
+    ],
+    ids=["unknown-experiment", "unknown-option", "bad-setting"],
+)
+def test_bad_input_to_a_torchrun_job_is_one_line_per_machine(monkeypatch, tmp_path, capsys, argv, said):
+    """Every process of a torchrun job meets the same bad command line or setting: the first process on the
+    machine says it, the others exit 2 as well, silently."""
+    argv = [*argv, "--out", str(tmp_path / "r")]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("LOCAL_RANK", rank)
+        assert cli.main(argv) == cli.EXIT_BAD_INPUT
+        lines = errors(capsys)
+        assert len(lines) == (rank == "0") and all(said in line for line in lines)
+    assert not (tmp_path / "r").exists()

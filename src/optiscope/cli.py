@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 import traceback
@@ -28,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__, contracts, experiments, figures, runs, sweep
-from .errors import UserError
+from .errors import ConfigError, UserError
 
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
@@ -474,6 +475,14 @@ def _error(message: str) -> None:
     print(f"optiscope: {message}", file=sys.stderr, flush=True)
 
 
+def _error_once_per_machine(message: str) -> None:
+    """``_error`` for bad input that every process of a torchrun job on this machine meets alike (the command
+    line, a bad setting, a file they all read): said by its first process (``LOCAL_RANK`` 0), not by each.
+    Per machine, not once per job: on several machines a file one of them lacks is its own to report."""
+    if int(os.environ.get("LOCAL_RANK") or 0) == 0:
+        _error(message)
+
+
 def main(argv: list[str] | None = None) -> int:
     console = Console(soft_wrap=True)
     parser = make_parser()
@@ -481,16 +490,17 @@ def main(argv: list[str] | None = None) -> int:
     named = argv[1] if len(argv) > 1 and argv[0] in ("run", "sweep") and not argv[1].startswith("-") else None
     if named is not None and named not in experiments.EXPERIMENTS:  # one line, not argparse's usage block
         valid = sorted(experiments.sweepable() if argv[0] == "sweep" else experiments.EXPERIMENTS)
-        _error(f"{argv[0]}: unknown experiment {named!r}; valid: {', '.join(valid) or 'none declares an objective'}")
+        known = ", ".join(valid) or "none declares an objective"
+        _error_once_per_machine(f"{argv[0]}: unknown experiment {named!r}; valid: {known}")
         return EXIT_BAD_INPUT
     try:
         args = parser.parse_args(argv)
     except runs.RunDirError as e:  # raised by an argument type (an empty --out)
-        _error(str(e))
+        _error_once_per_machine(str(e))
         return EXIT_BAD_INPUT
     except UsageError as e:
         hint = _unknown_options_hint(parser, argv) if "unrecognized arguments" in str(e) else ""
-        _error(f"{e}{hint}")
+        _error_once_per_machine(f"{e}{hint}")
         return EXIT_BAD_INPUT
     refused = torchrun_refusal(args)
     if refused:
@@ -507,7 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     }[args.command]
     try:
         return command()
-    except UserError as e:
+    except ConfigError as e:
+        _error_once_per_machine(f"{args.command}: error: {e}".replace("\n", " "))
+        return EXIT_BAD_INPUT
+    except UserError as e:  # a run directory's, say: a process that alone meets it must say so
         _error(f"{args.command}: error: {e}".replace("\n", " "))
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as e:
