@@ -185,6 +185,43 @@ def test_a_diverging_run_stops_cleanly(tmp_path):
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["diverged"]
 
 
+class NaNAtStep(Regression):
+    """Its loss is NaN at step ``nan_step`` (so are its gradients and, after that step, its weights)."""
+
+    def __init__(self, nan_step):
+        super().__init__(automatic=True)
+        self.nan_step = nan_step
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        return loss * math.nan if self.trainer.global_step + 1 == self.nan_step else loss
+
+
+@pytest.mark.parametrize(
+    "saving, nan_step, kept",
+    [
+        ({"every_n_train_steps": 1, "save_last": True}, 4, {"epoch=0-step=3.ckpt": 3, "last.ckpt": 3}),
+        ({}, 5, {"epoch=0-step=3.ckpt": 3}),  # at each epoch's end: the first ends at step 3, the NaN is in the second
+        ({"every_n_train_steps": 1, "save_last": True}, 1, {}),  # diverged at the first step: nothing to keep
+    ],
+    ids=["every-step-and-last", "every-epoch", "before-any"],
+)
+def test_a_diverged_model_is_not_checkpointed_over_the_good_one(tmp_path, saving, nan_step, kept):
+    """Lightning's ModelCheckpoint saves after ``should_stop`` too: with its default ``save_top_k=1`` the
+    diverged model replaced the last good checkpoint and ``last.ckpt``. The oracle is what is on disk: the
+    checkpoints of the steps before the divergence, each with finite weights, and none of the diverged step."""
+    x = torch.randn(12, 4, generator=torch.Generator().manual_seed(0))  # three batches an epoch
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    callback = OptiscopeCallback(every=1)
+    checkpoints = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "checkpoints", **saving)
+    trainer = quiet_trainer(tmp_path, 8, [callback, checkpoints])
+    trainer.fit(NaNAtStep(nan_step), data)
+    assert callback.diverged["step"] == nan_step == trainer.global_step
+    saved = {p.name: torch.load(p, weights_only=False) for p in (tmp_path / "checkpoints").glob("*.ckpt")}
+    assert {name: c["global_step"] for name, c in saved.items()} == kept
+    assert all(w.isfinite().all() for c in saved.values() for w in c["state_dict"].values())
+
+
 BETA, LR, CURVATURE_EVERY = 0.9, 0.05, 2
 CURVATURE_KEYS = ("sharpness", "threshold", "sharpness/threshold", "curvature/update", "curvature/gradient")
 

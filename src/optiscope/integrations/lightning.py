@@ -13,10 +13,11 @@ optimizer with a closure that runs forward and backward) and in manual optimisat
 calls ``opt.step()`` itself, as often as it likes). The loss of a step is taken from what
 ``training_step`` returned for the batches since the previous step: in automatic optimisation their sum,
 since Lightning divides each by ``accumulate_grad_batches`` (the loss it backpropagates); in manual
-optimisation their mean. A divergence sets ``trainer.should_stop``, logs the diagnosis as a warning and
-writes it to ``metrics.jsonl``. Ranks other than 0 measure but write nothing. The monitor's state (the
-divergence guard, the curvature warm start and history) travels in Lightning's checkpoints as the
-callback's state, so ``trainer.fit(..., ckpt_path=...)`` resumes it exactly.
+optimisation their mean. A divergence sets ``trainer.should_stop``, logs the diagnosis as a warning,
+writes it to ``metrics.jsonl`` and keeps ``ModelCheckpoint`` from saving the diverged model. Ranks other
+than 0 measure but write nothing. The monitor's state (the divergence guard, the curvature warm start and
+history) travels in Lightning's checkpoints as the callback's state, so ``trainer.fit(..., ckpt_path=...)``
+resumes it exactly.
 
 One optimizer per module (``configure_optimizers`` returning several is refused). Needs
 ``pip install 'optiscope[lightning]'``.
@@ -76,6 +77,25 @@ class OptiscopeCallback(MonitorCallback, Callback):
         self.attachment.add_loss(loss)
         if self.stepped("mean", trainer.global_step, trainer.is_global_zero):
             trainer.should_stop = True
+            _no_checkpoint_of_this_step(trainer)
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.detach()
+
+
+#: what ModelCheckpoint's ``_last_checkpoint_saved`` holds once a run has diverged before its first checkpoint
+DIVERGED_UNSAVED = "(optiscope: the run diverged; its model is not saved)"
+
+
+def _no_checkpoint_of_this_step(trainer) -> None:
+    """Keep Lightning's ``ModelCheckpoint`` callbacks from saving the diverged model. They save after
+    ``should_stop`` too (at this batch's end, the epoch's and training's), and with ``save_top_k=1`` the
+    diverged model replaced the last good checkpoint, and ``last.ckpt`` with it (Lightning 2.6.6). A
+    ModelCheckpoint skips a step it has saved, and ``save_last`` at the end of training once it has saved
+    anything: both are told so, through its private ``_last_global_step_saved`` and ``_last_checkpoint_saved``
+    (there is no public way; a Lightning without them saves as before)."""
+    for callback in trainer.checkpoint_callbacks:
+        if hasattr(callback, "_last_global_step_saved"):
+            callback._last_global_step_saved = trainer.global_step
+        if hasattr(callback, "_last_checkpoint_saved") and not callback._last_checkpoint_saved:
+            callback._last_checkpoint_saved = DIVERGED_UNSAVED
