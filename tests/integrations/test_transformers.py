@@ -251,7 +251,9 @@ def test_a_resumed_run_continues_the_monitor_as_if_it_had_not_stopped(tmp_path, 
     """The uninterrupted run is the oracle: a run resumed from its checkpoint-2 (a fresh Trainer, model and
     callback) writes the same records for steps 3–6, curvature included (its warm start from step 2's
     eigenvector), and ends with the same monitor state: the guard's reference losses, the sharpness history
-    from before the stop. Without the state beside the checkpoint the monitor starts afresh and says so."""
+    from before the stop; also from a checkpoint outside ``output_dir``, named by
+    ``args.resume_from_checkpoint`` as the 🤗 example scripts do. Without the state beside the checkpoint the
+    monitor starts afresh and says so."""
     import shutil
 
     from optiscope.monitor import Curvature
@@ -267,7 +269,9 @@ def test_a_resumed_run_continues_the_monitor_as_if_it_had_not_stopped(tmp_path, 
         options = dict(max_steps=6, save_strategy="steps", save_steps=2, lr_scheduler_type="constant")
         trainer = Trainer(
             model=tiny_hf.model("qwen2"),  # no dropout
-            args=arguments(out, learning_rate=1e-2, **options),
+            args=arguments(
+                out, learning_rate=1e-2, resume_from_checkpoint=resume if isinstance(resume, str) else None, **options
+            ),
             train_dataset=dataset(n=16),
             callbacks=[callback],
         )
@@ -279,14 +283,15 @@ def test_a_resumed_run_continues_the_monitor_as_if_it_had_not_stopped(tmp_path, 
 
     whole, records = train(tmp_path / "whole", None)
     assert (tmp_path / "whole" / "checkpoint-2" / "optiscope_monitor.pt").is_file()
-    for keep in (True, False):
-        out = tmp_path / f"resumed-{keep}"
-        shutil.copytree(tmp_path / "whole" / "checkpoint-2", out / "checkpoint-2")
+    for keep, where in ((True, "checkpoint-2"), (False, "checkpoint-2"), (True, "elsewhere")):
+        out = tmp_path / f"resumed-{keep}-{where}"
+        copy = out / where if where == "checkpoint-2" else tmp_path / where / "step-2"
+        shutil.copytree(tmp_path / "whole" / "checkpoint-2", copy)
         if not keep:
-            (out / "checkpoint-2" / "optiscope_monitor.pt").unlink()
+            (copy / "optiscope_monitor.pt").unlink()
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="optiscope"):
-            state, resumed = train(out, True)
+            state, resumed = train(out, True if where == "checkpoint-2" else str(copy))
         assert [r["step"] for r in resumed] == [3, 4, 5, 6]
         warned = "resuming at step 2 without the monitor's state" in caplog.text
         assert_monitor_resumed(

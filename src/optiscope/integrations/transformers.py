@@ -18,7 +18,9 @@ measure (the loss is averaged over ranks, so all stop together) but write nothin
 divergence guard, the curvature warm start and history) is saved beside each checkpoint, as
 ``checkpoint-N/optiscope_monitor.pt``, and read back when the Trainer resumes from
 ``args.output_dir/checkpoint-N`` (where it saves them), so ``trainer.train(resume_from_checkpoint=True)``
-resumes it exactly; from a checkpoint elsewhere the monitor starts afresh, and says so.
+resumes it exactly, or from the checkpoint ``args.resume_from_checkpoint`` names (as the 🤗 example scripts
+pass it to ``train()``); the Trainer does not tell its callbacks which checkpoint it resumes from, so from
+one elsewhere the monitor starts afresh, and says so.
 
 Needs ``pip install 'optiscope[hf]'``.
 """
@@ -56,9 +58,12 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
         inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps the real one
-        saved_at = checkpoint_dir(args, state) / MONITOR_STATE
-        saved = saved_state(saved_at) if state.global_step > 0 else None
-        self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero, saved, str(saved_at))
+        saved, where = None, ""
+        if state.global_step > 0:
+            places = [place / MONITOR_STATE for place in resumed_from(args, state)]
+            saved_at = next((path for path in places if path.is_file()), places[-1])
+            saved, where = saved_state(saved_at), " or ".join(map(str, places))
+        self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero, saved, where)
         self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
 
     def _record_loss(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
@@ -125,6 +130,16 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
 def checkpoint_dir(args: Any, state: Any) -> Path:
     """Where the Trainer saves (and, by default, resumes) the checkpoint of ``state.global_step``."""
     return Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+
+
+def resumed_from(args: Any, state: Any) -> list[Path]:
+    """Where the checkpoint the Trainer resumes from may be, in that order: the callbacks are not told. A
+    path in ``args.resume_from_checkpoint``, which the Trainer does not read itself but the 🤗 example
+    scripts pass to ``train()``; then where ``train(resume_from_checkpoint=True)`` finds it, the
+    Trainer's own ``checkpoint_dir``. (A state from another step is refused later, by its step count.)"""
+    named = args.resume_from_checkpoint
+    own = checkpoint_dir(args, state)
+    return [Path(named), own] if isinstance(named, str) and named and Path(named) != own else [own]
 
 
 def saved_state(path: Path) -> dict[str, Any] | None:
