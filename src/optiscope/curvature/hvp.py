@@ -232,8 +232,10 @@ class HessianOperator:
         self.shapes = [t.shape for t in self.theta.values()]
         self.sizes = [t.numel() for t in self.theta.values()]
         self.size = sum(self.sizes)
-        first = next(iter(self.theta.values()))
-        self.dtype, self.device = first.dtype, first.device
+        # vectors in the widest of the parameters' dtypes: a bfloat16 embedding first among float32 weights
+        # must not round every Lanczos vector to bfloat16 (3 significant digits)
+        self.dtype = functools.reduce(torch.promote_types, (t.dtype for t in self.theta.values()))
+        self.device = next(iter(self.theta.values())).device
         devices = {t.device for t in tensors_in(self.batch)}
         if devices and self.device not in devices:  # some may be elsewhere on purpose (lengths for packing on the CPU)
             raise ValueError(
@@ -344,7 +346,8 @@ class HessianOperator:
         leaves, g = self._linearised()
         # gradient entries that do not depend on θ (a parameter entering the loss linearly and alone) have
         # no graph and contribute nothing to H v
-        pairs = [(gi, vi) for gi, vi in zip(g, self.split(v.to(self.dtype)).values(), strict=True) if gi.requires_grad]
+        split = self.split(v.to(self.dtype)).values()
+        pairs = [(gi, vi.to(gi.dtype)) for gi, vi in zip(g, split, strict=True) if gi.requires_grad]
         hv: tuple[Tensor | None, ...] = (None,) * len(leaves)
         if pairs:
             outputs, tangents = zip(*pairs, strict=True)
