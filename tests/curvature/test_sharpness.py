@@ -574,3 +574,46 @@ def test_repeated_and_zero_eigenvalues_are_found_k_times(spectrum, k, expected):
     assert out["converged"] and len(out["eigenvalues"]) == k
     assert out["eigenvalues"] == pytest.approx(expected, abs=1e-9)
     assert max(out["residuals"]) < 1e-5  # a zero eigenvalue's residual is rounding over the spectrum's ε^(2/3)
+
+
+def test_a_learnable_weight_of_the_loss_that_the_optimizer_moves_is_in_h():
+    """The loss scales the model's output by a learnable ``scale`` the model does not hold; the optimizer moves
+    both. H is over both (it was over the model's alone, a principal block whose top eigenvalue is at most the
+    whole's): against the exact Hessian over the joined flat vector, preconditioned by torch.optim.Adam's
+    state built by hand, and gᵀHg/gᵀg along the joined gradient."""
+    model, _, batch = mlp_problem(4)
+    scale = nn.Parameter(torch.tensor([1.5, 0.5], dtype=torch.float64))
+
+    def loss_fn(m, b):
+        return nn.functional.mse_loss(m(b[0]) * scale, b[1])
+
+    opt = torch.optim.Adam([*model.parameters(), scale], lr=0.01)
+    for _ in range(3):
+        opt.zero_grad()
+        loss_fn(model, batch).backward()
+        opt.step()
+    params = dict(model.named_parameters())
+    sizes = [p.numel() for p in params.values()]
+
+    def joined(flat):
+        *parts, s = torch.split(flat, [*sizes, scale.numel()])
+        theta = {n: t.view(p.shape) for (n, p), t in zip(params.items(), parts, strict=True)}
+        return nn.functional.mse_loss(torch.func.functional_call(model, theta, (batch[0],)) * s, batch[1])
+
+    flat = torch.cat([p.detach().reshape(-1) for p in [*params.values(), scale]])
+    H, g = torch.func.hessian(joined)(flat), torch.func.grad(joined)(flat)
+    d = torch.cat([adam_scaling(model, opt), adam_scaling(_Holding(scale), opt)])
+    exact = torch.linalg.eigvalsh(d[:, None] * H * d[None, :]).flip(0)[:3]
+    out = sharpness(model, loss_fn, batch, optimizer=opt, k=3, tol=1e-10)
+    torch.testing.assert_close(torch.tensor(out["eigenvalues"], dtype=torch.float64), exact, rtol=1e-6, atol=0)
+    plain = torch.optim.SGD([*model.parameters(), scale], lr=0.01)
+    along = directional_curvature(model, loss_fn, batch, "gradient", optimizer=plain)
+    assert along["curvature"] == pytest.approx(float(g @ H @ g / (g @ g)), rel=1e-9)
+
+
+class _Holding(nn.Module):
+    """A module whose one parameter is ``tensor`` (for ``adam_scaling``)."""
+
+    def __init__(self, tensor):
+        super().__init__()
+        self.tensor = tensor

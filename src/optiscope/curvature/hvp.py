@@ -190,6 +190,10 @@ def batch_statistics(module: nn.Module) -> bool:
     return True
 
 
+#: how ``HessianOperator`` names a tensor it is given that the model does not hold (``OUTSIDE.0``, …)
+OUTSIDE = "outside_model"
+
+
 class HessianOperator:
     """v ↦ H v for the loss of ``model`` on ``batch``; ``hvps`` counts the products taken.
 
@@ -199,7 +203,10 @@ class HessianOperator:
         batch: a fixed batch (a tensor, or tuples / lists / mappings of tensors: ``map_tensors``).
         dtype: evaluate in this floating dtype (e.g. ``torch.float64``); None keeps the model's.
         params: the parameters H is taken over (e.g. those an optimizer moves), each requiring grad;
-            None: every parameter of the model that requires grad. The others are constants.
+            None: every parameter of the model that requires grad. The others are constants. A tensor here
+            that the model does not hold (a learnable weight of the loss, which ``loss_fn`` reaches through
+            its closure) is differentiated where ``loss_fn`` uses it, in its own dtype, and named
+            ``OUTSIDE.j`` (its place j among them).
     """
 
     def __init__(
@@ -220,11 +227,16 @@ class HessianOperator:
         named = list(self.model.named_parameters())
         chosen = None if params is None else {id(p) for p in params}
         taken = [(n, p) for n, p in named if p.requires_grad and (chosen is None or id(p) in chosen)]
-        self.names, self.params = [n for n, _ in taken], [p for _, p in taken]
-        if not self.params:
+        if not taken:
             raise ValueError("curvature: the model has no parameter that requires grad (to take the Hessian over)")
+        held = {id(p) for _, p in named}
+        # the model's are replaced by copies in each evaluation (functional_call); those outside it cannot be
+        self.outside = [p for p in params or [] if id(p) not in held and p.requires_grad]
+        taken += [(f"{OUTSIDE}.{j}", p) for j, p in enumerate(self.outside)]
+        self.names, self.params = [n for n, _ in taken], [p for _, p in taken]
         cast = (lambda t: t.detach()) if dtype is None else (lambda t: cast_floats(t.detach(), dtype))
         self.theta = {"model." + n: cast(p) for n, p in zip(self.names, self.params, strict=True)}
+        self.inside = len(self.params) - len(self.outside)  # the model's come first in theta
         # the other parameters and the floating buffers are constants (cast too, so that float64 is float64
         # throughout)
         self.constants = {"model." + n: cast(p) for n, p in named if "model." + n not in self.theta}
@@ -253,7 +265,7 @@ class HessianOperator:
     def flatten(self, tensors: dict[str, Tensor] | list[Tensor]) -> Tensor:
         values = [tensors[k] for k in self.theta] if isinstance(tensors, dict) else tensors
         # an nn.Embedding(sparse=True) gets sparse gradients and products
-        return torch.cat([(t.to_dense() if t.is_sparse else t).reshape(-1).to(self.dtype) for t in values])
+        return torch.cat([(t.to_dense() if t.is_sparse else t).reshape(-1).to(self.device, self.dtype) for t in values])
 
     def flatten_by_param(self, by_param: dict[int, Tensor], fill: float = 0.0) -> Tensor:
         """A flat vector from tensors keyed by ``id(param)``; parameters missing get ``fill``."""
@@ -280,7 +292,10 @@ class HessianOperator:
 
     # ------------------------------------------------------------------------------- products
     def _loss(self, theta: dict[str, Tensor], batch: Any) -> Tensor:
-        return functional_call(self.module, {**self.constants, **theta}, (batch,))
+        """The loss with the model's parameters from ``theta`` (its first ``inside`` entries, the only ones
+        ``functional_call`` can put in place)."""
+        inside = dict(list(theta.items())[: self.inside])
+        return functional_call(self.module, {**self.constants, **inside}, (batch,))
 
     def prepare(self, batch: Any) -> Any:
         """``batch`` with its floating tensors in the operator's dtype (when one was asked for), and copies of
@@ -299,8 +314,10 @@ class HessianOperator:
             return float(self._loss(self.theta, self.batch if batch is None else self.prepare(batch)))
 
     def _differentiable_loss(self, batch: Any) -> tuple[list[Tensor], Tensor]:
-        """(θ leaves requiring grad, the scalar loss at them on ``batch``); call with gradients on."""
-        leaves = [t.detach().requires_grad_(True) for t in self.theta.values()]
+        """(θ leaves requiring grad, the scalar loss at them on ``batch``); call with gradients on. The leaves
+        of the tensors outside the model are those tensors themselves, which ``loss_fn`` uses."""
+        inside = list(self.theta.values())[: self.inside]
+        leaves = [t.detach().requires_grad_(True) for t in inside] + self.outside
         loss = self._loss(dict(zip(self.theta, leaves, strict=True)), batch)
         if not (isinstance(loss, Tensor) and loss.numel() == 1 and loss.is_floating_point()):
             what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, Tensor) else type(loss).__name__
@@ -347,7 +364,7 @@ class HessianOperator:
         # gradient entries that do not depend on θ (a parameter entering the loss linearly and alone) have
         # no graph and contribute nothing to H v
         split = self.split(v.to(self.dtype)).values()
-        pairs = [(gi, vi.to(gi.dtype)) for gi, vi in zip(g, split, strict=True) if gi.requires_grad]
+        pairs = [(gi, vi.to(gi.device, gi.dtype)) for gi, vi in zip(g, split, strict=True) if gi.requires_grad]
         hv: tuple[Tensor | None, ...] = (None,) * len(leaves)
         if pairs:
             outputs, tangents = zip(*pairs, strict=True)
