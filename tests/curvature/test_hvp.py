@@ -89,7 +89,7 @@ def test_measures_inside_no_grad_and_inference_mode(context):
     ("loss_fn", "message"),
     [
         (lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(1), r"loss_fn returned a tensor of shape \(20,\); it must return"),
-        (lambda m, b: ((m(b[0]) - b[1]) ** 2).mean().item(), "loss_fn returned float; it must return"),
+        (lambda m, b: ((m(b[0]) - b[1]) ** 2).mean().item(), "loss_fn returned a float; it must return"),
         (lambda m, b: ((m(b[0]) - b[1]) ** 2).mean().detach(), "does not depend on the parameters through autograd"),
     ],
     ids=["per-example", "float", "detached"],

@@ -190,6 +190,23 @@ def batch_statistics(module: nn.Module) -> bool:
     return True
 
 
+def loss_fault(loss: Any) -> str | None:
+    """What ``loss`` is, said for an error, when it is not a differentiable loss (a floating scalar tensor that
+    depends on the parameters through autograd, with gradients on); None when it is one."""
+    if not isinstance(loss, Tensor):
+        return f"a {type(loss).__name__}"
+    if loss.numel() != 1:
+        return f"a tensor of shape {tuple(loss.shape)}"
+    if not loss.is_floating_point():
+        return f"a {loss.dtype} tensor"
+    if not loss.requires_grad:
+        return (
+            "a tensor that does not depend on the parameters through autograd (detached, .item(), or computed "
+            "under torch.no_grad?)"
+        )
+    return None
+
+
 #: how ``HessianOperator`` names a tensor it is given that the model does not hold (``OUTSIDE.0``, …)
 OUTSIDE = "outside_model"
 
@@ -319,13 +336,11 @@ class HessianOperator:
         inside = list(self.theta.values())[: self.inside]
         leaves = [t.detach().requires_grad_(True) for t in inside] + self.outside
         loss = self._loss(dict(zip(self.theta, leaves, strict=True)), batch)
-        if not (isinstance(loss, Tensor) and loss.numel() == 1 and loss.is_floating_point()):
-            what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, Tensor) else type(loss).__name__
-            raise ValueError(f"curvature: loss_fn returned {what}; it must return the scalar loss (a mean) as a tensor")
-        if not loss.requires_grad:
+        fault = loss_fault(loss)
+        if fault is not None:
             raise ValueError(
-                "curvature: loss_fn's loss does not depend on the parameters through autograd (detached, "
-                ".item(), or computed under torch.no_grad?); it must return the loss as computed from the model"
+                f"curvature: loss_fn returned {fault}; it must return the scalar loss (a mean) as a tensor "
+                "computed from the model"
             )
         return leaves, loss.reshape(())
 

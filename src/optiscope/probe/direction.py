@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..checks import require_optimizer
-from ..curvature import require_optimizer_of, rng_forked, running_statistics_kept
+from ..curvature import loss_fault, require_optimizer_of, rng_forked, running_statistics_kept
 from ..monitor import own_names
 from ..optim import clip_grad_norm
 
@@ -37,24 +37,17 @@ def gradients(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Tensor], bat
         # dropout here must not shift the training run's RNG, nor a batch norm its running statistics
         with rng_forked(model), running_statistics_kept(model):
             loss = loss_fn(model, batch)
-            if not (isinstance(loss, Tensor) and loss.numel() == 1 and loss.requires_grad):
+            fault = loss_fault(loss)
+            if fault is not None:
                 raise ValueError(
                     "update_direction: loss_fn must return the scalar training loss as a tensor computed from the "
-                    f"model through autograd; it returned {_described(loss)}"
+                    f"model through autograd; it returned {fault}"
                 )
             loss.backward()
         return {id(p): p.grad.detach().clone() for p in params if p.grad is not None}
     finally:
         for p, g in zip(params, saved, strict=True):
             p.grad = g
-
-
-def _described(loss: Any) -> str:
-    if not isinstance(loss, Tensor):
-        return f"a {type(loss).__name__}"
-    if loss.numel() != 1:
-        return f"a tensor of shape {tuple(loss.shape)}"
-    return "a tensor that does not require grad (detached, or computed under torch.no_grad?)"
 
 
 def shadow_optimizer(optimizer: torch.optim.Optimizer, clones: dict[int, Tensor]) -> torch.optim.Optimizer:
