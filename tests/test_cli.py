@@ -499,3 +499,27 @@ def test_bad_input_to_a_torchrun_job_is_one_line_per_machine(monkeypatch, tmp_pa
         lines = errors(capsys)
         assert len(lines) == (rank == "0") and all(said in line for line in lines)
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("joined", [False, True], ids=["before-joining", "after-joining"])
+def test_a_bad_setting_met_after_the_processes_joined_is_said_by_each_that_meets_it(
+    fake, monkeypatch, tmp_path, capsys, joined
+):
+    """After the processes joined, a ConfigError may be one process's alone (its own download of the corpus
+    failed): the second process on the machine says it too. Before, it is the command line's: only the first."""
+    from optiscope.errors import ConfigError
+
+    group = []
+
+    def failing(args, console):
+        group.extend([joined])  # the processes join (or not) inside the command
+        raise ConfigError("could not download http://example.invalid/corpus.txt: HTTP Error 503")
+
+    monkeypatch.setattr(cli, "cmd_run", failing)
+    monkeypatch.setattr(experiments, "data_parallel", lambda: ["fake"])  # not refused under torchrun
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: any(group))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert cli.main(["run", "fake", "--out", str(tmp_path / "r")]) == cli.EXIT_BAD_INPUT
+    assert group == [joined] and len(errors(capsys)) == joined

@@ -476,9 +476,8 @@ def _error(message: str) -> None:
 
 
 def _error_once_per_machine(message: str) -> None:
-    """``_error`` for bad input that every process of a torchrun job on this machine meets alike (the command
-    line, a bad setting, a file they all read): said by its first process (``LOCAL_RANK`` 0), not by each.
-    Per machine, not once per job: on several machines a file one of them lacks is its own to report."""
+    """``_error`` for bad input that every process of a torchrun job meets alike (the command line, a bad
+    setting of it): said by the first process on each machine (``LOCAL_RANK`` 0), not by each."""
     if int(os.environ.get("LOCAL_RANK") or 0) == 0:
         _error(message)
 
@@ -517,11 +516,12 @@ def main(argv: list[str] | None = None) -> int:
     }[args.command]
     try:
         return command()
-    except ConfigError as e:
-        _error_once_per_machine(f"{args.command}: error: {e}".replace("\n", " "))
-        return EXIT_BAD_INPUT
-    except UserError as e:  # a run directory's, say: a process that alone meets it must say so
-        _error(f"{args.command}: error: {e}".replace("\n", " "))
+    except UserError as e:
+        said = f"{args.command}: error: {e}".replace("\n", " ")
+        # a bad setting met before the processes joined is the command line's, alike in all; after, or any
+        # other (a download, a run directory), a process that alone meets it must say so
+        joined = torch.distributed.is_available() and torch.distributed.is_initialized()
+        (_error_once_per_machine if isinstance(e, ConfigError) and not joined else _error)(said)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as e:
         if args.command == "demo":  # it replaces its runs each time: nothing to resume
