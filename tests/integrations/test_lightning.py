@@ -197,16 +197,27 @@ class NaNAtStep(Regression):
         return loss * math.nan if self.trainer.global_step + 1 == self.nan_step else loss
 
 
+def saved_checkpoints(folder):
+    """{file name: its global step} of the checkpoints in ``folder``, having checked that each one's weights are
+    finite and that a ``last.ckpt`` link leads to one."""
+    saved = {p.name: torch.load(p, weights_only=False) for p in folder.glob("*.ckpt")}
+    assert all(w.isfinite().all() for c in saved.values() for w in c["state_dict"].values())
+    return {name: c["global_step"] for name, c in saved.items()}
+
+
 @pytest.mark.parametrize(
-    "saving, nan_step, kept",
+    "saving, nan_step, min_steps, kept",
     [
-        ({"every_n_train_steps": 1, "save_last": True}, 4, {"epoch=0-step=3.ckpt": 3, "last.ckpt": 3}),
-        ({}, 5, {"epoch=0-step=3.ckpt": 3}),  # at each epoch's end: the first ends at step 3, the NaN is in the second
-        ({"every_n_train_steps": 1, "save_last": True}, 1, {}),  # diverged at the first step: nothing to keep
+        ({"every_n_train_steps": 1, "save_last": True}, 4, None, {"epoch=0-step=3.ckpt": 3, "last.ckpt": 3}),
+        ({}, 5, None, {"epoch=0-step=3.ckpt": 3}),  # at each epoch's end: the first ends at step 3, the NaN in the 2nd
+        ({"every_n_train_steps": 1, "save_last": "link"}, 1, None, {}),  # diverged at the first step: nothing to keep
+        # Lightning trains on to min_steps after should_stop: none of those steps is saved either
+        ({"every_n_train_steps": 1, "save_last": True}, 2, 6, {"epoch=0-step=1.ckpt": 1, "last.ckpt": 1}),
+        ({"every_n_train_steps": 100, "save_last": "link"}, 2, 6, {}),
     ],
-    ids=["every-step-and-last", "every-epoch", "before-any"],
+    ids=["every-step-and-last", "every-epoch", "before-any", "min-steps", "min-steps-link"],
 )
-def test_a_diverged_model_is_not_checkpointed_over_the_good_one(tmp_path, saving, nan_step, kept):
+def test_a_diverged_model_is_not_checkpointed_over_the_good_one(tmp_path, saving, nan_step, min_steps, kept):
     """Lightning's ModelCheckpoint saves after ``should_stop`` too: with its default ``save_top_k=1`` the
     diverged model replaced the last good checkpoint and ``last.ckpt``. The oracle is what is on disk: the
     checkpoints of the steps before the divergence, each with finite weights, and none of the diverged step."""
@@ -214,12 +225,33 @@ def test_a_diverged_model_is_not_checkpointed_over_the_good_one(tmp_path, saving
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
     callback = OptiscopeCallback(every=1)
     checkpoints = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "checkpoints", **saving)
-    trainer = quiet_trainer(tmp_path, 8, [callback, checkpoints])
+    trainer = quiet_trainer(tmp_path, 8, [callback, checkpoints], min_steps=min_steps)
     trainer.fit(NaNAtStep(nan_step), data)
-    assert callback.diverged["step"] == nan_step == trainer.global_step
-    saved = {p.name: torch.load(p, weights_only=False) for p in (tmp_path / "checkpoints").glob("*.ckpt")}
-    assert {name: c["global_step"] for name, c in saved.items()} == kept
-    assert all(w.isfinite().all() for c in saved.values() for w in c["state_dict"].values())
+    assert callback.diverged["step"] == nan_step and trainer.global_step == (min_steps or nan_step)
+    assert saved_checkpoints(tmp_path / "checkpoints") == kept
+
+
+def test_the_next_fit_on_the_same_trainer_checkpoints_as_usual(tmp_path):
+    """After a fit that diverged at its first step (nothing saved), the same Trainer fits a healthy module:
+    its checkpoints are saved as without optiscope, ``last.ckpt`` a link to the last one (the divergence's
+    hold on the ModelCheckpoint ended with its fit)."""
+    x = torch.randn(12, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    callback = OptiscopeCallback(every=1)
+    saving = {"every_n_train_steps": 2, "save_last": "link", "save_top_k": -1}
+    checkpoints = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "checkpoints", **saving)
+    trainer = quiet_trainer(tmp_path, 1, [callback, checkpoints])
+    trainer.fit(NaNAtStep(1), data)
+    assert callback.diverged["step"] == 1 and saved_checkpoints(tmp_path / "checkpoints") == {}
+    trainer.fit_loop.epoch_loop.max_steps = 5
+    trainer.fit(NaNAtStep(None), data)
+    assert callback.diverged is None and trainer.global_step == 5
+    assert saved_checkpoints(tmp_path / "checkpoints") == {
+        "epoch=1-step=2.ckpt": 2,
+        "epoch=1-step=4.ckpt": 4,
+        "last.ckpt": 4,
+    }
+    assert (tmp_path / "checkpoints" / "last.ckpt").readlink().name == "epoch=1-step=4.ckpt"
 
 
 BETA, LR, CURVATURE_EVERY = 0.9, 0.05, 2
@@ -448,21 +480,25 @@ def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(automat
     assert not per_step[0].isfinite() and [r["loss"] for r in records] == pytest.approx(per_step[1:].tolist(), rel=1e-6)
 
 
-def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(tmp_path):
+@pytest.mark.parametrize("min_steps", [None, 36])
+def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(tmp_path, min_steps):
     """Every batch holds an inf, so the GradScaler of "16-mixed" skips every step (the oracles: no parameter
     change at any step, the scale halved at each). Lightning would count skipped steps to ``max_steps``; the
-    callback stops it at the guard's 32nd skipped step in a row."""
+    callback stops it at the guard's 32nd skipped step in a row (with ``min_steps``, Lightning trains on to
+    them, and the monitor's step count keeps up with Lightning's)."""
     from lightning.pytorch.plugins import MixedPrecision
 
-    x = torch.randn(160, 4, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))  # short epochs: min_steps, not epochs
     x[:, 0] = math.inf
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
     scaler = torch.amp.GradScaler("cpu")
     callback, oracle = OptiscopeCallback(every=1), ParameterChange()
-    trainer = quiet_trainer(tmp_path, 40, [callback, oracle], plugins=[MixedPrecision("16-mixed", "cpu", scaler)])
+    plugins = [MixedPrecision("16-mixed", "cpu", scaler)]
+    trainer = quiet_trainer(tmp_path, 40, [callback, oracle], plugins=plugins, min_steps=min_steps)
     trainer.fit(Regression(True), data)
-    assert trainer.global_step == 32 and oracle.u == [0.0] * 32
-    assert scaler.get_scale() == 2.0**16 / 2**32
+    steps = min_steps or 32
+    assert trainer.global_step == callback.monitor.step_count == steps and oracle.u == [0.0] * steps
+    assert scaler.get_scale() == 2.0**16 / 2**steps
     assert callback.diverged["step"] == 32 and "32 steps in a row skipped" in callback.diverged["reason"]
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["reason"] == callback.diverged["reason"]

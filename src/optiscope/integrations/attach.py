@@ -197,10 +197,8 @@ class Attachment:
         if self.monitor.step_count == self.seen_steps:
             if counted > self.seen_steps:
                 skipped, self.seen_steps = counted - self.seen_steps, counted
-                loss = self._step_loss(reduce)
-                if self.diverged is None:
-                    self.monitor.skip(skipped, loss)
-                    return self._newly_diverged()
+                self.monitor.skip(skipped, self._step_loss(reduce))  # judged only while not diverged
+                return None if self.diverged is not None else self._newly_diverged()
             return None  # no real optimizer step since the last call: an accumulation micro-batch, or a skipped step
         if self.monitor.step_count > self.seen_steps + 1 and not self.warned:
             self.warned = True

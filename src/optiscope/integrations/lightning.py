@@ -44,6 +44,8 @@ class OptiscopeCallback(MonitorCallback, Callback):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._saved: dict[str, Any] | None = None  # the monitor's state from the checkpoint resumed, until attached
+        # the ModelCheckpoints held from saving a diverged model, with what they held before (``_hold_checkpoints``)
+        self._held: list[tuple[Any, Any, Any]] = []
 
     def state_dict(self) -> dict[str, Any]:
         return {} if self.monitor is None else {"monitor": self.monitor.state_dict()}
@@ -53,6 +55,7 @@ class OptiscopeCallback(MonitorCallback, Callback):
         self._saved = state_dict.get("monitor")
 
     def on_train_start(self, trainer, pl_module) -> None:
+        self._release_checkpoints()  # a fit that raised did not reach on_fit_end
         if len(trainer.optimizers) != 1:
             raise ValueError(
                 f"OptiscopeCallback: the module has {len(trainer.optimizers)} optimizers; it monitors exactly one"
@@ -75,27 +78,47 @@ class OptiscopeCallback(MonitorCallback, Callback):
             # window: undone, so that a step's loss is the mean of its batches' however many there were
             loss = loss * trainer.accumulate_grad_batches
         self.attachment.add_loss(loss)
-        if self.stepped("mean", trainer.global_step, trainer.is_global_zero):
+        # again at every batch: Lightning sets should_stop back to False while min_steps / min_epochs are not met
+        if self.stepped("mean", trainer.global_step, trainer.is_global_zero) or self.diverged is not None:
             trainer.should_stop = True
-            _no_checkpoint_of_this_step(trainer)
+        self._hold_checkpoints(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._hold_checkpoints(trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self._hold_checkpoints(trainer)
 
     def on_train_end(self, trainer, pl_module) -> None:
+        self._hold_checkpoints(trainer, at_end=True)
         self.detach()
 
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self._release_checkpoints()
 
-#: what ModelCheckpoint's ``_last_checkpoint_saved`` holds once a run has diverged before its first checkpoint
-DIVERGED_UNSAVED = "(optiscope: the run diverged; its model is not saved)"
+    def _hold_checkpoints(self, trainer, at_end: bool = False) -> None:
+        """Once the run has diverged, keep Lightning's ``ModelCheckpoint`` callbacks from saving its model.
 
+        They save after ``should_stop`` too, at the batch's end, the epoch's, validation's and training's (and
+        Lightning trains on after it up to ``min_steps``): with ``save_top_k=1`` the diverged model replaced the
+        last good checkpoint, and ``last.ckpt`` with it (Lightning 2.6.6). Lightning runs the ModelCheckpoints
+        after the other callbacks at each of those points, so this runs first and tells each that the current
+        step is saved already (its private ``_last_global_step_saved``: there is no public way to call a save
+        off) and, at the end of training, turns its ``save_last`` off. ``on_fit_end`` puts both back, so the
+        next fit on this Trainer saves as before. A Lightning without that attribute saves as it would."""
+        if self.diverged is None:
+            return
+        held = {id(c) for c, _, _ in self._held}
+        for c in trainer.checkpoint_callbacks:
+            if not hasattr(c, "_last_global_step_saved"):
+                continue
+            if id(c) not in held:
+                self._held.append((c, c._last_global_step_saved, c.save_last))
+            c._last_global_step_saved = trainer.global_step
+            if at_end:
+                c.save_last = False
 
-def _no_checkpoint_of_this_step(trainer) -> None:
-    """Keep Lightning's ``ModelCheckpoint`` callbacks from saving the diverged model. They save after
-    ``should_stop`` too (at this batch's end, the epoch's and training's), and with ``save_top_k=1`` the
-    diverged model replaced the last good checkpoint, and ``last.ckpt`` with it (Lightning 2.6.6). A
-    ModelCheckpoint skips a step it has saved, and ``save_last`` at the end of training once it has saved
-    anything: both are told so, through its private ``_last_global_step_saved`` and ``_last_checkpoint_saved``
-    (there is no public way; a Lightning without them saves as before)."""
-    for callback in trainer.checkpoint_callbacks:
-        if hasattr(callback, "_last_global_step_saved"):
-            callback._last_global_step_saved = trainer.global_step
-        if hasattr(callback, "_last_checkpoint_saved") and not callback._last_checkpoint_saved:
-            callback._last_checkpoint_saved = DIVERGED_UNSAVED
+    def _release_checkpoints(self) -> None:
+        for c, last_step, save_last in self._held:
+            c._last_global_step_saved, c.save_last = last_step, save_last
+        self._held = []

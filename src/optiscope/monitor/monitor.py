@@ -328,10 +328,12 @@ class Monitor:
         optimizer that scales by itself, the kernel skips the update, ``skipped_inside``; the monitor counts
         neither as a step). Their numbers are used up without records, so that the monitor's step numbers
         stay the loop's (its logs, its checkpoints). Their ``loss`` is not judged, but a run that skips the
-        guard's ``skipped`` steps in a row diverges here (``DivergenceGuard``), with the last one's loss."""
+        guard's ``skipped`` steps in a row diverges here (``DivergenceGuard``), with the last one's loss, unless
+        it has diverged already."""
         self.step_count += steps
         before, self._skipped_in_a_row = self._skipped_in_a_row, self._skipped_in_a_row + steps
-        reason = None if self.guard is None else self.guard.skipped_reason(before, self._skipped_in_a_row)
+        judged = self.guard is not None and self.diverged is None
+        reason = self.guard.skipped_reason(before, self._skipped_in_a_row) if judged else None
         if reason is not None:  # every rank skips the same steps (DDP averages the gradients): all are here
             self.diverge(self.step_count, self._global_loss(loss), reason)
 
