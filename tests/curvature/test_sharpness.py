@@ -617,3 +617,16 @@ class _Holding(nn.Module):
     def __init__(self, tensor):
         super().__init__()
         self.tensor = tensor
+
+
+def test_a_float64_measurement_says_that_a_float32_weight_outside_the_model_stays_float32():
+    model, _, batch = mlp_problem(4)
+    model, batch = model.float(), tuple(t.float() for t in batch)
+    scale = nn.Parameter(torch.tensor([1.5, 0.5]))
+
+    def loss_fn(m, b):
+        return nn.functional.mse_loss(m(b[0]) * scale, b[1])
+
+    opt = torch.optim.SGD([*model.parameters(), scale], lr=0.01)
+    with pytest.warns(UserWarning, match=r"moves 1 tensor\(s\) outside it \(torch.float32\).*as precise as their"):
+        sharpness(model, loss_fn, batch, optimizer=opt, dtype=torch.float64)

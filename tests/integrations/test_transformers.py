@@ -299,6 +299,30 @@ def test_a_resumed_run_continues_the_monitor_as_if_it_had_not_stopped(tmp_path, 
         )
 
 
+def test_a_stale_checkpoint_named_in_the_arguments_does_not_hide_the_one_resumed(tmp_path, caplog):
+    """``args.resume_from_checkpoint`` names checkpoint-2 (left from an earlier launch) while the Trainer resumes
+    from ``output_dir/checkpoint-4``: the monitor takes checkpoint-4's state, the one of the step resumed (the
+    oracle: the guard's first loss is the first run's, and no warning)."""
+
+    def train(max_steps, named, resume):
+        callback = OptiscopeCallback(every=1)
+        options = dict(max_steps=max_steps, save_strategy="steps", save_steps=2, resume_from_checkpoint=named)
+        trainer = Trainer(
+            model=tiny_hf.model("qwen2"),
+            args=arguments(tmp_path, **options),
+            train_dataset=dataset(n=16),
+            callbacks=[callback],
+        )
+        trainer.train(resume_from_checkpoint=resume)
+        return callback.monitor
+
+    first = train(4, None, None)
+    with caplog.at_level(logging.WARNING, logger="optiscope"):
+        resumed = train(6, str(tmp_path / "checkpoint-2"), True)
+    assert "without the monitor's state" not in caplog.text
+    assert resumed.first_loss == first.first_loss and resumed.step_count == 6
+
+
 @pytest.mark.parametrize("fused", [True, False], ids=["torch-fused-adamw", "optiscope-adamw"])
 def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(fused, tmp_path):
     """The Trainer's own mixed-precision path (Accelerate's GradScaler, here on the CPU) and a first backward

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -249,6 +250,14 @@ class HessianOperator:
         held = {id(p) for _, p in named}
         # the model's are replaced by copies in each evaluation (functional_call); those outside it cannot be
         self.outside = [p for p in params or [] if id(p) not in held and p.requires_grad]
+        other = sorted({str(p.dtype) for p in self.outside if p.is_floating_point() and p.dtype != dtype})
+        if dtype is not None and other:
+            warnings.warn(
+                f"curvature: dtype={dtype} casts the model, but the optimizer also moves {len(self.outside)} "
+                f"tensor(s) outside it ({', '.join(other)}), which loss_fn uses as they are: their rows of H are "
+                f"as precise as their dtype",
+                stacklevel=3,
+            )
         taken += [(f"{OUTSIDE}.{j}", p) for j, p in enumerate(self.outside)]
         self.names, self.params = [n for n, _ in taken], [p for _, p in taken]
         cast = (lambda t: t.detach()) if dtype is None else (lambda t: cast_floats(t.detach(), dtype))
