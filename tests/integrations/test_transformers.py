@@ -408,7 +408,7 @@ def test_a_foreign_monitor_state_runs_no_code_and_is_not_taken(tmp_path, caplog)
         caplog.clear()
         monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), sinks=[], start_step=2)
         with caplog.at_level(logging.WARNING, logger="optiscope"):
-            resume(monitor, saved_state(tmp_path / name), 2, name, rank_zero=True)
+            resume(monitor, [saved_state(tmp_path / name)], 2, name, rank_zero=True)
         assert "resuming at step 2 without the monitor's state" in caplog.text, name
         assert monitor.step_count == 2 and math.isnan(monitor.first_loss)
     assert not marker.exists()

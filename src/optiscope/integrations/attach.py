@@ -11,7 +11,7 @@ library counts it, so that records carry the library's step numbers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,11 +105,12 @@ class MonitorCallback:
         default_dir: Any,
         start_step: int,
         rank_zero: bool,
-        saved: dict[str, Any] | None = None,
+        saved: Sequence[dict[str, Any] | None] = (),
         where: str = "",
     ) -> None:
-        """Build the monitor for a run that starts at ``start_step``; a resumed run (``start_step`` > 0) gets
-        ``saved``, the monitor's state its checkpoint kept (``where`` says where it was looked for)."""
+        """Build the monitor for a run that starts at ``start_step``; a resumed run (``start_step`` > 0) gets the
+        first of ``saved`` (the monitor's states found where its checkpoint may be, None where none was;
+        ``where`` says where they were looked for) that is of that step."""
         monitor = build_monitor(
             model,
             optimizer,
@@ -145,27 +146,30 @@ class MonitorCallback:
             self.attachment.close()
 
 
-def resume(monitor: Monitor, saved: dict[str, Any] | None, step: int, where: str, rank_zero: bool) -> None:
-    """Give ``monitor``, built for a run resumed at ``step``, the state ``saved`` with that step's checkpoint:
-    the divergence guard's reference losses and u/w history, the curvature warm start and the sharpness
-    history the diagnosis reads, as if the run had not stopped. Without it (a checkpoint from before
-    optiscope was attached, or one the callback could not find) a warning says that these start afresh."""
-    usable = isinstance(saved, dict) and saved.keys() >= STATE_KEYS
-    if usable and saved["step_count"] == step:
-        monitor.load_state_dict(saved)
+def resume(monitor: Monitor, saved: Sequence[dict[str, Any] | None], step: int, where: str, rank_zero: bool) -> None:
+    """Give ``monitor``, built for a run resumed at ``step``, the first state in ``saved`` that is a monitor's
+    of that step (one found elsewhere, e.g. a stale checkpoint, must not hide it): the divergence guard's
+    reference losses and u/w history, the curvature warm start and the sharpness history the diagnosis
+    reads, as if the run had not stopped. Without one (a checkpoint from before optiscope was attached, or
+    one the callback could not find) a warning says that these start afresh."""
+    found = [state for state in saved if state is not None]
+    usable = [state for state in found if isinstance(state, dict) and state.keys() >= STATE_KEYS]
+    of_step = next((state for state in usable if state["step_count"] == step), None)
+    if of_step is not None:
+        monitor.load_state_dict(of_step)
         return
     if rank_zero:
-        if saved is None:
-            found = "none was saved"
+        if not found:
+            why = "none was saved"
         elif not usable:
-            found = "what was found is not a monitor's state"
+            why = "what was found is not a monitor's state"
         else:
-            found = f"the one found is from step {saved['step_count']}"
+            why = f"the one found is from step {usable[0]['step_count']}"
         log.warning(
             "optiscope: resuming at step %d without the monitor's state from that checkpoint (%s%s): the "
             "divergence guard, the curvature warm start and the sharpness history start afresh",
             step,
-            found,
+            why,
             f"; looked in {where}" if where else "",
         )
 

@@ -66,7 +66,7 @@ class OptiscopeCallback(MonitorCallback, Callback):
         if saved is None and self.monitor is not None and self.monitor.step_count == trainer.global_step:
             saved, where = self.monitor.state_dict(), ""  # fit() again on the same Trainer: go on from the last
         self.attach(
-            pl_module, trainer.optimizers[0], log_dir, trainer.global_step, trainer.is_global_zero, saved, where
+            pl_module, trainer.optimizers[0], log_dir, trainer.global_step, trainer.is_global_zero, [saved], where
         )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

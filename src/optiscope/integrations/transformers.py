@@ -58,14 +58,8 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
         inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps the real one
-        saved, where = None, ""
-        if state.global_step > 0:
-            places = [place / MONITOR_STATE for place in resumed_from(args, state)]
-            found = [saved_state(path) for path in places if path.is_file()]
-            # the first of this step (a stale one named in the arguments must not hide the Trainer's own), else
-            # the first found, which the resume refuses by its step and says so
-            of_step = [f for f in found if isinstance(f, dict) and f.get("step_count") == state.global_step]
-            saved, where = next(iter(of_step or found), None), " or ".join(map(str, places))
+        places = [place / MONITOR_STATE for place in resumed_from(args, state)] if state.global_step > 0 else []
+        saved, where = [saved_state(path) for path in places], " or ".join(map(str, places))
         self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero, saved, where)
         self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
 
@@ -139,7 +133,7 @@ def resumed_from(args: Any, state: Any) -> list[Path]:
     """Where the checkpoint the Trainer resumes from may be, in that order: the callbacks are not told. A
     path in ``args.resume_from_checkpoint``, which the Trainer does not read itself but the 🤗 example
     scripts pass to ``train()``; then where ``train(resume_from_checkpoint=True)`` finds it, the
-    Trainer's own ``checkpoint_dir``. (The caller takes the first state of the step resumed.)"""
+    Trainer's own ``checkpoint_dir``. (The resume takes the first state of the step resumed.)"""
     named = args.resume_from_checkpoint
     own = checkpoint_dir(args, state)
     return [Path(named), own] if isinstance(named, str) and named and Path(named) != own else [own]
