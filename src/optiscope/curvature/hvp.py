@@ -250,8 +250,8 @@ class HessianOperator:
         held = {id(p) for _, p in named}
         # the model's are replaced by copies in each evaluation (functional_call); those outside it cannot be
         self.outside = [p for p in params or [] if id(p) not in held and p.requires_grad]
-        other = sorted({str(p.dtype) for p in self.outside if p.is_floating_point() and p.dtype != dtype})
-        if dtype is not None and other:
+        other = [] if dtype is None else sorted({str(p.dtype) for p in self.outside if p.dtype != dtype})
+        if other:
             warnings.warn(
                 f"curvature: dtype={dtype} casts the model, but the optimizer also moves {len(self.outside)} "
                 f"tensor(s) outside it ({', '.join(other)}), which loss_fn uses as they are: their rows of H are "
