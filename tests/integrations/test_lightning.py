@@ -17,6 +17,7 @@ import lightning  # noqa: E402
 
 import optiscope.optim  # noqa: E402
 from optiscope.integrations.lightning import OptiscopeCallback  # noqa: E402
+from optiscope.monitor import DivergenceGuard  # noqa: E402
 
 ACCUMULATE, CLIP = 2, 0.05
 
@@ -183,6 +184,26 @@ def test_a_diverging_run_stops_cleanly(tmp_path):
     assert callback.diverged is not None
     assert trainer.global_step == callback.diverged["step"] < 10
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["diverged"]
+
+
+def test_without_a_guard_a_diverging_run_trains_to_the_end_and_every_step_is_recorded(tmp_path):
+    """``guard=None``: the run above is not stopped (Lightning's own step count reaches ``max_steps``) and each
+    step has its record, with the loss ``training_step`` returned, non-finite ones too."""
+
+    class Exploding(Regression):
+        def configure_optimizers(self):
+            return optiscope.optim.SGD(self.parameters(), lr=1e30)
+
+    x = torch.randn(48, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    callback, module = OptiscopeCallback(every=1, guard=None), Exploding(automatic=True)
+    trainer = quiet_trainer(tmp_path, 10, [callback])
+    trainer.fit(module, data)
+    assert trainer.global_step == 10 and callback.diverged is None
+    assert not all(math.isfinite(x) for x in module.losses)  # the run did diverge
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, 11)) and not any(r.get("diverged") for r in records)
+    assert [r["loss"] for r in records] == pytest.approx(module.losses, rel=1e-6, nan_ok=True)
 
 
 class NaNAtStep(Regression):
@@ -480,26 +501,31 @@ def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(automat
     assert not per_step[0].isfinite() and [r["loss"] for r in records] == pytest.approx(per_step[1:].tolist(), rel=1e-6)
 
 
-@pytest.mark.parametrize("min_steps", [None, 36])
-def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(tmp_path, min_steps):
+@pytest.mark.parametrize(
+    ("min_steps", "skipped"), [(None, None), (36, None), (None, 4)], ids=["default", "min-steps", "guard-skipped-4"]
+)
+def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(tmp_path, min_steps, skipped):
     """Every batch holds an inf, so the GradScaler of "16-mixed" skips every step (the oracles: no parameter
     change at any step, the scale halved at each). Lightning would count skipped steps to ``max_steps``; the
-    callback stops it at the guard's 32nd skipped step in a row (with ``min_steps``, Lightning trains on to
-    them, and the monitor's step count keeps up with Lightning's)."""
+    callback stops it at the guard's 32nd skipped step in a row, or at the ``skipped``-th of a guard the user
+    gives (with ``min_steps``, Lightning trains on to them, and the monitor's step count keeps up with
+    Lightning's)."""
     from lightning.pytorch.plugins import MixedPrecision
 
     x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))  # short epochs: min_steps, not epochs
     x[:, 0] = math.inf
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
     scaler = torch.amp.GradScaler("cpu")
-    callback, oracle = OptiscopeCallback(every=1), ParameterChange()
+    guard = {} if skipped is None else {"guard": DivergenceGuard(skipped=skipped)}
+    callback, oracle = OptiscopeCallback(every=1, **guard), ParameterChange()
     plugins = [MixedPrecision("16-mixed", "cpu", scaler)]
     trainer = quiet_trainer(tmp_path, 40, [callback, oracle], plugins=plugins, min_steps=min_steps)
     trainer.fit(Regression(True), data)
-    steps = min_steps or 32
+    stop = skipped or 32
+    steps = min_steps or stop
     assert trainer.global_step == callback.monitor.step_count == steps and oracle.u == [0.0] * steps
     assert scaler.get_scale() == 2.0**16 / 2**steps
-    assert callback.diverged["step"] == 32 and "32 steps in a row skipped" in callback.diverged["reason"]
+    assert callback.diverged["step"] == stop and f"{stop} steps in a row skipped" in callback.diverged["reason"]
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["reason"] == callback.diverged["reason"]
 

@@ -17,6 +17,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments  # noqa: E4
 import optiscope.optim  # noqa: E402
 import tiny_hf  # noqa: E402
 from optiscope.integrations.transformers import OptiscopeCallback  # noqa: E402
+from optiscope.monitor import DivergenceGuard  # noqa: E402
 
 WATCHED = {"gpt2": "transformer.h.0.mlp.c_fc.weight", "qwen2": "model.layers.0.mlp.up_proj.weight"}
 
@@ -360,14 +361,16 @@ def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(fused, 
     assert [r["loss"] for r in records] == pytest.approx(logged[1:], rel=1e-5)
 
 
-def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(tmp_path):
+@pytest.mark.parametrize("skipped", [None, 4], ids=["default-guard", "guard-skipped-4"])
+def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(skipped, tmp_path):
     """Every backward pass makes one weight's gradient inf, so Accelerate's GradScaler skips every step (the
     oracles: no parameter change at any step, the scale halved at each). The Trainer would count skipped steps
-    to ``max_steps`` without a word; the callback stops it at the guard's 32nd skipped step in a row."""
+    to ``max_steps`` without a word; the callback stops it at the guard's 32nd skipped step in a row, or at the
+    ``skipped``-th of a guard the user gives."""
     model = tiny_hf.model("qwen2")
     oracle = ParameterChange(WATCHED["qwen2"])
     dict(model.named_parameters())[WATCHED["qwen2"]].register_hook(lambda grad: torch.full_like(grad, math.inf))
-    callback = OptiscopeCallback(every=1)
+    callback = OptiscopeCallback(every=1, **({} if skipped is None else {"guard": DivergenceGuard(skipped=skipped)}))
     trainer = Trainer(
         model=model,
         args=arguments(tmp_path, max_steps=40, max_grad_norm=0.0, optim="adamw_torch_fused"),
@@ -376,10 +379,44 @@ def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(tmp_path):
     )
     trainer.accelerator.scaler = torch.amp.GradScaler("cpu")
     trainer.train()
-    assert trainer.state.global_step == 32 and oracle.u == [0.0] * 32
-    assert trainer.accelerator.scaler.get_scale() == 2.0**16 / 2**32
-    assert callback.diverged["step"] == 32 and "32 steps in a row skipped" in callback.diverged["reason"]
+    stop = skipped or 32
+    assert trainer.state.global_step == stop and oracle.u == [0.0] * stop
+    assert trainer.accelerator.scaler.get_scale() == 2.0**16 / 2**stop
+    assert callback.diverged["step"] == stop and f"{stop} steps in a row skipped" in callback.diverged["reason"]
     assert read_records(tmp_path)[-1]["reason"] == callback.diverged["reason"]
+
+
+def test_without_a_guard_a_diverging_run_trains_to_the_end_and_every_step_is_recorded(tmp_path, caplog):
+    """``guard=None``: the run of the NaN-loss test above is not stopped (the Trainer's own step count reaches
+    ``max_steps``) and each step has its record, with the loss the Trainer logged, non-finite ones too."""
+    model = tiny_hf.model("gpt2")
+    callback = OptiscopeCallback(every=1, guard=None)
+    trainer = Trainer(
+        model=model,
+        args=arguments(tmp_path, max_steps=6, gradient_accumulation_steps=1, max_grad_norm=0.0),
+        train_dataset=dataset(n=12),
+        callbacks=[callback],
+        optimizers=(optiscope.optim.SGD(model.parameters(), lr=1e30), None),
+    )
+    with caplog.at_level(logging.WARNING, logger="optiscope"):
+        trainer.train()
+    assert trainer.state.global_step == 6 and callback.diverged is None
+    assert not any("diverged" in r.getMessage() for r in caplog.records)
+    records = read_records(tmp_path)
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6] and not any(r.get("diverged") for r in records)
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert not all(math.isfinite(x) for x in logged)  # the run did diverge
+    assert [r["loss"] for r in records] == pytest.approx(logged, rel=1e-5, nan_ok=True)
+
+
+def test_the_callbacks_arguments_are_checked_when_it_is_built():
+    """Said at once in one line, not when training starts (or, for a guard, as an AttributeError at a step)."""
+    with pytest.raises(ValueError, match="OptiscopeCallback: every=0 must be an integer >= 1"):
+        OptiscopeCallback(every=0)
+    with pytest.raises(TypeError, match=r"OptiscopeCallback: guard=\{'skipped': 4\} must be a DivergenceGuard"):
+        OptiscopeCallback(guard={"skipped": 4})
+    with pytest.raises(TypeError, match=r"OptiscopeCallback: curvature=10 must be a Curvature\("):
+        OptiscopeCallback(curvature=10)
 
 
 class _RunsCode:

@@ -460,6 +460,11 @@ def test_bad_arguments_are_named():
         Monitor(model, opt, embedding="0.weight", token_counts=[1, 2, 3])
     with pytest.raises(ValueError, match="embedding='emb' is not a parameter name"):
         Monitor(model, opt, embedding="emb")
+    # a config of the wrong type is said when the monitor is built, not as an AttributeError at a later step
+    with pytest.raises(TypeError, match=r"guard=4 must be a DivergenceGuard\(factor=\.\.\., .*\) or None"):
+        Monitor(model, opt, guard=4)
+    with pytest.raises(TypeError, match=r"curvature='x' must be a Curvature\(batch, loss_fn, every=\.\.\.\) or None"):
+        Monitor(model, opt, curvature="x")
 
 
 def test_console_line_reads_like_the_seed_log():

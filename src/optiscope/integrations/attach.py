@@ -18,8 +18,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..monitor import Curvature, Diverged, Monitor, run_directory_sinks
-from ..monitor.monitor import STATE_KEYS
+from ..checks import is_count
+from ..monitor import Curvature, Diverged, DivergenceGuard, Monitor, run_directory_sinks
+from ..monitor.curvature import check_curvature
+from ..monitor.divergence import check_guard
+from ..monitor.monitor import DEFAULT_GUARD, STATE_KEYS
 
 log = logging.getLogger("optiscope")
 
@@ -32,6 +35,7 @@ def build_monitor(
     every: int,
     sinks: Iterable[Any] | None,
     curvature: Curvature | None,
+    guard: DivergenceGuard | None,
     start_step: int,
     rank_zero: bool,
     label: str,
@@ -59,6 +63,7 @@ def build_monitor(
         optimizer,
         every=every,
         sinks=sinks,
+        guard=guard,
         on_divergence="record",
         start_step=start_step,
         curvature=curvature,
@@ -76,6 +81,8 @@ class MonitorCallback:
         sinks: the monitor's sinks instead of the default files (e.g. ``[ConsoleSink()]``).
         curvature: ``optiscope.monitor.Curvature(batch, loss_fn, every=...)``: sharpness against the
             optimizer's threshold on a fixed batch every ``every`` steps; None leaves it off.
+        guard: the ``DivergenceGuard`` whose tripping stops training (e.g. ``DivergenceGuard(skipped=64)`` for a
+            GradScaler that starts far above 2^16, or a larger ``warmup``); None records without ever stopping.
 
     ``callback.monitor`` holds the monitor (its ``last_record``) and ``callback.diverged`` the divergence
     record, if any.
@@ -89,8 +96,14 @@ class MonitorCallback:
         every: int = 10,
         sinks: Iterable[Any] | None = None,
         curvature: Curvature | None = None,
+        guard: DivergenceGuard | None = DEFAULT_GUARD,
     ) -> None:
-        self.out_dir, self.every, self.sinks, self.curvature = out_dir, every, sinks, curvature
+        # said here rather than when training starts, where the Monitor would say it
+        if not is_count(every):
+            raise ValueError(f"OptiscopeCallback: every={every!r} must be an integer >= 1")
+        check_curvature(curvature, "OptiscopeCallback")
+        check_guard(guard, "OptiscopeCallback")
+        self.out_dir, self.every, self.sinks, self.curvature, self.guard = out_dir, every, sinks, curvature, guard
         self.attachment: Attachment | None = None
         self.diverged: dict[str, Any] | None = None
 
@@ -118,6 +131,7 @@ class MonitorCallback:
             every=self.every,
             sinks=self.sinks,
             curvature=self.curvature,
+            guard=self.guard,
             start_step=start_step,
             rank_zero=rank_zero,
             label=self.label,

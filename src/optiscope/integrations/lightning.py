@@ -10,10 +10,10 @@
 The monitor's hooks sit on the optimizer Lightning steps, so u is the real update after gradient
 accumulation and clipping, once per optimizer step, in automatic optimisation (where Lightning steps the
 optimizer with a closure that runs forward and backward) and in manual optimisation (where the module
-calls ``opt.step()`` itself, as often as it likes). The loss of a step is taken from what
-``training_step`` returned for the batches since the previous step: in automatic optimisation their sum,
-since Lightning divides each by ``accumulate_grad_batches`` (the loss it backpropagates); in manual
-optimisation their mean. A divergence sets ``trainer.should_stop``, logs the diagnosis as a warning,
+calls ``opt.step()`` itself, at most once per ``training_step``: the callback records once per batch).
+The loss of a step is the mean of what ``training_step`` returned for the batches since the previous step
+(in automatic optimisation Lightning divides each by ``accumulate_grad_batches``, which is undone).
+A divergence sets ``trainer.should_stop``, logs the diagnosis as a warning,
 writes it to ``metrics.jsonl`` and keeps ``ModelCheckpoint`` from saving the diverged model. Ranks other
 than 0 measure but write nothing. The monitor's state (the divergence guard, the curvature warm start and
 history) travels in Lightning's checkpoints as the callback's state, so ``trainer.fit(..., ckpt_path=...)``

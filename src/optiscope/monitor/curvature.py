@@ -166,6 +166,12 @@ def split_batch(batch: Any, parts: int) -> list[Any]:
     return [map_tensors(lambda t, i=i: t.chunk(parts)[i], batch) for i in range(parts)]
 
 
+def check_curvature(curvature: Any, who: str) -> None:
+    """A one-line error unless ``curvature`` is a ``Curvature`` or None (off)."""
+    if curvature is not None and not isinstance(curvature, Curvature):
+        raise TypeError(f"{who}: curvature={curvature!r} must be a Curvature(batch, loss_fn, every=...) or None (off)")
+
+
 def check_batch(config: Curvature, model: nn.Module) -> None:
     """Fails now, not at the first measurement ``every`` steps into training, where ``config``'s batch and
     ``loss_fn`` cannot give Hessian-vector products on ``model``: one forward pass on the batch with autograd

@@ -118,6 +118,15 @@ class DivergenceGuard:
         return None
 
 
+def check_guard(guard: Any, who: str) -> None:
+    """A one-line error unless ``guard`` is a ``DivergenceGuard`` or None (divergence detection off)."""
+    if guard is not None and not isinstance(guard, DivergenceGuard):
+        raise TypeError(
+            f"{who}: guard={guard!r} must be a DivergenceGuard(factor=..., warmup=..., skipped=...) or None "
+            "(no divergence detection)"
+        )
+
+
 def curvature_diagnosis(step: int, history: list[tuple[int, float | None, str, bool]]) -> str | None:
     """What the curvature measurements say about a divergence at ``step``, in one sentence.
 

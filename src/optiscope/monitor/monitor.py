@@ -47,8 +47,8 @@ from ..checks import is_count, is_number, require_optimizer
 from ..curvature.hvp import unwrap
 from . import stats
 from .accumulation_noise import AccumulationNoise
-from .curvature import KEYS, Curvature, check_batch, measure
-from .divergence import Diverged, DivergenceGuard, curvature_diagnosis
+from .curvature import KEYS, Curvature, check_batch, check_curvature, measure
+from .divergence import Diverged, DivergenceGuard, check_guard, curvature_diagnosis
 from .names import is_own_name, own_names, under_compile
 from .rank_noise import RankNoise
 
@@ -161,6 +161,8 @@ class Monitor:
             raise ValueError(f"Monitor: on_divergence={on_divergence!r} must be 'raise' or 'record'")
         if batch_tokens is not None and not is_count(batch_tokens):
             raise ValueError(f"Monitor: batch_tokens={batch_tokens!r} must be a positive integer or None")
+        check_guard(guard, "Monitor")
+        check_curvature(curvature, "Monitor")
         self.model, self.optimizer, self.every = model, optimizer, every
         self.sinks = list(sinks)
         self.batch_tokens, self.guard, self.on_divergence = batch_tokens, guard, on_divergence
