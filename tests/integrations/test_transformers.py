@@ -417,6 +417,8 @@ def test_the_callbacks_arguments_are_checked_when_it_is_built():
         OptiscopeCallback(guard={"skipped": 4})
     with pytest.raises(TypeError, match=r"OptiscopeCallback: curvature=10 must be a Curvature\("):
         OptiscopeCallback(curvature=10)
+    with pytest.raises(TypeError, match=r"OptiscopeCallback: sinks='metrics.jsonl' must be a list of sinks"):
+        OptiscopeCallback(sinks="metrics.jsonl")
 
 
 class _RunsCode:

@@ -44,14 +44,6 @@ def build_monitor(
     ``out_dir/metrics.jsonl`` and ``out_dir/tensorboard/<label>``; no sinks at all on ranks other than 0.
     Records this run logged after ``start_step`` before (an earlier run in the same directory, or the
     part of an interrupted one after its checkpoint) are dropped, so every step is written once."""
-    if curvature is not None and curvature.rank_batch_size is not None:
-        # the noise scale over the ranks reads each rank's gradient inside DDP's all-reduce, and neither library
-        # hands its callbacks the DDP-wrapped model (the Monitor's own advice, to wrap it, cannot be followed)
-        raise ValueError(
-            f"OptiscopeCallback: Curvature(rank_batch_size={curvature.rank_batch_size!r}) needs the DDP-wrapped "
-            "model, which the library does not give its callbacks; for the noise scale give "
-            "Curvature(micro_batches=...) or, with gradient accumulation, accumulation_batch_size=..."
-        )
     if not rank_zero:
         sinks = []
     elif sinks is None:
@@ -72,6 +64,28 @@ def build_monitor(
     return monitor
 
 
+def check_options(every: Any, sinks: Any, curvature: Any, guard: Any) -> None:
+    """The callback's arguments, checked when it is built rather than when training starts (where the
+    ``Monitor`` would say the same, later)."""
+    if not is_count(every):
+        raise ValueError(f"OptiscopeCallback: every={every!r} must be an integer >= 1")
+    if sinks is not None and (isinstance(sinks, str | bytes) or not isinstance(sinks, Iterable)):
+        raise TypeError(
+            f"OptiscopeCallback: sinks={sinks!r} must be a list of sinks (e.g. [ConsoleSink()]), or None for "
+            "the default files"
+        )
+    check_curvature(curvature, "OptiscopeCallback")
+    if curvature is not None and curvature.rank_batch_size is not None:
+        # the noise scale over the ranks reads each rank's gradient inside DDP's all-reduce, and neither library
+        # hands its callbacks the DDP-wrapped model (the Monitor's own advice, to wrap it, cannot be followed)
+        raise ValueError(
+            f"OptiscopeCallback: Curvature(rank_batch_size={curvature.rank_batch_size!r}) needs the DDP-wrapped "
+            "model, which the library does not give its callbacks; for the noise scale give "
+            "Curvature(micro_batches=...) or, with gradient accumulation, accumulation_batch_size=..."
+        )
+    check_guard(guard, "OptiscopeCallback")
+
+
 class MonitorCallback:
     """The options and state of both libraries' ``OptiscopeCallback`` (mixed into their callback classes).
 
@@ -82,7 +96,7 @@ class MonitorCallback:
         curvature: ``optiscope.monitor.Curvature(batch, loss_fn, every=...)``: sharpness against the
             optimizer's threshold on a fixed batch every ``every`` steps; None leaves it off.
         guard: the ``DivergenceGuard`` whose tripping stops training (e.g. ``DivergenceGuard(skipped=64)`` for a
-            GradScaler that starts far above 2^16, or a larger ``warmup``); None records without ever stopping.
+            GradScaler that starts far above 2^16, or a larger ``warmup``); None: records as usual, never stops.
 
     ``callback.monitor`` holds the monitor (its ``last_record``) and ``callback.diverged`` the divergence
     record, if any.
@@ -98,11 +112,8 @@ class MonitorCallback:
         curvature: Curvature | None = None,
         guard: DivergenceGuard | None = DEFAULT_GUARD,
     ) -> None:
-        # said here rather than when training starts, where the Monitor would say it
-        if not is_count(every):
-            raise ValueError(f"OptiscopeCallback: every={every!r} must be an integer >= 1")
-        check_curvature(curvature, "OptiscopeCallback")
-        check_guard(guard, "OptiscopeCallback")
+        check_options(every, sinks, curvature, guard)
+        sinks = None if sinks is None else list(sinks)  # an iterator would serve one fit only
         self.out_dir, self.every, self.sinks, self.curvature, self.guard = out_dir, every, sinks, curvature, guard
         self.attachment: Attachment | None = None
         self.diverged: dict[str, Any] | None = None
