@@ -238,12 +238,29 @@ def test_records_hold_the_gradient_norm_before_clipping_beside_the_clipped_one(t
     assert record["grad_norm"] == pytest.approx(clip, rel=1e-4)
 
 
+def reshaped(path, name, shape):
+    """The checkpoint at ``path`` as a run of another width (``shape``) or architecture (None: no ``name``) left
+    it under the same run name."""
+    state = torch.load(path, weights_only=False)
+    model = state["training"]["model"]
+    if shape is None:
+        del model[name]
+    else:
+        model[name] = torch.zeros(shape)
+    torch.save(state, path)
+
+
 @pytest.mark.parametrize(
     "damage, message",
     [
         (lambda p: p.write_bytes(p.read_bytes()[:200]), "is not a readable checkpoint"),
         (lambda p: torch.save({"model": {}}, p), "is not an optiscope training checkpoint"),
         (lambda p: torch.save({"format": train.FORMAT, "label": "other"}, p), "is the checkpoint of run 'other'"),
+        (
+            lambda p: reshaped(p, "0.weight", (16, 4)),
+            r"is not a checkpoint of this run \(its 0.weight is \(16, 4\), this run's \(8, 4\)\)",
+        ),
+        (lambda p: reshaped(p, "2.bias", None), r"not a checkpoint of this run \(its model lacks '2.bias'\)"),
     ],
 )
 def test_a_bad_checkpoint_is_refused_by_name_and_left_alone(tmp_path, damage, message):

@@ -96,10 +96,33 @@ def load(path: Path, label: str | None = None) -> dict[str, Any]:
     return state
 
 
-def restore(run: Run, state: dict[str, Any]) -> None:
-    """Put ``run`` in the state the checkpoint recorded (model, optimizer, …, history)."""
-    run.history, run.running = state["history"], dict(state["running"])
+def mismatch(run: Run, training: dict[str, Any]) -> str | None:
+    """How a checkpoint's training state differs in shape from ``run``'s model and optimizer (a checkpoint of
+    another run under the same name, e.g. copied from a run of other options), or None where it fits."""
+    own, saved = run.model.state_dict(), training["model"]
+    if own.keys() != saved.keys():
+        missing, extra = sorted(own.keys() - saved.keys()), sorted(saved.keys() - own.keys())
+        return f"its model lacks {missing[0]!r}" if missing else f"its model has {extra[0]!r}, which this run's has not"
+    for name, tensor in own.items():
+        if tuple(saved[name].shape) != tuple(tensor.shape):
+            return f"its {name} is {tuple(saved[name].shape)}, this run's {tuple(tensor.shape)}"
+    sizes = [len(g["params"]) for g in run.optimizer.state_dict()["param_groups"]]
+    saved_sizes = [len(g["params"]) for g in training["optimizer"]["param_groups"]]
+    if sizes != saved_sizes:
+        return f"its optimizer's parameter groups hold {saved_sizes} tensors, this run's {sizes}"
+    return None
+
+
+def restore(run: Run, state: dict[str, Any], path: Path) -> None:
+    """Put ``run`` in the state the checkpoint at ``path`` recorded (model, optimizer, …, history); one whose
+    model or optimizer is not shaped as ``run``'s is a CheckpointError (nothing is changed)."""
     training = state["training"]
+    why = None if training is None else mismatch(run, training)
+    if why is not None:
+        raise runs.CheckpointError(
+            f"{path} is not a checkpoint of this run ({why}); delete it, or use --force to replace the whole run"
+        )
+    run.history, run.running = state["history"], dict(state["running"])
     if training is None:
         return
     run.model.load_state_dict(training["model"])

@@ -145,7 +145,7 @@ def train(
     as it is. Only the ``writer`` (rank 0) writes the checkpoint. Returns ``run.history``.
     """
     if checkpoint is not None and checkpoint.exists():
-        checkpoints.restore(run, checkpoints.load(checkpoint, run.label))
+        checkpoints.restore(run, checkpoints.load(checkpoint, run.label), checkpoint)
     if run.monitor is not None:  # what an interrupted attempt logged after the checkpoint is dropped
         run.monitor.rewind_sinks(run.step)
         if run.monitor.guard is not None:
