@@ -51,6 +51,17 @@ def test_every_experiment_takes_the_shared_options(name):
     assert "quiet" in experiments.options_without_effect(experiments.load(name).Config)
 
 
+@pytest.mark.parametrize("name", sorted(experiments.EXPERIMENTS))
+def test_each_options_help_states_its_default_once(name, capsys):
+    """``--help`` prints (a help with a % sign once failed inside argparse's formatting), and a help that gives its
+    default in words (``--measure-every``'s "a 70th of --steps") is not followed by the value that default takes
+    at the default ``--steps``, which ``--quick`` or another ``--steps`` would not use."""
+    with pytest.raises(SystemExit):
+        cli.main(["run", name, "--help"])
+    options = capsys.readouterr().out.split("\n  --")[1:]
+    assert options and all(" ".join(text.split()).count("default:") <= 1 for text in options)
+
+
 def test_plot_redraws_from_results_alone(fake, tmp_path):
     out = tmp_path / "run"
     cli.main(["run", "fake", "--out", str(out)])

@@ -94,8 +94,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, skip
         default = getattr(defaults, f.name)
         shown = ",".join(map(str, default)) if isinstance(default, tuple | list) else default
         help_text = f.metadata.get("help", "")
-        if "(default:" not in help_text:  # a help that says its default in words keeps them
+        if "default:" not in help_text:  # a help that says its default in words keeps them
             help_text = f"{help_text} (default: {shown})".strip()
+        help_text = help_text.replace("%", "%%")  # argparse formats help with %: "7.5 % of" would not print
         if tp is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
         else:

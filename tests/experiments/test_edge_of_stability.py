@@ -69,6 +69,9 @@ def test_a_diverged_run_has_no_equilibrium_and_its_title_says_so(tmp_path):
     assert run["equilibrium"] is None
     step = run["divergence"]["step"]
     assert f"momentum@5 (diverged at step {step})" in figures.sharpness(results).texts[0].get_text()
+    # the other panel has no run: its title says so, rather than that no run reached the edge
+    title = figures.preconditioned(results).texts[0].get_text()
+    assert title == "Adam: preconditioned sharpness: no run of this kind in these results"
 
 
 def test_teacher_data_is_deterministic_and_normalised():

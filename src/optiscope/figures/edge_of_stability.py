@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 
 def _title(runs: list[RunResults], what: str, edge: float) -> str:
+    if not runs:
+        return f"{what}: no run of this kind in these results"
     parts = []
     for r in runs:
         if r["equilibrium"] is not None:
