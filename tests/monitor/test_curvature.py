@@ -94,6 +94,11 @@ def test_the_diagnosis_sentence():
     assert curvature_diagnosis(212, history) == (
         "diverged at step 212; preconditioned sharpness 3.1× its 38/η threshold since step 180"
     )
+    # the streak's highest, where the last measurement is lower (sgd@3 of edge-of-stability: 4.3e7× at its first)
+    peaked = [(2, 0.5, "2/η", False), (4, 4.3e7, "2/η", False), (6, 3e3, "2/η", False), (8, 26.3, "2/η", False)]
+    assert curvature_diagnosis(13, peaked) == (
+        "diverged at step 13; sharpness 26.3× its 2/η threshold since step 4 (at most 4.3e+07× at step 4)"
+    )
     calm = curvature_diagnosis(30, [(10, 0.5, "2/η", False), (20, 0.7, "2/η", False)])
     assert calm.startswith("diverged at step 30; sharpness stayed below its 2/η threshold")
     assert curvature_diagnosis(5, [(1, None, "", False)]) is None

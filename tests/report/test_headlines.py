@@ -4,7 +4,7 @@ optimizer without a tuned η. The sentences that can be said are, and nothing ra
 from __future__ import annotations
 
 from optiscope.experiments import rare_tokens as rt
-from optiscope.report.headlines import headlines
+from optiscope.report.headlines import format_number, headlines
 from optiscope.sweep import SweepConfig, run_sweep
 
 
@@ -49,3 +49,16 @@ def test_a_landscapes_run_that_diverged_at_every_rate_is_not_said_to_be_slow():
     said = [text(s) for s in headlines(results)]
     surfaces = [s for s in said if "steps to f − f* ≤" in s]
     assert surfaces and all("sgd@1e6 diverged at every η tried" in s for s in surfaces), surfaces
+
+
+def test_a_number_is_not_rounded_onto_a_whole_number_it_is_not():
+    """A ratio to a threshold just past 1 (or just short of it) keeps the digits that say which side it is on."""
+    assert [format_number(x) for x in (1.00012, 0.99997, 1.0, 2.5e-7, 12345.6, 1000.4, 3)] == [
+        "1.0001",
+        "0.99997",
+        "1",
+        "2.5e-07",
+        "1.235e+04",
+        "1000.4",
+        "3",
+    ]

@@ -132,7 +132,8 @@ def curvature_diagnosis(step: int, history: list[tuple[int, float | None, str, b
 
     ``history`` holds (step, sharpness/threshold, threshold label, preconditioned) per measurement. With the
     last finite ratio above 1 the sentence gives it and the first step of the streak above 1 that ran up to
-    it ("preconditioned sharpness 3.1× its 38/η threshold since step 180"). Below 1 at the end, it says
+    it ("preconditioned sharpness 3.1× its 38/η threshold since step 180"), and the streak's highest where that
+    is higher ("… since step 4 (at most 4.3e+07× at step 4)"). Below 1 at the end, it says
     how often the sharpness was above its threshold before ("above its 3.8/η threshold at 16 of 18
     measurements, at most 5.57× at step 75; 0.808× at step 90": a measurement at parameters that are
     already blowing up need not be large), or that it stayed below throughout (the cause is then
@@ -147,12 +148,16 @@ def curvature_diagnosis(step: int, history: list[tuple[int, float | None, str, b
     what = "preconditioned sharpness" if pre else "sharpness"
     lost = f"; not finite at step {measured[-1][0]}" if not math.isfinite(measured[-1][1]) else ""
     if last > 1:
-        since = last_step
+        streak = []
         for s, r, _, _ in reversed(known):
             if r <= 1:
                 break
-            since = s
-        return f"{_diverged_at(step)}{what} {last:.3g}× its {label} threshold since step {since}{lost}"
+            streak.append((s, r))
+        since = streak[-1][0]
+        peak_step, peak = max(streak, key=lambda sr: sr[1])
+        # the last measurement may be taken where the blow-up has already turned the curvature around
+        highest = f" (at most {peak:.3g}× at step {peak_step})" if peak > last else ""
+        return f"{_diverged_at(step)}{what} {last:.3g}× its {label} threshold since step {since}{highest}{lost}"
     worst_step, worst = max(((s, r) for s, r, _, _ in known), key=lambda sr: sr[1])
     above = sum(r > 1 for _, r, _, _ in known)
     if above:

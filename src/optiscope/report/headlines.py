@@ -38,7 +38,13 @@ def format_number(value: float) -> str:
         return str(value)
     if not math.isfinite(value):
         return str(value)
-    return f"{value:.4g}"
+    # four significant digits, unless they round a value onto a whole number it is not: a sharpness/threshold
+    # of 1.00012 (past its threshold) or 0.99997 (short of it) must not read "1"
+    for digits in range(4, 9):
+        text = f"{value:.{digits}g}"
+        if "e" in text or float(text) == value or not float(text).is_integer():
+            return text
+    return text
 
 
 def lookup(results: Any, path: tuple[str | int, ...]) -> Any:
