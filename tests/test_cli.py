@@ -223,6 +223,15 @@ def test_resume_where_there_is_no_run_starts_one_and_says_so(fake, tmp_path, cap
     assert f"--resume: {out} holds no run yet; starting one" in capsys.readouterr().out
     assert cli.main(["run", "fake", "--out", str(out), "--steps", "3", "--resume"]) == 0
     assert "holds no run yet" not in capsys.readouterr().out
+    # where the directory is refused, nothing is started, and --resume does not say it starts a run
+    for refused in (tmp_path / "a-file", tmp_path / "foreign"):
+        if refused.name == "a-file":
+            refused.write_text("x")
+        else:
+            refused.mkdir()
+            (refused / "config.json").write_text('{"model_type": "gpt2"}')
+        assert cli.main(["run", "fake", "--out", str(refused), "--resume"]) == cli.EXIT_BAD_INPUT
+        assert "holds no run yet" not in capsys.readouterr().out
 
 
 def test_resume_compares_only_options_that_change_results(fake, tmp_path, capsys):

@@ -162,7 +162,9 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def say_if_nothing_to_resume(args: argparse.Namespace, console: Console) -> None:
     """``--resume`` on a directory without a run starts it (a job that is always restarted with --resume
     works), but says so: a mistyped --out would otherwise start a long run from scratch unnoticed."""
-    if args.resume and runs.is_rank_zero() and not runs.holds_run(args.out):
+    # an --out that is a file, or holds another program's config.json, is refused next: nothing is started
+    refused = args.out.is_file() or (args.out / runs.CONFIG).exists()
+    if args.resume and runs.is_rank_zero() and not runs.holds_run(args.out) and not refused:
         console.print(f"--resume: {args.out} holds no run yet; starting one", highlight=False)
 
 

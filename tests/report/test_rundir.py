@@ -110,7 +110,11 @@ def test_an_out_that_cannot_hold_the_page_is_one_line_exit_2(tiny_runs, tmp_path
     before = sorted(p.name for p in run.iterdir())
     a_file = tmp_path / "notes.txt"
     a_file.write_text("x")
-    for out, said in ((run, "is a directory; give the page's file name"), (a_file / "x.html", "cannot write the page")):
+    cases = (
+        (run, "is a directory; give the page's file name"),
+        (a_file / "x.html", f"({a_file} is a file, not a folder)"),
+    )
+    for out, said in cases:
         assert cli.main(["report", str(run), "--out", str(out)]) == cli.EXIT_BAD_INPUT
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and said in err[0] and str(out) in err[0], err

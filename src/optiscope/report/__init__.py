@@ -59,4 +59,6 @@ def write(dirs: Sequence[Path], out: Path | None = None) -> Path:
     try:
         return runs.atomic_write_text(out, page.html)
     except OSError as e:  # a place the user named that cannot hold the page: a file as a folder, no such device
-        raise UserError(f"cannot write the page to {out} ({e.strerror or e}); give --out a writable file path") from e
+        file_as_folder = next((p for p in Path(out).parents if p.is_file()), None)
+        why = f"{file_as_folder} is a file, not a folder" if file_as_folder is not None else e.strerror or e
+        raise UserError(f"cannot write the page to {out} ({why}); give --out a writable file path") from e
