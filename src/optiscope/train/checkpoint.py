@@ -104,8 +104,9 @@ def mismatch(run: Run, training: dict[str, Any]) -> str | None:
         missing, extra = sorted(own.keys() - saved.keys()), sorted(saved.keys() - own.keys())
         return f"its model lacks {missing[0]!r}" if missing else f"its model has {extra[0]!r}, which this run's has not"
     for name, tensor in own.items():
-        if tuple(saved[name].shape) != tuple(tensor.shape):
-            return f"its {name} is {tuple(saved[name].shape)}, this run's {tuple(tensor.shape)}"
+        theirs = saved[name]
+        if isinstance(tensor, torch.Tensor) and isinstance(theirs, torch.Tensor) and theirs.shape != tensor.shape:
+            return f"its {name} is {tuple(theirs.shape)}, this run's {tuple(tensor.shape)}"
     sizes = [len(g["params"]) for g in run.optimizer.state_dict()["param_groups"]]
     saved_sizes = [len(g["params"]) for g in training["optimizer"]["param_groups"]]
     if sizes != saved_sizes:
