@@ -195,9 +195,9 @@ def test_a_pretrained_model_with_lora_adapters_end_to_end(tmp_path, text):  # no
     assert sorted(p.name for p in (out / "figures").glob("*.png"))
 
 
-def test_a_pretrained_model_whose_text_is_too_short_or_untokenised_is_a_one_line_error(tmp_path, capsys):
-    """A 🤗 directory without its tokenizer's files, or a text too short for one window, is bad input (exit 2,
-    one line), as it is for the GPT the experiment trains itself."""
+def test_a_pretrained_model_missing_or_whose_text_is_too_short_or_untokenised_is_a_one_line_error(tmp_path, capsys):
+    """A 🤗 directory that does not exist or lacks its tokenizer's files, or a text too short for one window, is
+    bad input (exit 2, one line), as it is for the GPT the experiment trains itself."""
     pytest.importorskip("transformers")
     import tiny_hf
 
@@ -207,7 +207,12 @@ def test_a_pretrained_model_whose_text_is_too_short_or_untokenised_is_a_one_line
     bare = tmp_path / "bare"
     tiny_hf.model("qwen2", 0).save_pretrained(bare)  # weights and config, no tokenizer files
     capsys.readouterr()  # 🤗's saving progress bars
-    for model, message in ((model_dir, "each needs at least"), (bare, "its tokenizer encodes the text to no tokens")):
+    cases = (
+        (model_dir, "each needs at least"),
+        (bare, "its tokenizer encodes the text to no tokens"),
+        (tmp_path / "no-such-model", "no-such-model does not exist; give a 🤗 causal-LM directory"),
+    )
+    for model, message in cases:
         out = tmp_path / f"run-{model.name}"
         args = ["run", "entropy", "--hf-model", str(model), "--text", str(short), "--quick", "--out", str(out)]
         assert cli.main([*args, "--quiet"]) == cli.EXIT_BAD_INPUT

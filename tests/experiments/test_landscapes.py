@@ -242,6 +242,8 @@ def test_seed_claims_read_the_statistics():
         ({"bias_lr": float("inf")}, "--bias-lr=inf must be a finite number > 0"),
         ({"bias_start": 0.0}, "--bias-start=0.0 must be a finite number other than 0"),
         ({"group_scales": (1.0, 0.0)}, "--group-scales=(1.0, 0.0)"),
+        ({"weights_per_group": 1}, "--weights-per-group=1 must be an integer >= 4 (each group's skewness"),
+        ({"weights_per_group": 2.5}, "--weights-per-group=2.5 must be an integer >= 4"),
     ],
 )
 def test_bad_config_names_the_value_and_what_is_valid(overrides, message):

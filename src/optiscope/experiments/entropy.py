@@ -299,6 +299,9 @@ def gpt_subject(config: Config, run_dir: Path, console: Console) -> Subject:
 
 def pretrained_subject(config: Config, console: Console) -> Subject:
     """The 🤗 model of ``--hf-model`` (LoRA adapters with ``--lora-rank``) and the text, encoded by its tokenizer."""
+    given = Path(config.hf_model)
+    if (given.is_absolute() or config.hf_model.startswith(".")) and not given.exists():  # a path, not a hub id
+        raise ConfigError(f"--hf-model {config.hf_model} does not exist; give a 🤗 causal-LM directory")
     try:
         model, tokenizer = load_causal_lm(config.hf_model, quiet=config.quiet)
     except (OSError, ValueError) as e:

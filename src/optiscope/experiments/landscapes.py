@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 import numpy as np
 import torch
 
-from ..checks import finite, positive
+from ..checks import finite, is_count, positive
 from ..optim import RECIPES
 from . import (
     NO_EFFECT,
@@ -73,13 +73,18 @@ class Config:
     group_scales: tuple[float, ...] = field(
         default=(0.1, 1.0, 10.0), metadata={"help": "feature scale s of each parameter group"}
     )
-    weights_per_group: int = field(default=100, metadata={"help": "weights in each parameter group"})
+    weights_per_group: int = field(default=100, metadata={"help": "weights in each parameter group (at least 4)"})
     seed: int = field(default=0, metadata={"help": "seed of the regression data"})
     # taken by every experiment (one command line silences any); this one prints nothing while it runs anyway
     quiet: bool = field(default=False, metadata={"help": "print nothing while working (it never does)", **NO_EFFECT})
 
     def __post_init__(self) -> None:
-        require_counts(self, "steps", "bias_steps", "decay_steps", "weights_per_group")
+        require_counts(self, "steps", "bias_steps", "decay_steps")
+        require(
+            is_count(self.weights_per_group, 4),
+            f"--weights-per-group={self.weights_per_group!r} must be an integer >= 4 (each group's skewness and "
+            "kurtosis need at least 4 weights; fewer divide by a zero variance)",
+        )
         require_positive(self, "tolerance", "bias_lr", "decay_lr")
         require(
             finite(self.condition_number) and self.condition_number >= 1,
