@@ -97,6 +97,14 @@ def test_a_list_option_that_is_not_a_list_names_what_it_takes(capsys, tmp_path):
     assert errors(capsys) == [
         "optiscope: run rare-tokens: argument --frequencies: '0.5,abc' is not a comma-separated list of numbers"
     ]
+    # an empty item is a typo, not a shorter list (it was dropped, and the run went on without it)
+    for typo in ("0.5,,0.5", "0.5,0.5,", ",0.5,0.5"):
+        code = cli.main(["run", "rare-tokens", "--out", str(tmp_path / "r"), "--frequencies", typo])
+        assert code == cli.EXIT_BAD_INPUT and not (tmp_path / "r").exists()
+        assert errors(capsys) == [
+            f"optiscope: run rare-tokens: argument --frequencies: '{typo}' has an empty item; separate the values "
+            "by single commas"
+        ]
 
 
 def test_plot_into_a_figures_path_that_is_a_file_is_bad_input(fake, tmp_path, capsys):

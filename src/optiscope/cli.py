@@ -53,7 +53,9 @@ def _converter(tp: Any, optional: bool):
         inner = typing.get_args(tp)[0]
 
         def convert_seq(text: str):
-            items = [s.strip() for s in text.split(",") if s.strip()]
+            items = [s.strip() for s in text.split(",")] if text.strip() else []  # "" is the empty list
+            if "" in items:  # "0.5,,0.5" or "0.1,": a typo, not a shorter list
+                raise argparse.ArgumentTypeError(f"{text!r} has an empty item; separate the values by single commas")
             try:
                 return tuple(_in_range(inner(s)) for s in items)
             except ValueError:
