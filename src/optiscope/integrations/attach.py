@@ -18,11 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..checks import is_count
 from ..monitor import Curvature, Diverged, DivergenceGuard, Monitor, run_directory_sinks
-from ..monitor.curvature import check_curvature
-from ..monitor.divergence import check_guard
-from ..monitor.monitor import DEFAULT_GUARD, STATE_KEYS
+from ..monitor.monitor import DEFAULT_GUARD, STATE_KEYS, check_schedule
 
 log = logging.getLogger("optiscope")
 
@@ -67,14 +64,12 @@ def build_monitor(
 def check_options(every: Any, sinks: Any, curvature: Any, guard: Any) -> None:
     """The callback's arguments, checked when it is built rather than when training starts (where the
     ``Monitor`` would say the same, later)."""
-    if not is_count(every):
-        raise ValueError(f"OptiscopeCallback: every={every!r} must be an integer >= 1")
+    check_schedule(every, curvature, guard, "OptiscopeCallback")
     if sinks is not None and (isinstance(sinks, str | bytes) or not isinstance(sinks, Iterable)):
         raise TypeError(
             f"OptiscopeCallback: sinks={sinks!r} must be a list of sinks (e.g. [ConsoleSink()]), or None for "
             "the default files"
         )
-    check_curvature(curvature, "OptiscopeCallback")
     if curvature is not None and curvature.rank_batch_size is not None:
         # the noise scale over the ranks reads each rank's gradient inside DDP's all-reduce, and neither library
         # hands its callbacks the DDP-wrapped model (the Monitor's own advice, to wrap it, cannot be followed)
@@ -83,7 +78,6 @@ def check_options(every: Any, sinks: Any, curvature: Any, guard: Any) -> None:
             "model, which the library does not give its callbacks; for the noise scale give "
             "Curvature(micro_batches=...) or, with gradient accumulation, accumulation_batch_size=..."
         )
-    check_guard(guard, "OptiscopeCallback")
 
 
 class MonitorCallback:

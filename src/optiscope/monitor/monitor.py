@@ -54,6 +54,16 @@ from .rank_noise import RankNoise
 
 DEFAULT_GUARD = DivergenceGuard()
 
+
+def check_schedule(every: Any, curvature: Any, guard: Any, who: str) -> None:
+    """One-line errors for a monitor's ``every``, ``curvature`` and ``guard`` (shared with the callbacks, which
+    check them when built rather than when training starts)."""
+    if not is_count(every):
+        raise ValueError(f"{who}: every={every!r} must be an integer >= 1")
+    check_curvature(curvature, who)
+    check_guard(guard, who)
+
+
 #: the fields the monitor's own records (measured steps, a divergence) hold; a context may not reuse them
 RECORD_FIELDS = frozenset(
     {"step", "loss", "grad_norm", "lr", "tokens_per_s", "params", "groups", "total", "embedding", "curvature"}
@@ -150,8 +160,7 @@ class Monitor:
         context: dict[str, Any] | None = None,
         curvature: Curvature | None = None,
     ) -> None:
-        if not is_count(every):
-            raise ValueError(f"Monitor: every={every!r} must be an integer >= 1")
+        check_schedule(every, curvature, guard, "Monitor")
         require_optimizer(optimizer, "Monitor")
         if isinstance(sinks, str | bytes) or not isinstance(sinks, Iterable):
             raise TypeError(f"Monitor: sinks={sinks!r} must be a list of sinks (e.g. [ConsoleSink()]), or () for none")
@@ -161,8 +170,6 @@ class Monitor:
             raise ValueError(f"Monitor: on_divergence={on_divergence!r} must be 'raise' or 'record'")
         if batch_tokens is not None and not is_count(batch_tokens):
             raise ValueError(f"Monitor: batch_tokens={batch_tokens!r} must be a positive integer or None")
-        check_guard(guard, "Monitor")
-        check_curvature(curvature, "Monitor")
         self.model, self.optimizer, self.every = model, optimizer, every
         self.sinks = list(sinks)
         self.batch_tokens, self.guard, self.on_divergence = batch_tokens, guard, on_divergence
