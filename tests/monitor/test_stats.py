@@ -1,6 +1,7 @@
 """Statistics the experiments report, against closed forms."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -26,6 +27,14 @@ def test_loglog_fit_r2_of_noisy_points_matches_its_definition():
     assert fit["slope"] == pytest.approx(slope, rel=1e-12)
     assert fit["r2"] == pytest.approx(1 - np.sum(residual**2) / np.sum((ly - ly.mean()) ** 2), rel=1e-12)
     assert math.isnan(loglog_fit([1.0, 2.0, 3.0], [5.0, 5.0, 5.0])["r2"])
+
+
+def test_loglog_fit_through_points_at_one_x_determines_no_line():
+    """Equal frequencies (x all alike): any slope fits as well as any other, so none is stated."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's RankWarning on a singular fit would be a failure here
+        fit = loglog_fit([0.5, 0.5], [0.02, 0.03])
+    assert all(math.isnan(fit[key]) for key in ("slope", "intercept", "r2")), fit
 
 
 def test_spearman_of_monotone_and_tied_data():

@@ -20,6 +20,14 @@ def test_a_rare_tokens_run_without_sgd_keeps_its_adam_sentence():
     assert any(s.startswith("Adam's effective learning rate at the end is") for s in said), said
 
 
+def test_a_rare_tokens_run_of_equally_frequent_tokens_states_no_slope():
+    """Two tokens at 0.5 each: there is no line through one frequency, so the sentence drops its slope."""
+    config = rt.Config(steps=60, frequencies=(0.5, 0.5), optimizers="sgd,adam", sweep_lrs=(0.01,))
+    results = {"experiment": "rare-tokens", **rt.run(config, None)}
+    (said,) = [text(s) for s in headlines(results) if text(s).startswith("Adam's effective learning rate")]
+    assert said.endswith("for the most common.") and "slope" not in said, said
+
+
 def test_a_rare_tokens_run_says_which_optimizers_diverged_and_when():
     config = rt.Config(steps=120, lr=80.0, optimizers="sgd,adam,lion", sweep_lrs=(0.01, 80.0))
     results = {"experiment": "rare-tokens", **rt.run(config, None)}

@@ -195,10 +195,13 @@ def plot_effective_lr(ax, results: dict[str, Any]) -> None:
     ax.set_xlabel("token frequency p (log scale)")
     ax.set_ylabel("Adam's effective LR η/(√v̂ + ε) at the end (log)")
     if fit is not None:
+        slope = (
+            f"fitted slope {fit['slope']:.2f} (−1 would cancel the frequency exactly)"
+            if np.isfinite(fit["slope"])
+            else "no slope: the tokens are equally frequent"
+        )
         ax.set_title(
-            f"Adam's effective LR: the rarest token's is {fit['ratio']:.0f}× the most common's\n"
-            f"fitted slope {fit['slope']:.2f} (−1 would cancel the frequency exactly)",
-            fontsize=10.5,
+            f"Adam's effective LR: the rarest token's is {fit['ratio']:.0f}× the most common's\n{slope}", fontsize=10.5
         )
 
 

@@ -205,8 +205,10 @@ def update_ratio_by(params: dict[str, dict[str, Any]], key: Callable[[str], str]
 
 def loglog_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
     """Least-squares line log y = slope · log x + intercept through positive points, and its R²
-    (nan when log y is constant)."""
+    (nan when log y is constant). All nan when x takes fewer than two values: no line is determined."""
     lx, ly = np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float))
+    if np.unique(lx).size < 2:
+        return {"slope": math.nan, "intercept": math.nan, "r2": math.nan}
     slope, intercept = np.polyfit(lx, ly, 1)
     residual = ly - (slope * lx + intercept)
     total = float(np.sum((ly - ly.mean()) ** 2))

@@ -117,13 +117,19 @@ def rare_tokens(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
         n("optimizers", sgd, "final_error", k),
         ".",
     ]
+
+    def slope_clause() -> Sentence:
+        # tokens all equally frequent (--frequencies 0.5,0.5) determine no line: its slope is nan, not stated
+        slope = n("optimizers", adam, "effective_lr_fit", "slope")
+        return ["; its log-log slope against frequency is ", slope] if math.isfinite(slope.value) else []
+
     yield lambda: [
         "Adam's effective learning rate at the end is ",
         n("optimizers", adam, "effective_lr", k),
         " for the rarest token and ",
         n("optimizers", adam, "effective_lr", c),
-        " for the most common; its log-log slope against frequency is ",
-        n("optimizers", adam, "effective_lr_fit", "slope"),
+        " for the most common",
+        *slope_clause(),
         ".",
     ]
     findings = (r.get("lr_sweep") or {}).get("findings", {})
