@@ -49,6 +49,21 @@ def test_a_sweep_says_what_the_trials_of_an_untuned_optimizer_did(tmp_path, monk
         assert f"{name}: no tuned η — of its 1 trial 1 crashed." in said
 
 
+def test_a_sweep_says_when_a_tuned_lr_is_at_an_end_of_its_grid(tmp_path, monkeypatch):
+    """sgd's optimum 1e-3 lies below the fixed grid 0.01, 0.1 (its tuned η is a bound); adam's 0.03 lies
+    inside 0.01, 0.03, 0.1 — the page says so of sgd only, as the console does."""
+    from optiscope import experiments
+
+    monkeypatch.setitem(experiments.EXPERIMENTS, "synthetic", "sweep.synthetic")
+    options = {"sgd_optimum": 1e-3, "adam_optimum": 0.03}
+    config = SweepConfig("synthetic", ("sgd", "adam"), seeds=2, lrs=(0.01, 0.03, 0.1), options=options)
+    results = run_sweep(config, tmp_path / "s")
+    said = {s.split(":")[0]: s for s in map(text, headlines(results)) if ": tuned η " in s}
+    caveat = " (at an end of the grid that was run: its optimum may lie beyond), "
+    assert said["sgd"].startswith("sgd: tuned η <0.01>" + caveat), said
+    assert said["adam"].startswith("adam: tuned η <0.03>, "), said
+
+
 def test_a_landscapes_run_that_diverged_at_every_rate_is_not_said_to_be_slow():
     from optiscope.experiments import landscapes
 

@@ -349,12 +349,17 @@ def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     def chose(name: str) -> Sentence:
         return [" The tuning seeds' mean there: ", n("optimizers", name, "tuning_mean"), "."] if fresh else []
 
+    def edge(name: str) -> str:
+        # the console's caveat too: a tuned η at an end of the grid is a bound on the optimum, not the optimum
+        at_end = not r["optimizers"][name].get("interior", True)
+        return " (at an end of the grid that was run: its optimum may lie beyond)" if at_end else ""
+
     for name in r["ranking"]:
         if len(r["optimizers"][name]["values"]) < 2:
             yield lambda name=name: [
                 f"{name}: tuned η ",
                 n("optimizers", name, "tuned_lr"),
-                ", ",
+                edge(name) + ", ",
                 n("optimizers", name, "mean"),
                 " (one seed).",
                 *chose(name),
@@ -363,7 +368,7 @@ def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
         yield lambda name=name: [
             f"{name}: tuned η ",
             n("optimizers", name, "tuned_lr"),
-            ", ",
+            edge(name) + ", ",
             n("optimizers", name, "mean"),
             " ± ",
             n("optimizers", name, "std"),
