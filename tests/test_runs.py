@@ -122,6 +122,42 @@ def test_a_run_that_wrote_nothing_leaves_the_directory_free(tmp_path, error):
     assert runs.read_json(tmp_path / "config.json")["experiment"] == "b"
 
 
+def test_a_refused_run_removes_the_folders_it_created_and_only_those(tmp_path):
+    """A run refused before it wrote anything leaves no folder (nor a lock file) that was not there before."""
+    out = tmp_path / "runs" / "new" / "a"
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(runs.RunDirError), runs.open_run(out, "a", {"x": 1}):
+        raise runs.RunDirError("--hf-model /nowhere does not exist")
+    assert list(tmp_path.iterdir()) == [tmp_path / "runs"] and list((tmp_path / "runs").iterdir()) == []
+    with pytest.raises(runs.RunDirError), runs.open_run(tmp_path / "runs", "a", {"x": 1}):
+        raise runs.RunDirError("refused")
+    assert (tmp_path / "runs").is_dir()  # it was there before the run
+
+
+def test_a_run_whose_lock_file_is_removed_before_it_locks_takes_a_fresh_one(tmp_path, monkeypatch):
+    """A refused run removes its new folder while it holds the lock. A run that opened that lock file just
+    before must not end up holding the removed file's lock: a third run could then lock a new file and share
+    the folder. Here the removal falls between the open and the flock."""
+    import fcntl
+
+    out = tmp_path / "a"
+    real_flock, removed = fcntl.flock, []
+
+    def flock_after_the_holder_left(fd, operation):
+        if not removed:  # the holder's cleanup, in the instant before this process gets the lock
+            (out / runs.LOCK).unlink()
+            out.rmdir()
+            removed.append(True)
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(runs.fcntl, "flock", flock_after_the_holder_left)
+    fd = runs._acquire(out)
+    try:
+        assert removed and (out / runs.LOCK).is_file() and runs._is_lock_file(fd, out / runs.LOCK)
+    finally:
+        os.close(fd)
+
+
 def test_a_run_that_wrote_something_keeps_its_config(tmp_path):
     with pytest.raises(ValueError), runs.open_run(tmp_path, "a", {"x": 1}):
         (tmp_path / "metrics.jsonl").write_text("{}\n")

@@ -28,8 +28,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -251,12 +251,9 @@ def open_run(
     path = check_out(out)
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--out {path} exists and is not a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise RunDirError(f"cannot create the run directory --out {path}: {e.strerror or e}") from e
+    created = [d for d in (path, *path.parents) if not d.exists()]  # deepest first
     owned = (*OWNED, *owned)
-    with _locked(path):
+    with _locked(path, created=created):
         stored = _stored_config(path)
         present = _present(path, owned)
         resuming = False
@@ -323,31 +320,64 @@ LOCK_GRACE_SECONDS = 1.0  # how long a starting run waits for a lock held for an
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path, *, created: Sequence[Path] = ()) -> Iterator[None]:
+    """Hold the lock of the run directory ``path`` (created if need be) for the block. If the block is refused
+    (a ``UserError``), ``path`` is among ``created`` (the folders the caller found missing, deepest first) and it
+    holds nothing but the lock, those folders are removed again: a refused command leaves no trace. (Any other
+    error keeps them: the command line writes its traceback there.)"""
+    fd = _acquire(path)
     try:
-        fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise RunDirError(f"cannot write in the run directory --out {path}: {e.strerror or e}") from e
-    try:
-        deadline = time.monotonic() + LOCK_GRACE_SECONDS
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() < deadline:
-                    time.sleep(0.01)
-                    continue
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-                raise RunDirError(
-                    f"{path} is in use by another optiscope run ({holder}); wait for it to finish or choose "
-                    "another --out"
-                ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
         yield
+    except UserError:
+        if path in created and os.listdir(path) == [LOCK]:
+            # removed while held: a process waiting on this lock file finds it gone when it gets it (_acquire)
+            with suppress(OSError):  # a folder that another process has written in since stays
+                (path / LOCK).unlink()
+                for folder in created:
+                    folder.rmdir()
+        raise
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _acquire(path: Path) -> int:
+    """A descriptor of ``path``'s lock file, locked exclusively (within ``LOCK_GRACE_SECONDS``)."""
+    deadline = time.monotonic() + LOCK_GRACE_SECONDS
+    while True:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunDirError(f"cannot create the run directory --out {path}: {e.strerror or e}") from e
+        try:
+            fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RunDirError(f"cannot write in the run directory --out {path}: {e.strerror or e}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() < deadline:
+                os.close(fd)
+                time.sleep(0.01)
+                continue
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise RunDirError(
+                f"{path} is in use by another optiscope run ({holder}); wait for it to finish or choose another --out"
+            ) from None
+        if _is_lock_file(fd, path / LOCK):
+            return fd
+        os.close(fd)  # the holder removed the lock file (and the directory) before it let go: take a fresh one
+
+
+def _is_lock_file(fd: int, lock: Path) -> bool:
+    try:
+        named = os.stat(lock)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
 
 
 def is_run_config(stored: Any) -> bool:
