@@ -74,3 +74,23 @@ def test_nesterov_needs_momentum():
     p = torch.zeros(3, requires_grad=True)
     with pytest.raises(ValueError, match=r"nesterov=True needs momentum > 0"):
         SGD([p], lr=0.1, nesterov=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("fused", [None, True])
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_half_precision_cpu_params_step_like_torchs_for_loop(dtype, fused, momentum):
+    """torch 2.13's fused CPU SGD leaves the vectorised blocks of float16/bfloat16 tensors unmoved
+    (pytorch/pytorch#191763); the default path, and fused=True, must still take the step: torch.optim.SGD's
+    for-loop is the oracle."""
+    torch.manual_seed(0)
+    start, grads = torch.randn(1000).to(dtype), [torch.randn(1000).to(dtype) for _ in range(3)]
+    ours, theirs = (torch.nn.Parameter(start.clone()) for _ in range(2))
+    stepping = [(ours, SGD([ours], lr=0.1, momentum=momentum, fused=fused))]
+    stepping.append((theirs, torch.optim.SGD([theirs], lr=0.1, momentum=momentum, foreach=False)))
+    for g in grads:
+        for p, optimizer in stepping:
+            p.grad = g.clone()
+            optimizer.step()
+    assert (theirs != start).float().mean() > 0.9  # the oracle did move
+    torch.testing.assert_close(ours, theirs)

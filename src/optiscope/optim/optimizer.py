@@ -252,6 +252,11 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
     def fused_unsupported_reason(self, group: dict[str, Any]) -> str:
         return f"{type(self).__name__} has no fused kernel"
 
+    def fused_cpu_takes(self, p: Tensor) -> bool:
+        """Whether torch's fused CPU kernel updates ``p`` right. It does not for non-contiguous tensors (seen in
+        torch 2.13: tests/optim/test_optimizer.py); those take the for-loop path, even with fused=True."""
+        return _contiguous(p)
+
     # ----------------------------------------------------------------------------------------- step
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -276,12 +281,11 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
                 # group keeps the caller's tensor, which schedulers update in place.
                 group = {**group, "lr": group["lr"].squeeze()}
             if impl == "fused" and not all(p.is_cuda for p in params):
-                # torch's fused CPU kernels give wrong results for non-contiguous tensors (seen in
-                # torch 2.13: tests/optim/test_optimizer.py), so those take the for-loop path.
-                strided = [p for p in params if not _contiguous(p)]
-                if strided:
-                    params = [p for p in params if _contiguous(p)]
-                    self.update_group(group, strided, "forloop")
+                # tensors that torch's fused CPU kernel gets wrong take the for-loop path (fused_cpu_takes)
+                wrong = [p for p in params if not self.fused_cpu_takes(p)]
+                if wrong:
+                    params = [p for p in params if self.fused_cpu_takes(p)]
+                    self.update_group(group, wrong, "forloop")
             if params:
                 self.update_group(group, params, impl)
         return loss

@@ -153,6 +153,11 @@ class SGD(OptiscopeOptimizer):
             "torch's fused SGD kernel only has coupled weight decay; decoupled_weight_decay=True with weight_decay > 0"
         )
 
+    def fused_cpu_takes(self, p: Tensor) -> bool:
+        # torch ≤ 2.13's fused CPU SGD skips the vectorised blocks of float16/bfloat16 tensors (a tensor of 16
+        # elements or more does not move) and corrupts their momentum: pytorch/pytorch#191763, fixed by #192545
+        return super().fused_cpu_takes(p) and p.dtype not in (torch.float16, torch.bfloat16)
+
     def update_group(self, group: dict[str, Any], params: list[Tensor], impl: str) -> None:
         hyper = {k: group[k] for k in ("lr", "momentum", "dampening", "nesterov", "weight_decay", "maximize")}
         uses_buffer = group["momentum"] != 0
