@@ -49,7 +49,9 @@ def test_runs_each_optimizer_and_draws_figures(tmp_path, text):
         assert run["eval"]["step"] == [10, 20] and len(run["samples"]) == 2
         assert run["eval"]["val_loss"][-1] < run["train"]["loss"][0]  # it learned something
         assert len(run["embedding_rows"]["update"]) == results["corpus"]["vocab_size"]
-    assert results["runs"]["muon+adamw"]["setting"].startswith("Muon(lr=η) on hidden matrices + AdamW(lr=η/20)")
+    assert results["runs"]["muon+adamw"]["setting"].startswith(
+        "Muon(lr=η, weight_decay=0) on hidden matrices + AdamW(lr=η/20, betas=(0.9, 0.95)"
+    )
     records = runs.read_jsonl(out / "metrics.jsonl")
     assert {r["run"] for r in records} == {"sgd", "adamw", "muon+adamw"}
     assert {p.name for p in (out / "figures").iterdir()} == {

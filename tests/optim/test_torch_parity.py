@@ -317,3 +317,19 @@ def test_every_torch_scheduler_drives_ours_like_torch(sched_name, opt_name):
     if sched_name in CYCLES_MOMENTUM:
         assert len(set(momenta)) > 1, "momentum / beta1 should cycle"
     assert_same_params(mine, theirs)
+
+
+@pytest.mark.parametrize("name", ["sgd", "rmsprop", "adam", "adamw"])
+def test_what_torch_takes_and_ours_refuse_is_refused_in_one_line(name):
+    """The README's two exceptions to the drop-in: torch steps complex parameters and takes tensor betas;
+    ours refuse both in one line naming the value (no silent half-support)."""
+    ours_cls, torch_cls, kw = PAIRS[name]
+    complex_param = lambda: torch.zeros(3, dtype=torch.complex64, requires_grad=True)  # noqa: E731
+    torch_cls([complex_param()], **kw)  # torch takes it
+    with pytest.raises(TypeError, match=r"params\[0\] is complex \(torch.complex64\)"):
+        ours_cls([complex_param()], **kw)
+    if name.startswith("adam"):
+        betas = (torch.tensor(0.9), torch.tensor(0.999))
+        torch_cls([_p()], **kw, betas=betas)
+        with pytest.raises(ValueError, match=r"invalid betas=\(tensor\(0.9000\), tensor\(0.9990\)\).*pair of floats"):
+            ours_cls([_p()], **kw, betas=betas)

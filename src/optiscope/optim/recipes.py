@@ -16,8 +16,9 @@ torch.optim's default unless the table says otherwise.
 | adamw        | AdamW (β = 0.9, 0.999), decoupled decay               | yes                          |
 | adaml2       | Adam with λθ added to the gradient                    | yes                          |
 | lion         | Lion (β = 0.9, 0.99), decoupled decay                 | yes                          |
-| muon         | Muon on every (2-D) parameter, Newton–Schulz in fp32  | no                           |
-| muon+adamw   | Muon on hidden matrices, AdamW (η/20) on the rest     | no                           |
+| muon         | Muon on every (2-D) parameter, Newton–Schulz in fp32  | no (λ = 0, not torch's 0.1)  |
+| muon+adamw   | Muon on hidden matrices, AdamW (η/20, β = 0.9, 0.95)  | no (λ = 0)                   |
+|              | on the rest                                           |                              |
 
 ``muon`` needs every parameter to be a matrix (it orthogonalises the update); a model with embeddings,
 norms and biases takes ``muon+adamw``, which splits it the standard way (``split_params_for_muon``) and
@@ -58,7 +59,10 @@ class Recipe:
     def describe(self) -> str:
         """The recipe as code, e.g. 'SGD(lr=η, momentum=0.9)', for results.json and legends."""
         if self.splits_model:
-            return f"Muon(lr=η) on hidden matrices + AdamW(lr=η/{round(1 / MUON_ADAMW_LR_RATIO)}) on the rest"
+            return (
+                "Muon(lr=η, weight_decay=0) on hidden matrices + "
+                f"AdamW(lr=η/{round(1 / MUON_ADAMW_LR_RATIO)}, betas=(0.9, 0.95), weight_decay=0) on the rest"
+            )
         shown = "".join(f", {k}={str(v).removeprefix('torch.')}" for k, v in self.options.items())
         decay = ", weight_decay=λ" if self.decays else ""
         return f"{self.cls.__name__}(lr=η{shown}{decay})"
@@ -74,7 +78,7 @@ RECIPES: dict[str, Recipe] = {
     "adamw": Recipe(AdamW, decays=True),
     "adaml2": Recipe(AdamL2, decays=True),
     "lion": Recipe(Lion, decays=True),
-    "muon": Recipe(Muon, {"ns_dtype": None}),
+    "muon": Recipe(Muon, {"ns_dtype": None, "weight_decay": 0.0}),  # torch.optim.Muon's default λ is 0.1
     "muon+adamw": Recipe(Muon, splits_model=True),
 }
 
