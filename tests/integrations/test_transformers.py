@@ -17,7 +17,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments  # noqa: E4
 import optiscope.optim  # noqa: E402
 import tiny_hf  # noqa: E402
 from optiscope.integrations.transformers import OptiscopeCallback  # noqa: E402
-from optiscope.monitor import DivergenceGuard  # noqa: E402
+from optiscope.monitor import ConsoleSink, DivergenceGuard  # noqa: E402
 
 WATCHED = {"gpt2": "transformer.h.0.mlp.c_fc.weight", "qwen2": "model.layers.0.mlp.up_proj.weight"}
 
@@ -419,6 +419,8 @@ def test_the_callbacks_arguments_are_checked_when_it_is_built():
         OptiscopeCallback(curvature=10)
     with pytest.raises(TypeError, match=r"OptiscopeCallback: sinks='metrics.jsonl' must be a list of sinks"):
         OptiscopeCallback(sinks="metrics.jsonl")
+    with pytest.raises(TypeError, match=r"OptiscopeCallback: sinks\[1\]=<built-in function print> is not a sink"):
+        OptiscopeCallback(sinks=iter([ConsoleSink(), print]))
 
 
 class _RunsCode:

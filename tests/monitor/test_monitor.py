@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -611,13 +612,42 @@ def test_a_measured_step_without_gradients_moves_nothing_and_breaks_nothing():
         ({"optimizer": "adam"}, "Monitor: optimizer='adam' is not an optimizer; give a torch.optim.Optimizer"),
         ({"sinks": 5}, "Monitor: sinks=5 must be a list of sinks"),
         ({"sinks": "metrics.jsonl"}, "Monitor: sinks='metrics.jsonl' must be a list of sinks"),
+        (
+            {"sinks": ["metrics.jsonl"]},
+            r"Monitor: sinks\[0\]='metrics.jsonl' is not a sink; a sink has write\(record\)",
+        ),
+        ({"model": None}, "Monitor: model=None is not an nn.Module; give the model the optimizer trains"),
     ],
 )
 def test_a_wrong_kind_of_argument_is_named(kwargs, message):
     model, _ = tiny_lm()
-    arguments = {"optimizer": Adam(model.parameters(), lr=1e-2), **kwargs}
+    arguments = {"model": model, "optimizer": Adam(model.parameters(), lr=1e-2), **kwargs}
     with pytest.raises(TypeError, match=message):
-        Monitor(model, **arguments)
+        Monitor(**arguments)
+
+
+@pytest.mark.parametrize("loss", ["1.0", True, [1.0]])
+def test_a_loss_that_is_not_a_number_or_tensor_is_named(loss):
+    """A string or a bool was recorded as the number it converts to; a list failed inside float()."""
+    model, data = tiny_lm()
+    opt = Adam(model.parameters(), lr=1e-2)
+    monitor = Monitor(model, opt, every=1, sinks=[])
+    train_step(model, opt, data)
+    opt.step()
+    with pytest.raises(TypeError, match=rf"Monitor.step: loss={re.escape(repr(loss))} must be a number or a tensor"):
+        monitor.step(loss)
+
+
+def test_sinks_given_as_an_iterator_all_receive_the_records(tmp_path):
+    """A generator of sinks is checked and kept: checking it must not use it up."""
+    model, data = tiny_lm()
+    opt = Adam(model.parameters(), lr=1e-2)
+    monitor = Monitor(model, opt, every=1, sinks=(JSONLSink(tmp_path / f"{i}.jsonl") for i in range(2)))
+    loss = train_step(model, opt, data)
+    opt.step()
+    monitor.step(loss)
+    monitor.close()
+    assert [len((tmp_path / f"{i}.jsonl").read_text().splitlines()) for i in range(2)] == [1, 1]
 
 
 def test_the_guard_within_a_run_cuts_its_warm_up_to_a_tenth_of_a_short_run():

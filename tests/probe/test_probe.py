@@ -249,6 +249,10 @@ def test_bad_input_is_named():
         probe_step(model, v, data, [1e-3], chunk_size=0)
     with pytest.raises(ValueError, match=r"etas=0.001 is one number; give the η grid as a list, e.g. \[0.001\]"):
         probe_step(model, v, data, 1e-3)
+    with pytest.raises(ValueError, match=r"the η grid \['a'\] holds 'a', not a number; give finite step sizes > 0"):
+        probe_step(model, v, data, ["a"])
+    with pytest.raises(ValueError, match=r"etas='1e-3' is not a list; give the η grid as a list of step sizes"):
+        probe_step(model, v, data, "1e-3")
     name = next(iter(v))
     with pytest.raises(ValueError, match=rf"direction\['{name}'\] has shape \(1, 1\); the parameter's is"):
         probe_step(model, {**v, name: torch.ones(1, 1, dtype=v[name].dtype)}, data, [1e-3])

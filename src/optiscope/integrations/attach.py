@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..monitor import Curvature, Diverged, DivergenceGuard, Monitor, run_directory_sinks
 from ..monitor.monitor import DEFAULT_GUARD, STATE_KEYS, check_schedule
+from ..monitor.sinks import checked_sinks
 
 log = logging.getLogger("optiscope")
 
@@ -61,15 +62,12 @@ def build_monitor(
     return monitor
 
 
-def check_options(every: Any, sinks: Any, curvature: Any, guard: Any) -> None:
+def check_options(every: Any, sinks: Any, curvature: Any, guard: Any) -> list[Any] | None:
     """The callback's arguments, checked when it is built rather than when training starts (where the
-    ``Monitor`` would say the same, later)."""
+    ``Monitor`` would say the same, later); returns ``sinks`` as a list (an iterator would serve one fit only)."""
     check_schedule(every, curvature, guard, "OptiscopeCallback")
-    if sinks is not None and (isinstance(sinks, str | bytes) or not isinstance(sinks, Iterable)):
-        raise TypeError(
-            f"OptiscopeCallback: sinks={sinks!r} must be a list of sinks (e.g. [ConsoleSink()]), or None for "
-            "the default files"
-        )
+    if sinks is not None:
+        sinks = checked_sinks(sinks, "OptiscopeCallback", absent="None for the default files")
     if curvature is not None and curvature.rank_batch_size is not None:
         # the noise scale over the ranks reads each rank's gradient inside DDP's all-reduce, and neither library
         # hands its callbacks the DDP-wrapped model (the Monitor's own advice, to wrap it, cannot be followed)
@@ -78,6 +76,7 @@ def check_options(every: Any, sinks: Any, curvature: Any, guard: Any) -> None:
             "model, which the library does not give its callbacks; for the noise scale give "
             "Curvature(micro_batches=...) or, with gradient accumulation, accumulation_batch_size=..."
         )
+    return sinks
 
 
 class MonitorCallback:
@@ -106,8 +105,7 @@ class MonitorCallback:
         curvature: Curvature | None = None,
         guard: DivergenceGuard | None = DEFAULT_GUARD,
     ) -> None:
-        check_options(every, sinks, curvature, guard)
-        sinks = None if sinks is None else list(sinks)  # an iterator would serve one fit only
+        sinks = check_options(every, sinks, curvature, guard)
         self.out_dir, self.every, self.sinks, self.curvature, self.guard = out_dir, every, sinks, curvature, guard
         self.attachment: Attachment | None = None
         self.diverged: dict[str, Any] | None = None

@@ -51,6 +51,7 @@ from .curvature import KEYS, Curvature, check_batch, check_curvature, measure
 from .divergence import Diverged, DivergenceGuard, check_guard, curvature_diagnosis
 from .names import is_own_name, own_names, under_compile
 from .rank_noise import RankNoise
+from .sinks import checked_sinks
 
 DEFAULT_GUARD = DivergenceGuard()
 
@@ -161,9 +162,10 @@ class Monitor:
         curvature: Curvature | None = None,
     ) -> None:
         check_schedule(every, curvature, guard, "Monitor")
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"Monitor: model={model!r} is not an nn.Module; give the model the optimizer trains")
         require_optimizer(optimizer, "Monitor")
-        if isinstance(sinks, str | bytes) or not isinstance(sinks, Iterable):
-            raise TypeError(f"Monitor: sinks={sinks!r} must be a list of sinks (e.g. [ConsoleSink()]), or () for none")
+        sinks = checked_sinks(sinks, "Monitor")
         if not (is_number(alarm_growth) and alarm_growth > 1):
             raise ValueError(f"Monitor: alarm_growth={alarm_growth!r} must be a number > 1 (a multiple of u/w)")
         if on_divergence not in ("raise", "record"):
@@ -171,7 +173,7 @@ class Monitor:
         if batch_tokens is not None and not is_count(batch_tokens):
             raise ValueError(f"Monitor: batch_tokens={batch_tokens!r} must be a positive integer or None")
         self.model, self.optimizer, self.every = model, optimizer, every
-        self.sinks = list(sinks)
+        self.sinks = sinks
         self.batch_tokens, self.guard, self.on_divergence = batch_tokens, guard, on_divergence
         self.histograms, self.alarm_growth = histograms, alarm_growth
         self.context = dict(context or {})
@@ -349,6 +351,9 @@ class Monitor:
     def step(self, loss: float | Tensor | None = None, **scalars: float) -> dict[str, Any] | None:
         """Call right after ``optimizer.step()``. Returns the record of a measured step, else None.
 
+        ``loss`` is the batch's loss: a number or a tensor (one of several elements, e.g. per-sample losses,
+        counts as their mean), or None.
+
         Raises ``Diverged`` (with ``on_divergence="raise"``) when the guard trips. ``scalars`` join the record
         under their own names, which must not be the record's own fields or the context's. A call with no
         optimizer step since the last one is a step a GradScaler skipped (``scaler.step(optimizer)`` did not
@@ -433,8 +438,10 @@ class Monitor:
         # float64: a float64 loss that falls below float32's range must not read as 0 (the guard's lowest loss)
         if isinstance(loss, Tensor):
             value = loss.detach().to(torch.float64).mean()
-        else:
+        elif is_number(loss):
             value = torch.tensor(float(loss), dtype=torch.float64)
+        else:
+            raise TypeError(f"Monitor.step: loss={loss!r} must be a number or a tensor (the batch's loss), or None")
         if dist.is_available() and dist.is_initialized():
             device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
             if dist.get_backend() == "gloo":

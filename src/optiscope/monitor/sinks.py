@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,22 @@ from rich.markup import escape
 
 from ..runs import METRICS, TENSORBOARD, append_jsonl, checkpoint_name, is_rank_zero, truncate_jsonl
 from .curvature import KEYS as CURVATURE_KEYS
+
+
+def checked_sinks(sinks: Any, who: str, absent: str = "() for none") -> list[Any]:
+    """``sinks`` as a list (an iterator would serve once), or a TypeError naming ``who``'s bad ``sinks`` unless it
+    is a list (any iterable but a string) of objects with ``write(record)`` and ``close()``: told when built,
+    not at the first record."""
+    if isinstance(sinks, str | bytes) or not isinstance(sinks, Iterable):
+        raise TypeError(f"{who}: sinks={sinks!r} must be a list of sinks (e.g. [ConsoleSink()]), or {absent}")
+    sinks = list(sinks)
+    for i, sink in enumerate(sinks):
+        if not all(callable(getattr(sink, method, None)) for method in ("write", "close")):
+            raise TypeError(
+                f"{who}: sinks[{i}]={sink!r} is not a sink; a sink has write(record) and close() "
+                "(e.g. ConsoleSink(), JSONLSink(path))"
+            )
+    return sinks
 
 
 def _e(x: float | None) -> str:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,12 @@ MODES = ("fixed", "policy")
 def check_etas(etas: Sequence[float]) -> list[float]:
     if isinstance(etas, int | float) or (isinstance(etas, Tensor) and etas.ndim == 0):
         raise ValueError(f"etas={float(etas)!r} is one number; give the η grid as a list, e.g. [{float(etas)!r}]")
+    if isinstance(etas, str | bytes) or not isinstance(etas, Iterable):
+        raise ValueError(f"etas={etas!r} is not a list; give the η grid as a list of step sizes, e.g. [1e-3, 1e-2]")
+    etas = list(etas)
+    bad = [e for e in etas if not (is_number(e) or (isinstance(e, Tensor) and e.numel() == 1))]
+    if bad:
+        raise ValueError(f"the η grid {etas} holds {bad[0]!r}, not a number; give finite step sizes > 0")
     etas = [float(e) for e in etas]
     if not etas or any(not math.isfinite(e) or e <= 0 for e in etas):
         raise ValueError(f"the η grid {etas} must be a non-empty list of finite step sizes > 0")
