@@ -287,7 +287,8 @@ def test_memory_that_runs_out_is_said_as_such_not_as_a_bug(fake, tmp_path, capsy
     assert cli.main(["run", "fake", "--out", str(out), "--crash", "memory"]) == cli.EXIT_INTERNAL
     lines = errors(capsys)
     assert len(lines) == 1 and lines[0].startswith("optiscope: out of memory: ") and "bug" not in lines[0]
-    assert f"finished work is saved in {out}" in lines[0] and "Traceback" in (out / "error.log").read_text()
+    # it ran out at the start, before it had written anything
+    assert f"nothing is saved in {out}" in lines[0] and "Traceback" in (out / "error.log").read_text()
 
 
 def test_a_figure_that_fails_keeps_the_results(fake, tmp_path, capsys):
@@ -477,6 +478,22 @@ def test_an_interrupted_torchrun_job_says_so_once(fake, monkeypatch, tmp_path, c
         monkeypatch.setenv("RANK", rank)
         assert cli.main(["run", "fake", "--out", str(tmp_path / "r")]) == cli.EXIT_INTERRUPTED
         assert len(errors(capsys)) == said
+
+
+@pytest.mark.parametrize("wrote", [True, False])
+def test_an_interrupted_run_says_whether_it_saved_anything(fake, monkeypatch, tmp_path, capsys, wrote):
+    """'finished work is saved' only where there is some: a run stopped before it wrote anything says so."""
+    out = tmp_path / "r"
+
+    def interrupted(args, console):
+        if wrote:
+            runs.atomic_write_json(out / "results.json", {"experiment": "fake", "squares": [0.0]})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_run", interrupted)
+    assert cli.main(["run", "fake", "--out", str(out)]) == cli.EXIT_INTERRUPTED
+    said = "finished work is saved in" if wrote else "it stopped before any work finished: nothing is saved in"
+    assert errors(capsys) == [f"optiscope: interrupted: {said} {out}"]
 
 
 def test_a_sweep_with_one_seed_prints_no_interval(sweepable, tmp_path, capsys):

@@ -535,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         where = getattr(args, "out", None) or getattr(args, "dir", None)
         stopped = f"{e}; " if str(e) else ""
         if runs.is_rank_zero():  # every rank of a torchrun job stops at the same step: one says so
-            _error(f"interrupted: {stopped}finished work is saved" + (f" in {where}" if where else ""))
+            _error(f"interrupted: {stopped}{what_is_saved(where)}")
         return EXIT_INTERRUPTED
     except Exception:
         where = getattr(args, "out", None) or getattr(args, "dir", None)
@@ -549,11 +549,13 @@ def main(argv: list[str] | None = None) -> int:
         log = runs.write_error_log(where, f"optiscope {' '.join(argv or sys.argv[1:])}", traceback.format_exc())
         kind, error = sys.exc_info()[:2]
         message = " ".join(str(error).split()) or kind.__name__
-        saved = f"finished work is saved in {where}; " if args.command in ("run", "sweep") else ""
+        training = args.command in ("run", "sweep")
+        saved = f"{what_is_saved(where)}; " if training else ""
         if out_of_memory(error):
             _error(f"out of memory: {message} (the sizes asked for need more memory; {saved}traceback in {log})")
         elif peer_failure(error):
-            resume = "the same command with --resume continues from the last checkpoint; " if saved else ""
+            resumable = training and holds_run(where)
+            resume = "the same command with --resume continues from the last checkpoint; " if resumable else ""
             _error(
                 f"the distributed job failed: {kind.__name__}: {message} (another process of it stopped or lost its "
                 f"connection: its own output and torchrun's summary say why; {saved}{resume}traceback in {log})"
@@ -561,6 +563,19 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _error(f"internal error: {kind.__name__}: {message} (this is a bug in optiscope; traceback in {log})")
         return EXIT_INTERNAL
+
+
+def holds_run(where: str | os.PathLike | None) -> bool:
+    return where is not None and Path(where).is_dir() and runs.holds_run(Path(where))
+
+
+def what_is_saved(where: str | os.PathLike | None) -> str:
+    """What a stopped command left: its finished work in ``where``, or nothing (stopped before any finished)."""
+    if where is None:
+        return "finished work is saved"
+    if holds_run(where):
+        return f"finished work is saved in {where}"
+    return f"it stopped before any work finished: nothing is saved in {where}"
 
 
 #: what gloo's errors say when the process at the other end has gone: a plain ``RuntimeError`` (seen with torch
