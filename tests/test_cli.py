@@ -60,6 +60,11 @@ def test_each_options_help_states_its_default_once(name, capsys):
         cli.main(["run", name, "--help"])
     options = capsys.readouterr().out.split("\n  --")[1:]
     assert options and all(" ".join(text.split()).count("default:") <= 1 for text in options)
+    # and the value --quick gives an option instead (adder's --params-budget: 100, but 300 with --quick)
+    helps = {text.split()[0]: " ".join(text.split()) for text in options}
+    for field, value in getattr(experiments.load(name), "QUICK", {}).items():
+        shown = ",".join(map(str, value)) if isinstance(value, tuple | list) else value
+        assert f"--quick: {shown})" in helps[field.replace("_", "-")], (field, helps[field.replace("_", "-")])
 
 
 def test_plot_redraws_from_results_alone(fake, tmp_path):

@@ -85,19 +85,27 @@ def _in_range(value: Any) -> Any:
     return value
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, skip: tuple[str, ...] = ()) -> None:
+def add_config_arguments(parser: argparse.ArgumentParser, module: types.ModuleType, skip: tuple[str, ...] = ()) -> None:
+    """One option per field of the experiment ``module``'s Config, its help ending in its default and, where
+    ``--quick`` sets another value (the module's QUICK), that value."""
+    config_cls, quick = module.Config, getattr(module, "QUICK", {})
     hints = typing.get_type_hints(config_cls)
     defaults = config_cls()
+
+    def shown(value: Any) -> Any:
+        return ",".join(map(str, value)) if isinstance(value, tuple | list) else value
+
     for f in dataclasses.fields(config_cls):
         if not f.init or f.metadata.get("cli") is False or f.name in skip:
             continue
         tp, optional = _unwrap_optional(hints[f.name])
         flag = "--" + f.name.replace("_", "-")
-        default = getattr(defaults, f.name)
-        shown = ",".join(map(str, default)) if isinstance(default, tuple | list) else default
         help_text = f.metadata.get("help", "")
+        with_quick = f"; --quick: {shown(quick[f.name])}" if f.name in quick else ""
         if "default:" not in help_text:  # a help that says its default in words keeps them
-            help_text = f"{help_text} (default: {shown})".strip()
+            help_text = f"{help_text} (default: {shown(getattr(defaults, f.name))}{with_quick})".strip()
+        elif with_quick:
+            help_text = f"{help_text} ({with_quick.removeprefix('; ')})"
         help_text = help_text.replace("%", "%%")  # argparse formats help with %: "7.5 % of" would not print
         if tp is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
@@ -379,7 +387,7 @@ def add_sweep_parser(sub: Any) -> None:
         p.add_argument("--address", default=None, help="a Ray cluster's address (--backend ray)")
         p.add_argument("--resume", action="store_true", help="continue the sweep in --out, keeping finished trials")
         p.add_argument("--force", action="store_true", help="replace the sweep in --out")
-        add_config_arguments(p, module.Config, skip=(*sweep.RESERVED, *SWEEP_OPTIONS))
+        add_config_arguments(p, module, skip=(*sweep.RESERVED, *SWEEP_OPTIONS))
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -439,7 +447,7 @@ def make_parser() -> argparse.ArgumentParser:
         p.add_argument("--quick", action="store_true", help="the short version (what `make demo` runs)")
         p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoints")
         p.add_argument("--force", action="store_true", help="replace the run in --out (its files are deleted first)")
-        add_config_arguments(p, module.Config)
+        add_config_arguments(p, module)
     plot = sub.add_parser("plot", help="redraw the figures of a run directory from its results.json")
     plot.add_argument("dir", type=run_dir)
     demo = sub.add_parser("demo", help="every experiment in quick mode, then where the figures are")
