@@ -67,6 +67,17 @@ def test_each_options_help_states_its_default_once(name, capsys):
         assert f"--quick: {shown})" in helps[field.replace("_", "-")], (field, helps[field.replace("_", "-")])
 
 
+def test_sweep_help_offers_only_the_experiments_it_can_tune(capsys):
+    """entropy and edge-of-stability declare no objective: `sweep entropy` is refused, so the listing leaves
+    them out."""
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", "--help"])
+    listed = capsys.readouterr().out
+    tunable = [name for name in experiments.EXPERIMENTS if getattr(experiments.load(name), "OBJECTIVES", None)]
+    assert tunable and all(f"\n    {name}" in listed for name in tunable)
+    assert not any(f"\n    {name}" in listed for name in set(experiments.EXPERIMENTS) - set(tunable))
+
+
 def test_plot_redraws_from_results_alone(fake, tmp_path):
     out = tmp_path / "run"
     cli.main(["run", "fake", "--out", str(out)])

@@ -368,9 +368,13 @@ def add_sweep_parser(sub: Any) -> None:
     )
     names = parser.add_subparsers(dest="name", metavar="name")
     names.required = True
+    tunable = experiments.sweepable()
     for name in sorted(experiments.EXPERIMENTS):
         module = experiments.load(name)
-        p = names.add_parser(name, help=module.SUMMARY, description=f"Sweep {name}: {module.SUMMARY}")
+        # one without an objective keeps its parser, to be refused in words (which experiments do have one),
+        # but is not offered in the listing (a subparser without help is not listed)
+        offered = {"help": module.SUMMARY} if name in tunable else {}
+        p = names.add_parser(name, **offered, description=f"Sweep {name}: {module.SUMMARY}")
         p.add_argument("--optimizers", required=True, help="optimizers to tune, comma-separated (no @lr)")
         p.add_argument("--out", required=True, type=out_dir, help="the sweep directory")
         p.add_argument("--quick", action="store_true", help="each trial in the experiment's quick configuration")
