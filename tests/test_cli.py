@@ -323,6 +323,17 @@ def test_demo_refuses_a_run_directory(fake, tmp_path, capsys):
     assert "holds a run itself" in errors(capsys)[0] and sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+def test_demo_refuses_a_file_before_it_runs_anything(tmp_path, capsys):
+    """It had run the first experiment's set-up and then named --out FILE/rare-tokens as the directory at fault."""
+    (tmp_path / "notes.txt").write_text("mine")
+    assert cli.main(["demo", "--out", str(tmp_path / "notes.txt")]) == cli.EXIT_BAD_INPUT
+    (line,) = errors(capsys)
+    assert line == (
+        f"optiscope: demo: error: --out {tmp_path / 'notes.txt'} exists and is not a directory; the demo writes a "
+        "run per experiment into a folder (default runs/demo): choose another --out"
+    )
+
+
 def test_demo_ends_with_the_report_page_path_first(fake, tmp_path, capsys):
     assert cli.main(["demo", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -221,6 +221,11 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     """Every experiment in quick mode, one after another (replacing an earlier demo's runs), then the
     report page of them all (its path the first line after the runs) and the figures."""
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise runs.RunDirError(
+            f"--out {out} exists and is not a directory; the demo writes a run per experiment into a folder "
+            "(default runs/demo): choose another --out"
+        )
     if runs.holds_run(out):
         raise runs.RunDirError(
             f"--out {out} holds a run itself; the demo writes a run per experiment into a folder of its own "
