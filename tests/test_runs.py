@@ -166,6 +166,25 @@ def test_a_run_that_wrote_something_keeps_its_config(tmp_path):
         pass
 
 
+def test_force_clears_the_runs_nested_in_a_folder_and_leaves_the_users_files(tmp_path):
+    """A sweep's trials/ holds run directories: --force removes what they wrote (then the folders left empty),
+    not a file of the user's among them nor another program's config.json."""
+    with runs.open_run(tmp_path, "sweep", {"seeds": 1}, owned=["trials"]):
+        for trial in ("adam@0.01/seed-0", "adam@0.1/seed-0"):
+            with runs.open_run(tmp_path / "trials" / trial, "landscapes", {"steps": 5}):
+                runs.atomic_write_json(tmp_path / "trials" / trial / "results.json", {"v": 1})
+                runs.atomic_write_bytes(tmp_path / "trials" / trial / "figures" / "surfaces.png", b"png")
+    (tmp_path / "trials" / "mine.txt").write_text("the user's notes")
+    (tmp_path / "trials" / "adam@0.1" / "seed-0" / "figures" / "mine.svg").write_text("<svg/>")
+    (tmp_path / "trials" / "model").mkdir()
+    (tmp_path / "trials" / "model" / "config.json").write_text('{"model_type": "gpt2"}')
+    with runs.open_run(tmp_path, "sweep", {"seeds": 2}, force=True, owned=["trials"]):
+        pass
+    left = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "trials").rglob("*") if p.is_file())
+    assert left == ["trials/adam@0.1/seed-0/figures/mine.svg", "trials/mine.txt", "trials/model/config.json"]
+    assert not (tmp_path / "trials" / "adam@0.01").exists()  # emptied, so removed
+
+
 @pytest.mark.parametrize("content", ['{"model_type": "gpt2"}', "not json"])
 def test_another_programs_config_is_left_alone_even_with_force(tmp_path, content):
     (tmp_path / "config.json").write_text(content)

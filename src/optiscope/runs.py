@@ -25,7 +25,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -444,22 +443,43 @@ WRITTEN_IN = {
 
 
 def _remove(path: Path) -> None:
-    """Removes what the run wrote at ``path``: a file, the run's own files in a folder of ``WRITTEN_IN`` (then
-    the folders left empty), or any other folder whole (trials of a sweep are run directories themselves)."""
+    """Removes what the run wrote at ``path``: a file, the run's own files in a folder of ``WRITTEN_IN``, or in
+    any other folder (a sweep's trials, entropy's nested ``lm`` run) what the run directories inside it wrote;
+    then the folders left empty. A file of the user's stays, as does another program's config.json."""
     if not (path.is_dir() and not path.is_symlink()):
         path.unlink()
         return
     patterns = WRITTEN_IN.get(path.name)
     if patterns is None:
-        shutil.rmtree(path)
-        return
-    for pattern in patterns:
-        for found in path.rglob(pattern):
-            if found.is_file() or found.is_symlink():
-                found.unlink()
-    for folder in sorted([path, *(d for d in path.rglob("*") if d.is_dir())], key=lambda d: -len(d.parts)):
-        if not any(folder.iterdir()):  # deepest first, so a folder emptied of folders goes too
+        for folder in _folders_deepest_first(path):
+            for name in (*OWNED, LOCK):
+                entry = folder / name
+                if name == CONFIG and not (entry.is_file() and is_run_config(_json_or_none(entry))):
+                    continue  # none, or another program's: left alone
+                if name in WRITTEN_IN and entry.is_dir() and not entry.is_symlink():
+                    _remove(entry)
+                elif entry.is_file() or entry.is_symlink():
+                    entry.unlink()
+    else:
+        for pattern in patterns:
+            for found in path.rglob(pattern):
+                if found.is_file() or found.is_symlink():
+                    found.unlink()
+    for folder in _folders_deepest_first(path):
+        if folder.is_dir() and not any(folder.iterdir()):  # deepest first, so a folder emptied of folders goes too
             folder.rmdir()
+
+
+def _folders_deepest_first(path: Path) -> list[Path]:
+    folders = [path, *(d for d in path.rglob("*") if d.is_dir() and not d.is_symlink())]
+    return sorted(folders, key=lambda d: -len(d.parts))
+
+
+def _json_or_none(path: Path) -> Any:
+    try:
+        return read_json(path)
+    except RunDirError:
+        return None
 
 
 def write_error_log(directory: Path | None, what: str, text: str) -> Path:
