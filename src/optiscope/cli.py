@@ -561,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
                 where = Path(args.out or report_module().default_out(args.dirs)).parent
             except Exception:  # noqa: BLE001 (the error log then goes to the temporary directory)
                 where = None
+            if where is not None and runs.holds_run(where):  # one run's page goes into it: the log does not
+                where = None
         if where is not None and not runs.is_rank_zero():
             where = None
         log = runs.write_error_log(where, f"optiscope {' '.join(argv or sys.argv[1:])}", traceback.format_exc())

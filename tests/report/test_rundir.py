@@ -210,3 +210,20 @@ def test_an_internal_error_of_the_report_is_logged_where_the_page_would_go(tmp_p
     assert cli.main(["report", str(tmp_path / "a"), str(tmp_path / "b")]) == cli.EXIT_INTERNAL
     assert (tmp_path / "error.log").is_file() and not (tmp_path / "a" / "error.log").exists()
     assert f"traceback in {tmp_path / 'error.log'}" in capsys.readouterr().err
+
+
+def test_an_internal_error_of_one_runs_report_is_not_logged_in_that_run(tmp_path, monkeypatch):
+    """One directory's page goes into it; an error.log there would read as the run's own failure."""
+    import tempfile
+
+    from optiscope import report
+
+    def broken(dirs, out):
+        raise ValueError("a bug")
+
+    runs.append_jsonl(tmp_path / "a" / runs.METRICS, {"step": 1, "loss": 2.0})  # a monitored run
+    monkeypatch.setattr(report, "write", broken)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    assert cli.main(["report", str(tmp_path / "a")]) == cli.EXIT_INTERNAL
+    assert not (tmp_path / "a" / "error.log").exists() and (tmp_path / "tmp" / "error.log").is_file()

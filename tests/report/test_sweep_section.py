@@ -31,3 +31,28 @@ def test_a_sweep_gets_its_section(page, tmp_path, monkeypatch):
     assert sum(tuning["points"]) == sum(len(t["sensitivity"]) for t in results["optimizers"].values())
     every = titles["Every trial"]  # the tuning seeds at every η and the fresh seeds at the tuned η
     assert sum(every["points"]) == len(results["trials"])
+
+
+def test_sweeps_of_two_objectives_get_charts_apart_and_one_without_results_is_no_error(tmp_path, monkeypatch):
+    """A sweep still running (no results.json yet) had crashed the report; a sweep of another experiment (another
+    objective) had been drawn on the first one's charts, under its label."""
+    import shutil
+
+    from optiscope.report import page, read_run
+
+    monkeypatch.setitem(experiments.EXPERIMENTS, "synthetic", "sweep.synthetic")
+    config = SweepConfig("synthetic", ("sgd",), seeds=1, lrs=(1e-3, 1e-2), options={"sgd_optimum": 1e-3})
+    run_sweep(config, tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    other = json.loads((tmp_path / "b" / "results.json").read_text())
+    other["swept"], other["objective"]["description"] = "other", "another measure"
+    (tmp_path / "b" / "results.json").write_text(json.dumps(other))
+    shutil.copytree(tmp_path / "a", tmp_path / "running")
+    (tmp_path / "running" / "results.json").unlink()
+    dirs = [tmp_path / name for name in ("a", "b", "running")]
+    assert cli.main(["report", *map(str, dirs), "--out", str(tmp_path / "page.html")]) == 0
+    text = page.build([read_run(d) for d in dirs]).html
+    for swept in ("synthetic", "other"):
+        assert f"<h4>{swept}: Objective against learning rate (tuning)</h4>" in text
+        assert f"<h4>{swept}: Every trial</h4>" in text
+    assert "<h4>Objective against learning rate (tuning)</h4>" not in text

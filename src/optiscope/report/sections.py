@@ -46,8 +46,9 @@ def distinct_names(paths: list[Path]) -> list[str]:
 def section_charts(sources: Sources, experiment: str, group: list[RunDir], key: str) -> Charts:
     out: Charts = []
     results_builder = RESULT_CHARTS.get(experiment)
-    if results_builder is not None:
-        out += results_builder(sources, [(f, r) for f, r in labelled(group) if r.results is not None], key)
+    with_results = [(f, r) for f, r in labelled(group) if r.results is not None]
+    if results_builder is not None and with_results:  # none yet (running, stopped early): the metrics' charts only
+        out += results_builder(sources, with_results, key)
     out += metrics_charts(sources, group, key)
     return [(title, chart) for title, chart in out if chart is not None]
 
@@ -372,6 +373,21 @@ def adder_charts(sources: Sources, group: Labelled, key: str) -> Charts:
 
 
 def sweep_charts(sources: Sources, group: Labelled, key: str) -> Charts:
+    """Per experiment swept and objective (sweeps of lm and of landscapes measure different things), the tuning
+    curves and every trial against η."""
+    by_objective: dict[tuple[str, str], Labelled] = {}
+    for f, run in group:
+        measured = (run.results.get("swept", "sweep"), run.results["objective"]["description"])
+        by_objective.setdefault(measured, []).append((f, run))
+    several = len(by_objective) > 1
+    return [
+        chart
+        for i, ((swept, _), runs) in enumerate(by_objective.items())
+        for chart in one_objectives_sweep_charts(sources, runs, f"{key}-{i}", f"{swept}: " if several else "")
+    ]
+
+
+def one_objectives_sweep_charts(sources: Sources, group: Labelled, key: str, swept: str) -> Charts:
     means, seeds = {}, {}
     failed = 0  # trials at ±inf (diverged, crashed, never got there): no point to draw, so counted in the title
     for f, run in group:
@@ -387,16 +403,16 @@ def sweep_charts(sources: Sources, group: Labelled, key: str) -> Charts:
             if fresh:  # the seeds every reported number comes from, at the tuned η
                 values = tuned["values"]
                 seeds[f(f"{name} fresh seeds")] = series.thin([tuned["tuned_lr"]] * len(values), values)
-        objective = run.results["objective"]["description"]
+    objective = group[0][1].results["objective"]["description"]  # one objective per group
     return [
         (
-            "Objective against learning rate (tuning)",
+            f"{swept}Objective against learning rate (tuning)",
             charts.lines(
                 sources, f"{key}-lr", f"{objective} against η", means, "learning rate η", objective, x_log=True
             ),
         ),
         (
-            "Every trial",
+            f"{swept}Every trial",
             charts.lines(
                 sources,
                 f"{key}-seeds",
