@@ -429,6 +429,18 @@ def test_a_tuned_lr_at_an_end_of_a_fixed_grid_is_said(sweepable, tmp_path, capsy
     assert runs.read_json(tmp_path / "s" / "results.json")["optimizers"]["sgd"]["interior"] is False
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_bad_input_that_the_trials_meet_stops_the_sweep_as_bad_input(sweepable, tmp_path, capsys, workers):
+    """It had been recorded as a crash of every trial, the grid walking on, then 'every trial diverged or
+    crashed' (exit 3) and a directory that needed --force."""
+    out = tmp_path / "s"
+    argv = ["sweep", "synthetic", "--optimizers", "sgd", "--seeds", "1", "--text", "nofile.txt", "--workers", workers]
+    assert cli.main([*argv, "--out", str(out)]) == cli.EXIT_BAD_INPUT
+    (line,) = errors(capsys)
+    assert line.startswith("optiscope: sweep: error: corpus file nofile.txt does not exist (trial sgd@")
+    assert not runs.holds_run(out) and not (out / "trials").exists()
+
+
 def test_a_sweep_names_its_crashed_trials_and_resume_runs_them_again(sweepable, tmp_path, capsys):
     argv = ["sweep", "synthetic", "--optimizers", "sgd", "--seeds", "1", "--crash-at", "0.00316"]
     argv += ["--out", str(tmp_path / "s")]

@@ -4,7 +4,8 @@
 
 with η* the optimizer's optimum (``--sgd-optimum``, ``--adam-optimum``), so the tuned learning rate of a
 √10 grid is the grid point nearest η* in log space, known in advance. A run diverges above
-``--diverge-above`` and raises at exactly ``--crash-at``.
+``--diverge-above`` and raises at exactly ``--crash-at``; ``--text`` names a file it refuses when it runs
+(as ``lm`` refuses a corpus file that is not there).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Config:
     adam_optimum: float = 0.01
     diverge_above: float = math.inf
     crash_at: float = 0.0
+    text: str = ""
     quiet: bool = field(default=False, metadata={"affects_results": False})
 
     def __post_init__(self) -> None:
@@ -53,6 +55,8 @@ def objective(lr: float, optimum: float, seed: int) -> float:
 
 
 def run(config, run_dir):
+    if config.text:
+        raise ConfigError(f"corpus file {config.text} does not exist")
     out = {}
     for spec in runs_of(config):
         if spec.lr == config.crash_at:

@@ -30,7 +30,7 @@ from ..errors import ConfigError
 from . import grid
 from .backends import BACKENDS, open_backend
 from .results import Results, summarise
-from .trial import TRIALS, Trial, trial_dir
+from .trial import REFUSED, TRIALS, Trial, trial_dir
 
 RECORDS = "trials.jsonl"
 #: Seeds per learning rate at most: far beyond any comparison's need (the grid of trials is held in memory).
@@ -187,6 +187,8 @@ def run_sweep(
         records = {key: r for key, r in records.items() if r["status"] != "crashed"}
         while batch := pending(config, plan, path, records):
             for record in backend.run(batch):
+                if record["status"] == REFUSED:
+                    raise ConfigError(f"{record['error']} (trial {record['label']} seed {record['seed']})")
                 record["dir"] = str(trial_dir(Path(), record["optimizer"], record["lr"], record["seed"]))
                 runs.append_jsonl(path / RECORDS, record)
                 records[(record["optimizer"], record["lr"], record["seed"])] = record

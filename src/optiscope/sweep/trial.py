@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import experiments, runs
+from ..errors import UserError
 
 TRIALS = "trials"
 STATUSES = ("ok", "diverged", "crashed")
+#: the status of a trial whose experiment refused its input: never recorded, the sweep stops on it
+REFUSED = "refused"
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,10 @@ def _run_trial(trial: Trial) -> dict[str, Any]:
         curve = primary.curve(results) if primary.curve is not None else None
         status = "diverged" if results.get("status") == "diverged" else "ok"
         record.update(status=status, error=None)
+    except UserError as e:
+        # bad input that the experiment met only when it ran (a --text file that is not there): every trial
+        # would meet it, so it is the sweep's, not a crash of this trial (the sweep stops, exit 2)
+        return {**record, "status": REFUSED, "error": " ".join(str(e).split())}
     except Exception as e:  # a crash of one trial is recorded; the sweep goes on
         out.mkdir(parents=True, exist_ok=True)
         runs.write_error_log(out, f"sweep trial {trial.label} seed {trial.seed}", traceback.format_exc())
