@@ -438,7 +438,9 @@ def test_bad_input_that_the_trials_meet_stops_the_sweep_as_bad_input(sweepable, 
     assert cli.main([*argv, "--out", str(out)]) == cli.EXIT_BAD_INPUT
     (line,) = errors(capsys)
     assert line.startswith("optiscope: sweep: error: corpus file nofile.txt does not exist (trial sgd@")
-    assert not runs.holds_run(out) and not (out / "trials").exists()
+    # nothing of a run is left (at most a folder that a trial running beside the refused one made, emptied)
+    assert not runs.holds_run(out) and all(p.name == runs.LOCK for p in out.rglob("*") if p.is_file())
+    assert cli.main([*argv[:-4], "--out", str(out)]) == 0  # the corrected command needs no --force
 
 
 def test_a_sweep_names_its_crashed_trials_and_resume_runs_them_again(sweepable, tmp_path, capsys):
@@ -469,13 +471,18 @@ def test_a_failed_peer_process_is_not_called_a_bug(fake, monkeypatch, tmp_path, 
     went away, the run's checkpoint is intact, and --resume continues it."""
 
     def run(args, console):
+        if wrote:
+            runs.append_jsonl(tmp_path / "r" / runs.METRICS, {"step": 1, "loss": 2.0})
         raise error
 
     monkeypatch.setattr(cli, "cmd_run", run)
-    assert cli.main(["run", "fake", "--out", str(tmp_path / "r")]) == cli.EXIT_INTERNAL
-    (line,) = errors(capsys)
-    assert line.startswith(f"optiscope: the distributed job failed: {type(error).__name__}: ")
-    assert "--resume continues from the last checkpoint" in line and "bug" not in line
+    for wrote in (True, False):  # resuming is offered where the job had saved something
+        shutil.rmtree(tmp_path / "r", ignore_errors=True)
+        assert cli.main(["run", "fake", "--out", str(tmp_path / "r")]) == cli.EXIT_INTERNAL
+        (line,) = errors(capsys)
+        assert line.startswith(f"optiscope: the distributed job failed: {type(error).__name__}: ") and "bug" not in line
+        assert ("--resume continues from the last checkpoint" in line) is wrote
+        assert ("finished work is saved in" in line) is wrote
 
 
 @pytest.mark.parametrize(
