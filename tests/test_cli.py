@@ -614,3 +614,17 @@ def test_a_bad_setting_met_after_the_processes_joined_is_said_by_each_that_meets
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert cli.main(["run", "fake", "--out", str(tmp_path / "r")]) == cli.EXIT_BAD_INPUT
     assert group == [joined] and len(errors(capsys)) == joined
+
+
+def test_a_resumed_runs_seconds_are_said_to_be_since_the_resume(fake, tmp_path):
+    """The seconds of an interrupted session are not kept: the page must not pass the last session's off as
+    the run's."""
+    from optiscope.report import read_run
+    from optiscope.report.page import status_line
+
+    out = tmp_path / "r"
+    assert cli.main(["run", "fake", "--out", str(out)]) == 0
+    assert " s since it was resumed" not in status_line(read_run(out))
+    assert cli.main(["run", "fake", "--out", str(out), "--resume"]) == 0
+    assert runs.read_json(out / "results.json")["resumed"] is True
+    assert " s since it was resumed." in status_line(read_run(out))

@@ -14,8 +14,8 @@ from optiscope import cli, runs
 
 from .test_lm import TINY, text  # noqa: F401  (the text fixture)
 
-#: Wall-clock measurements: the only numbers a resume may change.
-CLOCKS = {"seconds", "wall_seconds", "cpu_minutes", "wall_minutes", "tokens_per_s", "steps_per_s", "timings"}
+#: Wall-clock measurements (and that the last session resumed, which they are of): all a resume may change.
+CLOCKS = {"seconds", "wall_seconds", "cpu_minutes", "wall_minutes", "tokens_per_s", "steps_per_s", "timings", "resumed"}
 
 SCRIPT = """
 import os, signal, sys

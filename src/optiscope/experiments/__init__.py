@@ -196,5 +196,7 @@ def execute(name: str, config: Any, out: Path, *, resume: bool = False, force: b
         results = {"experiment": name, "optiscope": __version__, "quick": quick, **results}
         results.setdefault("status", "ok")
         results["wall_seconds"] = round(time.perf_counter() - started, 3)
+        if run_dir.resuming:  # the seconds are this session's: the earlier ones were not kept (an interrupt)
+            results["resumed"] = True
         runs.atomic_write_json(run_dir.path / runs.RESULTS, results)
     return results

@@ -204,6 +204,7 @@ def status_line(run: RunDir) -> str:
         css = "status-ok" if status == "ok" else "status-bad"
         took = run.results.get("wall_seconds")
         extra = f" in {took:.0f} s" if isinstance(took, int | float) else ""
+        extra += " since it was resumed" if extra and run.results.get("resumed") else ""
         quick = " (--quick)" if run.results.get("quick") else ""
         return f'<p>Status: <span class="{css}">{html.escape(status)}</span>{quick}{extra}.</p>'
     if runs_seen and section_of(run) == MONITORED:
