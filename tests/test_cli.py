@@ -107,6 +107,16 @@ def test_integers_beyond_64_bits_are_bad_input(fake, tmp_path, capsys, option, v
     assert code == cli.EXIT_BAD_INPUT and said in errors(capsys)[0] and not (tmp_path / "r").exists()
 
 
+def test_prompts_are_separated_by_bars_so_that_a_prompt_may_hold_a_comma():
+    """lm's default prompt "To be, or not" could not be given: --prompts split it at its comma."""
+    from optiscope.experiments import lm
+
+    args = cli.make_parser().parse_args(["run", "lm", "--out", "x", "--prompts", "To be, or not|ROMEO:"])
+    assert args.prompts == ("To be, or not", "ROMEO:")
+    default = "|".join(lm.Config().prompts)  # what --help shows as the default gives the default back
+    assert cli.make_parser().parse_args(["run", "lm", "--out", "x", "--prompts", default]).prompts == lm.Config().prompts
+
+
 def test_a_list_option_that_is_not_a_list_names_what_it_takes(capsys, tmp_path):
     code = cli.main(["run", "rare-tokens", "--out", str(tmp_path / "r"), "--frequencies", "0.5,abc"])
     assert code == cli.EXIT_BAD_INPUT

@@ -46,21 +46,23 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _converter(tp: Any, optional: bool):
-    """A string -> value function for an option of type ``tp`` ('none' -> None where allowed)."""
+def _converter(tp: Any, optional: bool, separator: str = ","):
+    """A string -> value function for an option of type ``tp`` ('none' -> None where allowed); a list's items are
+    separated by ``separator`` (a field's metadata may set another: prompts hold commas)."""
     origin = typing.get_origin(tp)
     if origin in (tuple, list):
         inner = typing.get_args(tp)[0]
+        by, separated = ("commas", "comma") if separator == "," else (f"'{separator}'", f"'{separator}'")
 
         def convert_seq(text: str):
-            items = [s.strip() for s in text.split(",")] if text.strip() else []  # "" is the empty list
+            items = [s.strip() for s in text.split(separator)] if text.strip() else []  # "" is the empty list
             if "" in items:  # "0.5,,0.5" or "0.1,": a typo, not a shorter list
-                raise argparse.ArgumentTypeError(f"{text!r} has an empty item; separate the values by single commas")
+                raise argparse.ArgumentTypeError(f"{text!r} has an empty item; separate the values by single {by}")
             try:
                 return tuple(_in_range(inner(s)) for s in items)
             except ValueError:
                 what = {int: "integers", float: "numbers"}.get(inner, f"{inner.__name__} values")
-                raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what}") from None
+                raise argparse.ArgumentTypeError(f"{text!r} is not a {separated}-separated list of {what}") from None
 
         base = convert_seq
     else:
@@ -92,13 +94,15 @@ def add_config_arguments(parser: argparse.ArgumentParser, module: types.ModuleTy
     hints = typing.get_type_hints(config_cls)
     defaults = config_cls()
 
-    def shown(value: Any) -> Any:
-        return ",".join(map(str, value)) if isinstance(value, tuple | list) else value
-
     for f in dataclasses.fields(config_cls):
         if not f.init or f.metadata.get("cli") is False or f.name in skip:
             continue
         tp, optional = _unwrap_optional(hints[f.name])
+        separator = f.metadata.get("separator", ",")
+
+        def shown(value: Any, separator: str = separator) -> Any:
+            return separator.join(map(str, value)) if isinstance(value, tuple | list) else value
+
         flag = "--" + f.name.replace("_", "-")
         help_text = f.metadata.get("help", "")
         with_quick = f"; --quick: {shown(quick[f.name])}" if f.name in quick else ""
@@ -111,12 +115,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, module: types.ModuleTy
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
         else:
             metavar = f.metadata.get("metavar") or (
-                "A,B,..." if typing.get_origin(tp) in (tuple, list) else getattr(tp, "__name__", "VALUE").upper()
+                f"A{separator}B{separator}..."
+                if typing.get_origin(tp) in (tuple, list)
+                else getattr(tp, "__name__", "VALUE").upper()
             )
             parser.add_argument(
                 flag,
                 dest=f.name,
-                type=_converter(tp, optional),
+                type=_converter(tp, optional, separator),
                 default=argparse.SUPPRESS,
                 metavar=metavar,
                 help=help_text,

@@ -119,7 +119,8 @@ class Config:
     curvature_batch: int = field(default=CURVATURE_BATCH, metadata={"help": "sequences in the fixed curvature batch"})
     sample_tokens: int = 100
     prompts: tuple[str, ...] = field(
-        default=("ROMEO:", "First Citizen:", "To be, or not"), metadata={"help": "greedy-sample prompts"}
+        default=("ROMEO:", "First Citizen:", "To be, or not"),
+        metadata={"help": "greedy-sample prompts, separated by | (a prompt may hold commas)", "separator": "|"},
     )
     seed: int = 1337
     checkpoint_every: int = field(default=250, metadata={"help": "checkpoint every N steps", **NO_EFFECT})
