@@ -114,7 +114,8 @@ def test_prompts_are_separated_by_bars_so_that_a_prompt_may_hold_a_comma():
     args = cli.make_parser().parse_args(["run", "lm", "--out", "x", "--prompts", "To be, or not|ROMEO:"])
     assert args.prompts == ("To be, or not", "ROMEO:")
     default = "|".join(lm.Config().prompts)  # what --help shows as the default gives the default back
-    assert cli.make_parser().parse_args(["run", "lm", "--out", "x", "--prompts", default]).prompts == lm.Config().prompts
+    parsed = cli.make_parser().parse_args(["run", "lm", "--out", "x", "--prompts", default])
+    assert parsed.prompts == lm.Config().prompts
 
 
 def test_a_list_option_that_is_not_a_list_names_what_it_takes(capsys, tmp_path):
