@@ -33,7 +33,7 @@ def synthetic_run(base: Path) -> Path:
     rng = random.Random(0)
     text.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(8)) + "." for _ in range(3000)))
     out = base / "lm"
-    options = ["--steps", "30", "--warmup-steps", "5", "--prompts", "the,a cat", "--log-every", str(EVERY)]
+    options = ["--steps", "30", "--warmup-steps", "5", "--prompts", "the|a cat", "--log-every", str(EVERY)]
     options += ["--eval-every", "30", "--eval-batches", "2"]
     code = cli.main(["run", "lm", "--out", str(out), "--text", str(text), "--quiet", *options])
     assert code == 0, code

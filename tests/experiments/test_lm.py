@@ -14,7 +14,7 @@ from support import write_tiny_corpus
 TINY = [  # a 1-layer, 16-wide GPT
     *("--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4"),
     *("--eval-every", "10", "--eval-batches", "2", "--log-every", "5", "--checkpoint-every", "10"),
-    *("--sample-tokens", "8", "--prompts", "the,a cat", "--quiet"),  # the warmup follows --steps
+    *("--sample-tokens", "8", "--prompts", "the|a cat", "--quiet"),  # the warmup follows --steps
 ]
 
 

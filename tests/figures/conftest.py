@@ -9,7 +9,7 @@ from support import write_tiny_corpus
 LM = [
     *("--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4"),
     *("--eval-every", "10", "--eval-batches", "2", "--log-every", "5", "--checkpoint-every", "20"),
-    *("--sample-tokens", "8", "--prompts", "the,a cat", "--warmup-steps", "2", "--quiet", "--steps", "20"),
+    *("--sample-tokens", "8", "--prompts", "the|a cat", "--warmup-steps", "2", "--quiet", "--steps", "20"),
 ]
 PROBE = [
     *("--E", "16", "--runs", "2", "--seq-len", "12", "--n-etas", "4", "--subset-size", "8", "--subsets", "20"),
