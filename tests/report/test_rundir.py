@@ -63,6 +63,17 @@ def test_a_run_going_on_is_told_from_one_that_stopped_before_its_results(tmp_pat
     )
 
 
+def test_a_run_whose_results_json_cannot_be_read_is_not_said_to_have_stopped_before_it(tmp_path):
+    """Its results.json is there (of the wrong shape): the status names it, not an interruption."""
+    out = tmp_path / "run"
+    with runs.open_run(out, "lm", {"steps": 10}):
+        runs.append_jsonl(out / "metrics.jsonl", {"run": "adam", "step": 3, "loss": 2.0})
+        runs.atomic_write_json(out / "results.json", {"experiment": "lm", "runs": []})
+    line = status_line(read_run(out))
+    assert "its results.json could not be read (see below)</span>; last logged: adam at step 3" in line, line
+    assert "interrupted" not in line
+
+
 def test_bad_directories_give_a_page_that_says_what_it_could_not_show(page, tiny_runs, tmp_path, capsys):
     empty, unknown, partial, shapeless = (tmp_path / n for n in ("empty", "unknown", "partial", "shapeless"))
     for d in (empty, unknown, partial, shapeless):

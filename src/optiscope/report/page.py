@@ -21,7 +21,7 @@ from bokeh.embed import components
 from bokeh.models import Tabs
 from bokeh.resources import Resources
 
-from .. import __version__, sweep
+from .. import __version__, runs, sweep
 from ..monitor.divergence import curvature_finding
 from . import headlines, series
 from .charts import Sources
@@ -212,6 +212,9 @@ def status_line(run: RunDir) -> str:
     logged = f"; last logged: {html.escape(progress)}" if runs_seen else "; nothing logged yet"
     if run.in_progress:
         return f'<p>Status: <span class="status-run">running</span>{logged}.</p>'
+    if (run.path / runs.RESULTS).is_file():  # there, but not readable as this experiment's: the problems say why
+        unread = f"its {runs.RESULTS} could not be read (see below)"
+        return f'<p>Status: <span class="status-bad">{unread}</span>{logged}.</p>'
     if runs_seen:
         stopped = "stopped before its results (interrupted or failed)"
         return f'<p>Status: <span class="status-bad">{stopped}</span>{logged}.</p>'
