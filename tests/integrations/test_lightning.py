@@ -528,6 +528,32 @@ def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(tmp_path, min_s
     assert records[-1]["reason"] == callback.diverged["reason"]
 
 
+class FrozenAtFirst(Regression):
+    """A module whose own ``optimizer_step`` leaves the optimizer alone for its first 40 steps (statistics only)."""
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
+        if self.trainer.global_step < 40:
+            optimizer_closure()
+        else:
+            optimizer.step(closure=optimizer_closure)
+
+
+def test_steps_a_module_leaves_out_without_a_grad_scaler_are_no_divergence(tmp_path):
+    """Lightning counts them and the optimizer does not take them, as with a GradScaler's skips, but no scaler
+    is at work: the run had been stopped at step 32 'for non-finite gradients'. The oracle: the parameter
+    change, 0 for the first 40 steps, then the recorded u."""
+    # batches large enough that the frozen model's losses do not differ by the guard's factor from batch to batch
+    x = torch.randn(512, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=128)
+    callback, oracle = OptiscopeCallback(every=1), ParameterChange()
+    trainer = quiet_trainer(tmp_path, 50, [callback, oracle])
+    trainer.fit(FrozenAtFirst(True), data)
+    assert callback.diverged is None and trainer.global_step == callback.monitor.step_count == 50
+    assert oracle.u[:40] == [0.0] * 40 and all(u > 0 for u in oracle.u[40:])
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(41, 51))
+
+
 def test_fit_again_on_the_same_trainer_goes_on_with_the_monitor(tmp_path, caplog):
     """A second ``fit`` on the same Trainer and callback continues at its global step: the monitor goes on
     from the first fit's state (the guard's first loss, the records so far), without a warning."""

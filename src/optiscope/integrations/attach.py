@@ -144,12 +144,12 @@ class MonitorCallback:
         self.attachment = Attachment(monitor)
         self.diverged = None
 
-    def stepped(self, reduce: str, counted: int, rank_zero: bool) -> bool:
+    def stepped(self, reduce: str, counted: int, rank_zero: bool, scaled: bool = True) -> bool:
         """After the library may have stepped the optimizer (see ``Attachment.after_optimizer``): True when
         training must stop, having logged the diagnosis (on rank 0)."""
         if self.attachment is None:
             return False
-        record = self.attachment.after_optimizer(reduce, counted)
+        record = self.attachment.after_optimizer(reduce, counted, scaled)
         if record is None:
             return False
         self.diverged = record
@@ -207,18 +207,18 @@ class Attachment:
         if loss is not None:
             self.losses.append(torch.as_tensor(loss).detach().float().mean())
 
-    def after_optimizer(self, reduce: str, counted: int) -> dict[str, Any] | None:
+    def after_optimizer(self, reduce: str, counted: int, scaled: bool = True) -> dict[str, Any] | None:
         """Call after the library may have stepped the optimizer, with ``counted``, the library's own count of
         optimizer steps by now. When the optimizer stepped, send the step's loss — the ``reduce`` ("sum" or
         "mean") of its micro-batch losses — to the monitor; returns the divergence record the first time the
         monitor's guard trips, else None. When the library counted a step the optimizer did not take (a
         GradScaler skipped it: the libraries count it, the optimizer's hooks do not see it), its micro-batch
         losses are dropped, not carried into the next step's, and its number is used up (``Monitor.skip``, which
-        judges a run that skips every step diverged)."""
+        judges a run that skips every step diverged; ``scaled=False``, no GradScaler at work: never judged)."""
         if self.monitor.step_count == self.seen_steps:
             if counted > self.seen_steps:
                 skipped, self.seen_steps = counted - self.seen_steps, counted
-                self.monitor.skip(skipped, self._step_loss(reduce))  # judged only while not diverged
+                self.monitor.skip(skipped, self._step_loss(reduce), scaled=scaled)  # judged only while not diverged
                 return None if self.diverged is not None else self._newly_diverged()
             return None  # no real optimizer step since the last call: an accumulation micro-batch, or a skipped step
         if self.monitor.step_count > self.seen_steps + 1 and not self.warned:

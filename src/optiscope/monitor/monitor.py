@@ -333,17 +333,18 @@ class Monitor:
         self.row_update_steps += 1
 
     # ------------------------------------------------------------------------------------- step
-    def skip(self, steps: int = 1, loss: float | Tensor | None = None) -> None:
+    def skip(self, steps: int = 1, loss: float | Tensor | None = None, *, scaled: bool = True) -> None:
         """The training loop counted ``steps`` optimizer steps that the optimizer did not take (a mixed-precision
         step whose non-finite gradients a GradScaler skipped: it does not call ``optimizer.step()``, or, for an
         optimizer that scales by itself, the kernel skips the update, ``skipped_inside``; the monitor counts
         neither as a step). Their numbers are used up without records, so that the monitor's step numbers
         stay the loop's (its logs, its checkpoints). Their ``loss`` is not judged, but a run that skips the
         guard's ``skipped`` steps in a row diverges here (``DivergenceGuard``), with the last one's loss, unless
-        it has diverged already."""
+        it has diverged already. ``scaled=False``: no GradScaler is at work, so the loop left the steps out on
+        purpose (a Lightning module's own ``optimizer_step`` that does not step): numbers used up, nothing judged."""
         self.step_count += steps
         before, self._skipped_in_a_row = self._skipped_in_a_row, self._skipped_in_a_row + steps
-        judged = self.guard is not None and self.diverged is None
+        judged = scaled and self.guard is not None and self.diverged is None
         reason = self.guard.skipped_reason(before, self._skipped_in_a_row) if judged else None
         if reason is not None:  # every rank skips the same steps (DDP averages the gradients): all are here
             self.diverge(self.step_count, self._global_loss(loss), reason)
