@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -129,6 +130,32 @@ def test_a_loss_from_a_tuple_is_read_and_a_loss_the_trainer_computes_itself_is_s
     assert [r["loss"] for r in read_records(tmp_path / "smoothed")] == [None, None]
     said = [r.getMessage() for r in caplog.records if "gave no loss" in r.getMessage()]
     assert len(said) == 1 and "label_smoothing_factor" in said[0]
+
+
+class PenalisedTrainer(Trainer):
+    """Trains on the model's loss plus 0.1·‖θ‖²: what it steps on is not what the model returns."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, **kwargs)
+        loss = loss + 0.1 * sum(p.pow(2).sum() for p in model.parameters())
+        return (loss, outputs) if return_outputs else loss
+
+
+def test_an_overridden_compute_loss_is_not_passed_off_as_the_models_loss(tmp_path, caplog):
+    """The model still returns its own loss, which the records had carried while the Trainer trained on, and
+    logged, another; now they carry None, and a warning says why."""
+    trainer = PenalisedTrainer(
+        model=tiny_hf.model("gpt2"),
+        args=arguments(tmp_path / "penalised"),
+        train_dataset=dataset(),
+        callbacks=[OptiscopeCallback(every=1)],
+    )
+    with caplog.at_level(logging.WARNING, logger="optiscope"):
+        trainer.train()
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(logged) == 2 and [r["loss"] for r in read_records(tmp_path / "penalised")] == [None, None]
+    said = [r.getMessage() for r in caplog.records if "compute_loss" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("optiscope: PenalisedTrainer overrides the Trainer's compute_loss")
 
 
 @pytest.mark.parametrize("save_strategy", ["no", "steps", "epoch"])
@@ -409,7 +436,7 @@ def test_without_a_guard_a_diverging_run_trains_to_the_end_and_every_step_is_rec
     assert [r["loss"] for r in records] == pytest.approx(logged, rel=1e-5, nan_ok=True)
 
 
-def test_the_callbacks_arguments_are_checked_when_it_is_built():
+def test_the_callbacks_arguments_are_checked_when_it_is_built(tmp_path):
     """Said at once in one line, not when training starts (or, for a guard, as an AttributeError at a step)."""
     with pytest.raises(ValueError, match="OptiscopeCallback: every=0 must be an integer >= 1"):
         OptiscopeCallback(every=0)
@@ -419,6 +446,14 @@ def test_the_callbacks_arguments_are_checked_when_it_is_built():
         OptiscopeCallback(curvature=10)
     with pytest.raises(TypeError, match=r"OptiscopeCallback: sinks='metrics.jsonl' must be a list of sinks"):
         OptiscopeCallback(sinks="metrics.jsonl")
+    with pytest.raises(TypeError, match=r"OptiscopeCallback: sinks\[0\] is the class ConsoleSink; give a sink"):
+        OptiscopeCallback(sinks=[ConsoleSink])
+    for folder in (123, ["runs"], "", " "):
+        with pytest.raises(TypeError, match=rf"OptiscopeCallback: out_dir={re.escape(repr(folder))} must be a folder"):
+            OptiscopeCallback(out_dir=folder)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ValueError, match=r"OptiscopeCallback: out_dir='.*afile' is a file; give a folder's path"):
+        OptiscopeCallback(out_dir=tmp_path / "afile")
     with pytest.raises(TypeError, match=r"OptiscopeCallback: sinks\[1\]=<built-in function print> is not a sink"):
         OptiscopeCallback(sinks=iter([ConsoleSink(), print]))
 
@@ -444,12 +479,23 @@ def test_a_foreign_monitor_state_runs_no_code_and_is_not_taken(tmp_path, caplog)
     marker = tmp_path / "ran"
     torch.save({"step_count": 2, "payload": _RunsCode(marker)}, tmp_path / "foreign.pt")
     torch.save({"step_count": 2}, tmp_path / "partial.pt")
+    torch.save([1, 2], tmp_path / "list.pt")
+    (tmp_path / "garbage.pt").write_bytes(b"not a torch file")
     model = torch.nn.Linear(2, 1)
-    for name in ("foreign.pt", "partial.pt", "missing.pt"):
+    # each says what it found: a file that is there is never "none was saved"
+    found = {
+        "foreign.pt": "what was found is not a monitor's state (UnpicklingError: ",
+        "partial.pt": "what was found is not a monitor's state",
+        "list.pt": "what was found is not a monitor's state",
+        "garbage.pt": "what was found is not a monitor's state (",
+        "missing.pt": "none was saved",
+    }
+    for name, why in found.items():
         caplog.clear()
         monitor = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), sinks=[], start_step=2)
         with caplog.at_level(logging.WARNING, logger="optiscope"):
             resume(monitor, [saved_state(tmp_path / name)], 2, name, rank_zero=True)
-        assert "resuming at step 2 without the monitor's state" in caplog.text, name
+        (said,) = caplog.messages
+        assert "resuming at step 2 without the monitor's state" in said and f"({why}" in said, (name, said)
         assert monitor.step_count == 2 and math.isnan(monitor.first_loss)
     assert not marker.exists()

@@ -11,6 +11,7 @@ library counts it, so that records carry the library's step numbers.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,9 +63,17 @@ def build_monitor(
     return monitor
 
 
-def check_options(every: Any, sinks: Any, curvature: Any, guard: Any) -> list[Any] | None:
+def check_options(out_dir: Any, every: Any, sinks: Any, curvature: Any, guard: Any) -> list[Any] | None:
     """The callback's arguments, checked when it is built rather than when training starts (where the
     ``Monitor`` would say the same, later); returns ``sinks`` as a list (an iterator would serve one fit only)."""
+    if out_dir is not None:
+        if not isinstance(out_dir, str | os.PathLike) or not str(out_dir).strip():
+            raise TypeError(
+                f"OptiscopeCallback: out_dir={out_dir!r} must be a folder's path (a str or Path), or None for the "
+                "library's output directory"
+            )
+        if Path(out_dir).exists() and not Path(out_dir).is_dir():
+            raise ValueError(f"OptiscopeCallback: out_dir={str(out_dir)!r} is a file; give a folder's path")
     check_schedule(every, curvature, guard, "OptiscopeCallback")
     if sinks is not None:
         sinks = checked_sinks(sinks, "OptiscopeCallback", absent="None for the default files")
@@ -105,7 +114,7 @@ class MonitorCallback:
         curvature: Curvature | None = None,
         guard: DivergenceGuard | None = DEFAULT_GUARD,
     ) -> None:
-        sinks = check_options(every, sinks, curvature, guard)
+        sinks = check_options(out_dir, every, sinks, curvature, guard)
         self.out_dir, self.every, self.sinks, self.curvature, self.guard = out_dir, every, sinks, curvature, guard
         self.attachment: Attachment | None = None
         self.diverged: dict[str, Any] | None = None
@@ -179,7 +188,8 @@ def resume(monitor: Monitor, saved: Sequence[dict[str, Any] | None], step: int, 
         if not found:
             why = "none was saved"
         elif not usable:
-            why = "what was found is not a monitor's state"
+            unread = [f"{type(s).__name__}: {str(s).splitlines()[0][:120]}" for s in found if isinstance(s, Exception)]
+            why = "what was found is not a monitor's state" + (f" ({unread[0]})" if unread else "")
         else:
             why = f"the one found is from step {usable[0]['step_count']}"
         log.warning(

@@ -27,11 +27,12 @@ Needs ``pip install 'optiscope[hf]'``.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..runs import save_checkpoint
@@ -54,6 +55,7 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self._loss_hook = None
         self._items_given = False
         self._said_no_loss = False  # warned that the model's forward gives no loss
+        self._overridden: str | None = None  # the Trainer subclass whose compute_loss replaces the Trainer's
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
@@ -62,10 +64,19 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         saved, where = [saved_state(path) for path in places], " or ".join(map(str, places))
         self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero, saved, where)
         self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
+        trainer = calling_trainer()
+        overridden = trainer is not None and type(trainer).compute_loss is not Trainer.compute_loss
+        self._overridden = type(trainer).__name__ if overridden else None
+        if overridden and state.is_world_process_zero:
+            log.warning(
+                "optiscope: %s overrides the Trainer's compute_loss, so the loss it trains on may not be the "
+                "model's: records carry loss None, and divergence is judged by the weights alone",
+                self._overridden,
+            )
 
     def _record_loss(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         """The loss of each training micro-batch, as the model computed it (evaluation passes are skipped)."""
-        if not (module.training and torch.is_grad_enabled()) or self.attachment is None:
+        if not (module.training and torch.is_grad_enabled()) or self.attachment is None or self._overridden:
             return
         if isinstance(output, dict):
             loss = output.get("loss")
@@ -124,6 +135,19 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self.detach()
 
 
+def calling_trainer() -> Trainer | None:
+    """The Trainer whose ``train()`` is calling this callback back, found on the call stack: 🤗 hands callbacks
+    its args, state, model and optimizer but not itself, and whether the model's loss is the one it trains on
+    depends on its class (a subclass may override ``compute_loss``)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, Trainer):
+            return candidate
+        frame = frame.f_back
+    return None
+
+
 def checkpoint_dir(args: Any, state: Any) -> Path:
     """Where the Trainer saves (and, by default, resumes) the checkpoint of ``state.global_step``."""
     return Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
@@ -139,15 +163,14 @@ def resumed_from(args: Any, state: Any) -> list[Path]:
     return [Path(named), own] if isinstance(named, str) and named and Path(named) != own else [own]
 
 
-def saved_state(path: Path) -> dict[str, Any] | None:
-    """The monitor's state saved at ``path``, or None when the file is missing or unreadable (the resume then
-    warns and starts the monitor afresh). Read with ``weights_only=True``, as the Trainer reads the rest of a
-    checkpoint: a checkpoint from elsewhere runs no code."""
+def saved_state(path: Path) -> Any:
+    """What is saved at ``path``: None when there is no file; else what it holds, or the error that reading it
+    raised (the resume then says that what it found is not a monitor's state, and starts the monitor afresh).
+    Read with ``weights_only=True``, as the Trainer reads the rest of a checkpoint: a checkpoint from elsewhere
+    runs no code."""
     if not path.is_file():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for a bad or foreign file
-        log.warning("optiscope: %s is not a monitor's state (%s: %s)", path, type(e).__name__, str(e)[:200])
-        return None
-    return state if isinstance(state, dict) else None
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 — torch raises RuntimeError, EOFError, UnpicklingError, ... for a bad file
+        return e

@@ -27,6 +27,8 @@ def checked_sinks(sinks: Any, who: str, absent: str = "() for none") -> list[Any
         raise TypeError(f"{who}: sinks={sinks!r} must be a list of sinks (e.g. [ConsoleSink()]), or {absent}")
     sinks = list(sinks)
     for i, sink in enumerate(sinks):
+        if isinstance(sink, type):
+            raise TypeError(f"{who}: sinks[{i}] is the class {sink.__name__}; give a sink, e.g. {sink.__name__}(...)")
         if not all(callable(getattr(sink, method, None)) for method in ("write", "close")):
             raise TypeError(
                 f"{who}: sinks[{i}]={sink!r} is not a sink; a sink has write(record) and close() "
