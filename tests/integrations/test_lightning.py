@@ -554,6 +554,26 @@ def test_steps_a_module_leaves_out_without_a_grad_scaler_are_no_divergence(tmp_p
     assert [r["step"] for r in records] == list(range(41, 51))
 
 
+class RaisesAtStep(Regression):
+    def training_step(self, batch, batch_idx):
+        if self.trainer.global_step == 3:
+            raise RuntimeError("the module's own bug")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_fit_that_raises_leaves_no_hook_on_the_optimizer(tmp_path):
+    """It reaches neither on_train_end nor on_fit_end: the monitor's step hooks stayed on the optimizer (the
+    oracle: torch's own hook tables) and its sinks open."""
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    module, callback = RaisesAtStep(True), OptiscopeCallback(every=1)
+    with pytest.raises(RuntimeError, match="the module's own bug"):
+        quiet_trainer(tmp_path, 10, [callback]).fit(module, data)
+    optimizer = callback.monitor.optimizer
+    assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+    assert callback.attachment.closed
+
+
 def test_fit_again_on_the_same_trainer_goes_on_with_the_monitor(tmp_path, caplog):
     """A second ``fit`` on the same Trainer and callback continues at its global step: the monitor goes on
     from the first fit's state (the guard's first loss, the records so far), without a warning."""

@@ -99,6 +99,12 @@ class OptiscopeCallback(MonitorCallback, Callback):
     def on_fit_end(self, trainer, pl_module) -> None:
         self._release_checkpoints()
 
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        # a fit that raised reaches neither on_train_end nor on_fit_end: the optimizer must not keep the
+        # monitor's hooks, nor the sinks their open files
+        self.detach()
+        self._release_checkpoints()
+
     def _hold_checkpoints(self, trainer, at_end: bool = False) -> None:
         """Once the run has diverged, keep Lightning's ``ModelCheckpoint`` callbacks from saving its model.
 
