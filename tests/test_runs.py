@@ -107,6 +107,17 @@ def test_open_run_refuses_another_experiments_dir_and_changed_options(tmp_path):
         assert run.resuming
 
 
+def test_a_refused_resume_says_which_differing_option_follows_another(tmp_path):
+    """--warmup-steps was never given: its value follows --steps, and the message says so rather than ask for it."""
+    with runs.open_run(tmp_path, "lm", {"steps": 1000, "warmup_steps": 100}):
+        runs.atomic_write_json(tmp_path / "results.json", {})
+    follows = {"warmup_steps": "--steps"}
+    with pytest.raises(runs.RunDirError) as refused:
+        with runs.open_run(tmp_path, "lm", {"steps": 300, "warmup_steps": 30}, resume=True, follows=follows):
+            pass
+    assert "(--steps 1000 → 300; --warmup-steps 100 → 30, as it follows --steps unless given)" in str(refused.value)
+
+
 @pytest.mark.parametrize("error", [MemoryError, ValueError, KeyboardInterrupt, runs.RunDirError])
 def test_a_run_that_wrote_nothing_leaves_the_directory_free(tmp_path, error):
     """config.json goes again when the block fails before writing anything; an error.log (the traceback the

@@ -233,6 +233,7 @@ def open_run(
     force: bool = False,
     ignored: Iterable[str] = (),
     owned: Iterable[str] = (),
+    follows: dict[str, str] | None = None,
 ) -> Iterator[RunDir]:
     """Hold ``out`` as the one directory of one run of ``experiment`` for the duration of the block.
 
@@ -242,6 +243,8 @@ def open_run(
     * A directory that holds another run is refused unless ``resume`` (continue it: the stored
       configuration must equal ``config`` except in the keys ``ignored``, which do not change results)
       or ``force`` (first remove every file the run owns: ``OWNED`` plus ``owned``); both at once are refused.
+      A refused resume names each differing option, and for one in ``follows`` (a key's default follows
+      another option) says which.
     * ``config.json`` is written when the run starts. If the block fails with a ``UserError`` before
       anything else was written, it is removed again: the directory never describes a run it does not hold.
     """
@@ -257,7 +260,7 @@ def open_run(
         present = _present(path, owned)
         resuming = False
         if resume and stored is not None:
-            _check_resumable(path, stored, experiment, config, set(ignored))
+            _check_resumable(path, stored, experiment, config, set(ignored), follows or {})
             resuming = True
         elif resume and present:
             raise RunDirError(
@@ -405,7 +408,9 @@ def _stored_config(path: Path) -> dict[str, Any] | None:
     return stored
 
 
-def _check_resumable(path: Path, stored: dict[str, Any], experiment: str, config: dict[str, Any], ignored: set[str]):
+def _check_resumable(
+    path: Path, stored: dict[str, Any], experiment: str, config: dict[str, Any], ignored: set[str], follows: dict[str, str]
+):
     if stored["experiment"] != experiment:
         raise RunDirError(
             f"--resume: {path} holds a run of {stored['experiment']!r}, not {experiment!r}; choose another --out"
@@ -414,7 +419,11 @@ def _check_resumable(path: Path, stored: dict[str, Any], experiment: str, config
     ignored = set(_as_flags(dict.fromkeys(ignored)))
     changed = sorted(k for k in set(old) | set(new) if k not in ignored and old.get(k) != new.get(k))
     if changed:
-        shown = "; ".join(f"{k} {old.get(k)!r} → {new.get(k)!r}" for k in changed)
+        sources = {"--" + key.replace("_", "-"): source for key, source in follows.items()}
+        shown = "; ".join(
+            f"{k} {old.get(k)!r} → {new.get(k)!r}" + (f", as it follows {sources[k]} unless given" if k in sources else "")
+            for k in changed
+        )
         raise RunDirError(
             f"--resume {path}: the options differ from the stored run's ({shown}); give the stored values to "
             "continue it, or --force to start a new run"

@@ -190,6 +190,9 @@ def execute(name: str, config: Any, out: Path, *, resume: bool = False, force: b
         force=force,
         ignored=options_without_effect(type(config)),
         owned=getattr(module, "OWNS", ()),
+        # a field whose default follows another option (lm's --warmup-steps follows --steps): a resume refused
+        # for the other says so of it too, rather than ask for a value the user never gave
+        follows={f.name: f.metadata["follows"] for f in dataclasses.fields(config) if "follows" in f.metadata},
     ) as run_dir:
         started = time.perf_counter()
         results = module.run(config, run_dir.path)

@@ -105,7 +105,7 @@ class Config:
     seeds: tuple[int, ...] = field(default=(), metadata={"help": "several seeds, e.g. 1,2,3,4,5"})
     min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine decays to lr × this"})
     warmup_steps: int | None = field(
-        default=None, metadata={"help": "warmup steps (default: 7.5 % of --steps, at most 1000)"}
+        default=None, metadata={"help": "warmup steps (default: 7.5 % of --steps, at most 1000)", "follows": "--steps"}
     )
     weight_decay: float = field(default=0.01, metadata={"help": "λ, for the optimizers that decay"})
     clip: float = field(default=1.0, metadata={"help": "global gradient-norm clip"})

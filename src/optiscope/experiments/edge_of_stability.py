@@ -65,7 +65,10 @@ class Config:
     steps: int = field(default=2500, metadata={"help": "full-batch steps per run"})
     measure_every: int | None = field(
         default=None,
-        metadata={"help": "sharpness every N steps (Lanczos, warm-started; default: a 70th of --steps, from 1 to 20)"},
+        metadata={
+            "help": "sharpness every N steps (Lanczos, warm-started; default: a 70th of --steps, from 1 to 20)",
+            "follows": "--steps",
+        },
     )
     examples: int = field(default=256, metadata={"help": "training examples (the full batch)"})
     inputs: int = field(default=8, metadata={"help": "input dimension"})
