@@ -112,9 +112,9 @@ def test_a_refused_resume_says_which_differing_option_follows_another(tmp_path):
     with runs.open_run(tmp_path, "lm", {"steps": 1000, "warmup_steps": 100}):
         runs.atomic_write_json(tmp_path / "results.json", {})
     follows = {"warmup_steps": "--steps"}
-    with pytest.raises(runs.RunDirError) as refused:
-        with runs.open_run(tmp_path, "lm", {"steps": 300, "warmup_steps": 30}, resume=True, follows=follows):
-            pass
+    resumed = runs.open_run(tmp_path, "lm", {"steps": 300, "warmup_steps": 30}, resume=True, follows=follows)
+    with pytest.raises(runs.RunDirError) as refused, resumed:
+        pass
     assert "(--steps 1000 → 300; --warmup-steps 100 → 30, as it follows --steps unless given)" in str(refused.value)
 
 

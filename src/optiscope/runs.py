@@ -409,8 +409,13 @@ def _stored_config(path: Path) -> dict[str, Any] | None:
 
 
 def _check_resumable(
-    path: Path, stored: dict[str, Any], experiment: str, config: dict[str, Any], ignored: set[str], follows: dict[str, str]
-):
+    path: Path,
+    stored: dict[str, Any],
+    experiment: str,
+    config: dict[str, Any],
+    ignored: set[str],
+    follows: dict[str, str],
+) -> None:
     if stored["experiment"] != experiment:
         raise RunDirError(
             f"--resume: {path} holds a run of {stored['experiment']!r}, not {experiment!r}; choose another --out"
@@ -420,10 +425,8 @@ def _check_resumable(
     changed = sorted(k for k in set(old) | set(new) if k not in ignored and old.get(k) != new.get(k))
     if changed:
         sources = {"--" + key.replace("_", "-"): source for key, source in follows.items()}
-        shown = "; ".join(
-            f"{k} {old.get(k)!r} → {new.get(k)!r}" + (f", as it follows {sources[k]} unless given" if k in sources else "")
-            for k in changed
-        )
+        said = {k: f", as it follows {source} unless given" for k, source in sources.items()}
+        shown = "; ".join(f"{k} {old.get(k)!r} → {new.get(k)!r}{said.get(k, '')}" for k in changed)
         raise RunDirError(
             f"--resume {path}: the options differ from the stored run's ({shown}); give the stored values to "
             "continue it, or --force to start a new run"

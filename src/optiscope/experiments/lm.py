@@ -100,7 +100,10 @@ class Config:
     schedule: str = field(default="auto", metadata={"help": f"one of {', '.join(SCHEDULES)}; auto: per optimizer"})
     warmup_steps: int | None = field(
         default=None,
-        metadata={"help": "warmup steps of warmup_cosine (default: a tenth of --steps, at most 100)", "follows": "--steps"},
+        metadata={
+            "help": "warmup steps of warmup_cosine (default: a tenth of --steps, at most 100)",
+            "follows": "--steps",
+        },
     )
     min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine decays to this fraction of the lr"})
     weight_decay: float = field(default=0.1, metadata={"help": "λ on matrices, for the optimizers that decay"})
