@@ -55,7 +55,6 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self._loss_hook = None
         self._items_given = False
         self._said_no_loss = False  # warned that the model's forward gives no loss
-        self._overridden: str | None = None  # the Trainer subclass whose compute_loss replaces the Trainer's
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
@@ -65,18 +64,21 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero, saved, where)
         self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
         trainer = calling_trainer()
-        overridden = trainer is not None and type(trainer).compute_loss is not Trainer.compute_loss
-        self._overridden = type(trainer).__name__ if overridden else None
-        if overridden and state.is_world_process_zero:
+        if (
+            trainer is not None
+            and type(trainer).compute_loss is not Trainer.compute_loss
+            and state.is_world_process_zero
+        ):
+            # the model's loss is kept (TRL's SFTTrainer, for one, overrides compute_loss and trains on it)
             log.warning(
-                "optiscope: %s overrides the Trainer's compute_loss, so the loss it trains on may not be the "
-                "model's: records carry loss None, and divergence is judged by the weights alone",
-                self._overridden,
+                "optiscope: %s overrides the Trainer's compute_loss: records carry the loss the model returns; "
+                "the loss it trains on and logs may differ",
+                type(trainer).__name__,
             )
 
     def _record_loss(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         """The loss of each training micro-batch, as the model computed it (evaluation passes are skipped)."""
-        if not (module.training and torch.is_grad_enabled()) or self.attachment is None or self._overridden:
+        if not (module.training and torch.is_grad_enabled()) or self.attachment is None:
             return
         if isinstance(output, dict):
             loss = output.get("loss")
@@ -90,8 +92,8 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
             self._said_no_loss = True
             log.warning(
                 "optiscope: the model's forward gave no loss (the Trainer computes it itself with "
-                "label_smoothing_factor, compute_loss_func or an overridden compute_loss): records carry loss "
-                "None, and divergence is judged by the weights alone"
+                "label_smoothing_factor, compute_loss_func, or an overridden compute_loss that calls the model "
+                "without labels): records carry loss None, and divergence is judged by the weights alone"
             )
         self.attachment.add_loss(loss)
 
