@@ -116,6 +116,11 @@ def test_a_refused_resume_says_which_differing_option_follows_another(tmp_path):
     with pytest.raises(runs.RunDirError) as refused, resumed:
         pass
     assert "(--steps 1000 → 300; --warmup-steps 100 → 30, as it follows --steps unless given)" in str(refused.value)
+    # given, and changed on its own: the message does not say it follows --steps
+    resumed = runs.open_run(tmp_path, "lm", {"steps": 1000, "warmup_steps": 50}, resume=True, follows=follows)
+    with pytest.raises(runs.RunDirError) as refused, resumed:
+        pass
+    assert "(--warmup-steps 100 → 50)" in str(refused.value)
 
 
 @pytest.mark.parametrize("error", [MemoryError, ValueError, KeyboardInterrupt, runs.RunDirError])
@@ -167,6 +172,50 @@ def test_a_run_whose_lock_file_is_removed_before_it_locks_takes_a_fresh_one(tmp_
         assert removed and (out / runs.LOCK).is_file() and runs._is_lock_file(fd, out / runs.LOCK)
     finally:
         os.close(fd)
+
+
+def test_a_refused_run_through_dotdot_removes_no_folder_of_the_users(tmp_path, monkeypatch):
+    """'new/../mine/run': the folders by name are not those mkdir makes; the user's empty folder must stay."""
+    monkeypatch.chdir(tmp_path)
+    Path("mine").mkdir()
+    with pytest.raises(runs.RunDirError), runs.open_run("new/../mine/run", "a", {"x": 1}):
+        raise runs.RunDirError("refused")
+    assert Path("mine").is_dir()
+
+
+def test_a_run_whose_new_folder_is_removed_between_mkdir_and_open_makes_it_again(tmp_path, monkeypatch):
+    out, real_open, removed = tmp_path / "a", os.open, []
+
+    def open_after_the_folder_went(path, *args):
+        if not removed:  # a refused run's cleanup, in the instant between this process's mkdir and open
+            out.rmdir()
+            removed.append(True)
+        return real_open(path, *args)
+
+    monkeypatch.setattr(runs.os, "open", open_after_the_folder_went)
+    fd = runs._acquire(out)
+    try:
+        assert removed and runs._is_lock_file(fd, out / runs.LOCK)
+    finally:
+        os.close(fd)
+
+
+def test_force_is_refused_while_a_nested_run_is_held(tmp_path):
+    """A killed sweep's worker may still run its trial: --force must not clear that folder under it."""
+    import fcntl
+
+    trial = tmp_path / "trials" / "sgd@0.1" / "seed-0"
+    with runs.open_run(tmp_path, "sweep", {"seeds": 1}, owned=["trials"]), runs.open_run(trial, "landscapes", {}):
+        runs.atomic_write_json(trial / "results.json", {})
+    held = os.open(tmp_path / "trials" / "sgd@0.1" / "seed-0" / runs.LOCK, os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX)  # the orphaned worker
+    try:
+        refused = pytest.raises(runs.RunDirError, match=r"--force: .*seed-0 is in use by another optiscope process")
+        with refused, runs.open_run(tmp_path, "sweep", {"seeds": 2}, force=True, owned=["trials"]):
+            pass
+        assert (tmp_path / "trials" / "sgd@0.1" / "seed-0" / "results.json").is_file()
+    finally:
+        os.close(held)
 
 
 def test_a_run_that_wrote_something_keeps_its_config(tmp_path):

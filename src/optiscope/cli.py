@@ -558,7 +558,10 @@ def main(argv: list[str] | None = None) -> int:
         where = getattr(args, "out", None) or getattr(args, "dir", None)
         stopped = f"{e}; " if str(e) else ""
         if runs.is_rank_zero():  # every rank of a torchrun job stops at the same step: one says so
-            _error(f"interrupted: {stopped}{what_is_saved(where)}")
+            if args.command in ("run", "sweep"):
+                _error(f"interrupted: {stopped}{what_is_saved(where)}")
+            else:  # plot, report: nothing of a run is at stake
+                _error(f"interrupted: {e}" if str(e) else "interrupted")
         return EXIT_INTERRUPTED
     except Exception:
         where = getattr(args, "out", None) or getattr(args, "dir", None)
@@ -579,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         if out_of_memory(error):
             _error(f"out of memory: {message} (the sizes asked for need more memory; {saved}traceback in {log})")
         elif peer_failure(error):
-            resumable = training and holds_run(where)
+            resumable = training and holds_work(where)
             resume = "the same command with --resume continues from the last checkpoint; " if resumable else ""
             _error(
                 f"the distributed job failed: {kind.__name__}: {message} (another process of it stopped or lost its "
@@ -590,7 +593,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
-def holds_run(where: str | os.PathLike | None) -> bool:
+def holds_work(where: str | os.PathLike | None) -> bool:
+    """Whether ``where`` (None, a missing path or a file: no) is a directory holding something of a run."""
     return where is not None and Path(where).is_dir() and runs.holds_run(Path(where))
 
 
@@ -598,7 +602,7 @@ def what_is_saved(where: str | os.PathLike | None) -> str:
     """What a stopped command left: its finished work in ``where``, or nothing (stopped before any finished)."""
     if where is None:
         return "finished work is saved"
-    if holds_run(where):
+    if holds_work(where):
         return f"finished work is saved in {where}"
     return f"it stopped before any work finished: nothing is saved in {where}"
 

@@ -253,7 +253,9 @@ def open_run(
     path = check_out(out)
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--out {path} exists and is not a directory")
-    created = [d for d in (path, *path.parents) if not d.exists()]  # deepest first
+    # the folders this run creates, deepest first, removed again if it is refused; none for a path through
+    # "..", whose folders by name are not the ones mkdir makes (a user's folder could be taken for one)
+    created = [] if ".." in path.parts else [d for d in (path, *path.parents) if not d.exists()]
     owned = (*OWNED, *owned)
     with _locked(path, created=created):
         stored = _stored_config(path)
@@ -268,6 +270,11 @@ def open_run(
                 "continue; use --force to replace it"
             )
         elif present and force:
+            busy = [d for name in present for d in _folders_deepest_first(path / name) if in_progress(d)]
+            if busy:  # a trial of a killed sweep whose worker still runs: removing its files would share its folder
+                raise RunDirError(
+                    f"--force: {busy[0]} is in use by another optiscope process; stop it, then run this again"
+                )
             for name in present:
                 _remove(path / name)
         elif present and not resume:
@@ -350,12 +357,13 @@ def _acquire(path: Path) -> int:
     while True:
         try:
             path.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise RunDirError(f"cannot create the run directory --out {path}: {e.strerror or e}") from e
-        try:
             fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise RunDirError(f"cannot write in the run directory --out {path}: {e.strerror or e}") from e
+            made = path.is_dir()
+            if isinstance(e, FileNotFoundError) and not made and time.monotonic() < deadline:
+                continue  # a refused run removed the folder it had made (``_locked``) between our mkdir and open
+            what = "write in" if made else "create"
+            raise RunDirError(f"cannot {what} the run directory --out {path}: {e.strerror or e}") from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -425,7 +433,7 @@ def _check_resumable(
     changed = sorted(k for k in set(old) | set(new) if k not in ignored and old.get(k) != new.get(k))
     if changed:
         sources = {"--" + key.replace("_", "-"): source for key, source in follows.items()}
-        said = {k: f", as it follows {source} unless given" for k, source in sources.items()}
+        said = {k: f", as it follows {source} unless given" for k, source in sources.items() if source in changed}
         shown = "; ".join(f"{k} {old.get(k)!r} → {new.get(k)!r}{said.get(k, '')}" for k in changed)
         raise RunDirError(
             f"--resume {path}: the options differ from the stored run's ({shown}); give the stored values to "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
 
@@ -52,7 +53,7 @@ def test_sweeps_of_two_objectives_get_charts_apart_and_one_without_results_is_no
     dirs = [tmp_path / name for name in ("a", "b", "running")]
     assert cli.main(["report", *map(str, dirs), "--out", str(tmp_path / "page.html")]) == 0
     text = page.build([read_run(d) for d in dirs]).html
-    for swept in ("synthetic", "other"):
-        assert f"<h4>{swept}: Objective against learning rate (tuning)</h4>" in text
-        assert f"<h4>{swept}: Every trial</h4>" in text
+    for swept in ("synthetic (the known function of η)", "other (another measure)"):
+        assert f"<h4>{html.escape(swept)}: Objective against learning rate (tuning)</h4>" in text
+        assert f"<h4>{html.escape(swept)}: Every trial</h4>" in text
     assert "<h4>Objective against learning rate (tuning)</h4>" not in text

@@ -48,6 +48,26 @@ def test_diverged_and_crashed_trials_are_recorded(synthetic, tmp_path):
     assert results["optimizers"]["sgd"]["tuned_lr"] == 0.0316
 
 
+def test_a_trials_own_refusal_is_recorded_as_its_crash_and_the_sweep_goes_on(synthetic, tmp_path, monkeypatch):
+    """Only an option the experiment refuses (a ConfigError, which every trial would meet) stops a sweep; one
+    trial's damaged checkpoint (a CheckpointError, bad input of that trial alone) is that trial's crash."""
+    import importlib
+
+    module = importlib.import_module("sweep.synthetic")
+    real = module.run
+
+    def damaged_at(config, run_dir):
+        if module.runs_of(config)[0].lr == 0.00316:
+            raise runs.CheckpointError(f"{run_dir}/checkpoints/sgd.pt is damaged; delete it")
+        return real(config, run_dir)
+
+    monkeypatch.setattr(module, "run", damaged_at)
+    results = run_sweep(config(optimizers=("sgd",), seeds=1, options={"sgd_optimum": 0.03}), tmp_path / "s")
+    by_lr = {t["lr"]: t for t in results["trials"]}
+    assert by_lr[0.00316]["status"] == "crashed" and "is damaged" in by_lr[0.00316]["error"]
+    assert results["optimizers"]["sgd"]["tuned_lr"] == 0.0316
+
+
 def test_a_killed_sweep_resumes_to_the_same_results(synthetic, tmp_path, monkeypatch):
     whole = run_sweep(config(seeds=2), tmp_path / "whole")
     ran = []

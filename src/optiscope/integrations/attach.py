@@ -172,7 +172,7 @@ class MonitorCallback:
             self.attachment.close()
 
 
-def resume(monitor: Monitor, saved: Sequence[dict[str, Any] | None], step: int, where: str, rank_zero: bool) -> None:
+def resume(monitor: Monitor, saved: Sequence[Any], step: int, where: str, rank_zero: bool) -> None:
     """Give ``monitor``, built for a run resumed at ``step``, the first state in ``saved`` that is a monitor's
     of that step (one found elsewhere, e.g. a stale checkpoint, must not hide it): the divergence guard's
     reference losses and u/w history, the curvature warm start and the sharpness history the diagnosis

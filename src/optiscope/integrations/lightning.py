@@ -79,9 +79,9 @@ class OptiscopeCallback(MonitorCallback, Callback):
             loss = loss * trainer.accumulate_grad_batches
         self.attachment.add_loss(loss)
         # again at every batch: Lightning sets should_stop back to False while min_steps / min_epochs are not met
-        # a step counted but not taken is a GradScaler's skip only where one is at work (16-bit mixed precision);
-        # otherwise the module's own optimizer_step left it out on purpose, which is no divergence
-        scaled = getattr(trainer.precision_plugin, "scaler", None) is not None
+        # a step counted but not taken is a loss scaler's skip only in float16 precision (a GradScaler's, or
+        # DeepSpeed's own); otherwise the module's own optimizer_step left it out on purpose: no divergence
+        scaled = str(trainer.precision).startswith("16")
         if self.stepped("mean", trainer.global_step, trainer.is_global_zero, scaled) or self.diverged is not None:
             trainer.should_stop = True
         self._hold_checkpoints(trainer)

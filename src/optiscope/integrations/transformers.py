@@ -27,6 +27,7 @@ Needs ``pip install 'optiscope[hf]'``.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -144,8 +145,9 @@ def calling_trainer() -> Trainer | None:
     frame = sys._getframe(1)
     while frame is not None:
         candidate = frame.f_locals.get("self")
-        if isinstance(candidate, Trainer):
-            return candidate
+        with contextlib.suppress(Exception):  # a lazy proxy may raise when asked its class: not the Trainer
+            if isinstance(candidate, Trainer):
+                return candidate
         frame = frame.f_back
     return None
 

@@ -382,12 +382,14 @@ def sweep_charts(sources: Sources, group: Labelled, key: str) -> Charts:
     several = len(by_objective) > 1
     return [
         chart
-        for i, ((swept, _), runs) in enumerate(by_objective.items())
-        for chart in one_objectives_sweep_charts(sources, runs, f"{key}-{i}", f"{swept}: " if several else "")
+        for i, ((swept, objective), runs) in enumerate(by_objective.items())
+        for chart in sweep_charts_of_one_objective(
+            sources, runs, f"{key}-{i}", f"{swept} ({objective}): " if several else ""
+        )
     ]
 
 
-def one_objectives_sweep_charts(sources: Sources, group: Labelled, key: str, swept: str) -> Charts:
+def sweep_charts_of_one_objective(sources: Sources, group: Labelled, key: str, swept: str) -> Charts:
     means, seeds = {}, {}
     failed = 0  # trials at ±inf (diverged, crashed, never got there): no point to draw, so counted in the title
     for f, run in group:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import experiments, runs
-from ..errors import UserError
+from ..errors import ConfigError
 
 TRIALS = "trials"
 STATUSES = ("ok", "diverged", "crashed")
@@ -104,9 +104,10 @@ def _run_trial(trial: Trial) -> dict[str, Any]:
         curve = primary.curve(results) if primary.curve is not None else None
         status = "diverged" if results.get("status") == "diverged" else "ok"
         record.update(status=status, error=None)
-    except UserError as e:
-        # bad input that the experiment met only when it ran (a --text file that is not there): every trial
-        # would meet it, so it is the sweep's, not a crash of this trial (the sweep stops, exit 2)
+    except ConfigError as e:
+        # an option the experiment refused only when it ran (a --text file that is not there): every trial
+        # would meet it, so it is the sweep's bad input, not a crash of this trial (the sweep stops, exit 2);
+        # another UserError (this trial's damaged checkpoint, its folder in use) is this trial's: recorded below
         return {**record, "status": REFUSED, "error": " ".join(str(e).split())}
     except Exception as e:  # a crash of one trial is recorded; the sweep goes on
         out.mkdir(parents=True, exist_ok=True)
