@@ -87,27 +87,27 @@ def _in_range(value: Any) -> Any:
     return value
 
 
+def _shown(value: Any, separator: str) -> Any:
+    """An option's value as it is written on the command line (a list's items joined by ``separator``)."""
+    return separator.join(map(str, value)) if isinstance(value, tuple | list) else value
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, module: types.ModuleType, skip: tuple[str, ...] = ()) -> None:
     """One option per field of the experiment ``module``'s Config, its help ending in its default and, where
     ``--quick`` sets another value (the module's QUICK), that value."""
     config_cls, quick = module.Config, getattr(module, "QUICK", {})
     hints = typing.get_type_hints(config_cls)
     defaults = config_cls()
-
     for f in dataclasses.fields(config_cls):
         if not f.init or f.metadata.get("cli") is False or f.name in skip:
             continue
         tp, optional = _unwrap_optional(hints[f.name])
         separator = f.metadata.get("separator", ",")
-
-        def shown(value: Any, separator: str = separator) -> Any:
-            return separator.join(map(str, value)) if isinstance(value, tuple | list) else value
-
         flag = "--" + f.name.replace("_", "-")
         help_text = f.metadata.get("help", "")
-        with_quick = f"; --quick: {shown(quick[f.name])}" if f.name in quick else ""
+        with_quick = f"; --quick: {_shown(quick[f.name], separator)}" if f.name in quick else ""
         if "default:" not in help_text:  # a help that says its default in words keeps them
-            help_text = f"{help_text} (default: {shown(getattr(defaults, f.name))}{with_quick})".strip()
+            help_text = f"{help_text} (default: {_shown(getattr(defaults, f.name), separator)}{with_quick})".strip()
         elif with_quick:
             help_text = f"{help_text} ({with_quick.removeprefix('; ')})"
         help_text = help_text.replace("%", "%%")  # argparse formats help with %: "7.5 % of" would not print
@@ -582,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         if out_of_memory(error):
             _error(f"out of memory: {message} (the sizes asked for need more memory; {saved}traceback in {log})")
         elif peer_failure(error):
-            resumable = training and holds_work(where)
+            resumable = training and where is not None and runs.holds_run(Path(where))
             resume = "the same command with --resume continues from the last checkpoint; " if resumable else ""
             _error(
                 f"the distributed job failed: {kind.__name__}: {message} (another process of it stopped or lost its "
@@ -593,16 +593,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
-def holds_work(where: str | os.PathLike | None) -> bool:
-    """Whether ``where`` (None, a missing path or a file: no) is a directory holding something of a run."""
-    return where is not None and Path(where).is_dir() and runs.holds_run(Path(where))
-
-
 def what_is_saved(where: str | os.PathLike | None) -> str:
     """What a stopped command left: its finished work in ``where``, or nothing (stopped before any finished)."""
     if where is None:
         return "finished work is saved"
-    if holds_work(where):
+    if runs.holds_run(Path(where)):  # a missing path, or a file: no
         return f"finished work is saved in {where}"
     return f"it stopped before any work finished: nothing is saved in {where}"
 

@@ -215,12 +215,7 @@ def check_out(out: str | os.PathLike, name: str = "--out") -> Path:
 
 def holds_run(path: Path) -> bool:
     """Whether ``path`` holds something of a run: results, monitor records, or an optiscope config.json."""
-    if any((path / name).is_file() for name in (RESULTS, METRICS)):
-        return True
-    try:
-        return is_run_config(read_json(path / CONFIG))
-    except RunDirError:  # none, or not JSON
-        return False
+    return any((path / name).is_file() for name in (RESULTS, METRICS)) or _is_run_config_file(path / CONFIG)
 
 
 @contextmanager
@@ -474,7 +469,7 @@ def _remove(path: Path) -> None:
         for folder in _folders_deepest_first(path):
             for name in (*OWNED, LOCK):
                 entry = folder / name
-                if name == CONFIG and not (entry.is_file() and is_run_config(_json_or_none(entry))):
+                if name == CONFIG and not _is_run_config_file(entry):
                     continue  # none, or another program's: left alone
                 if name in WRITTEN_IN and entry.is_dir() and not entry.is_symlink():
                     _remove(entry)
@@ -495,11 +490,12 @@ def _folders_deepest_first(path: Path) -> list[Path]:
     return sorted(folders, key=lambda d: -len(d.parts))
 
 
-def _json_or_none(path: Path) -> Any:
+def _is_run_config_file(path: Path) -> bool:
+    """Whether ``path`` is an optiscope run's config.json (not missing, damaged or another program's)."""
     try:
-        return read_json(path)
-    except RunDirError:
-        return None
+        return is_run_config(read_json(path))
+    except RunDirError:  # none, or not JSON
+        return False
 
 
 def write_error_log(directory: Path | None, what: str, text: str) -> Path:

@@ -130,12 +130,14 @@ class MonitorCallback:
         default_dir: Any,
         start_step: int,
         rank_zero: bool,
-        saved: Sequence[dict[str, Any] | None] = (),
+        saved: Sequence[Any] = (),
         where: str = "",
+        scaled: bool = True,
     ) -> None:
         """Build the monitor for a run that starts at ``start_step``; a resumed run (``start_step`` > 0) gets the
-        first of ``saved`` (the monitor's states found where its checkpoint may be, None where none was;
-        ``where`` says where they were looked for) that is of that step."""
+        first of ``saved`` (what was found where its checkpoint may be, None where nothing was; ``where`` says
+        where they were looked for) that is a monitor's state of that step. ``scaled``: a loss scaler may skip
+        steps (see ``Attachment``)."""
         monitor = build_monitor(
             model,
             optimizer,
@@ -150,15 +152,15 @@ class MonitorCallback:
         )
         if start_step > 0:
             resume(monitor, saved, start_step, where, rank_zero)
-        self.attachment = Attachment(monitor)
+        self.attachment = Attachment(monitor, scaled)
         self.diverged = None
 
-    def stepped(self, reduce: str, counted: int, rank_zero: bool, scaled: bool = True) -> bool:
+    def stepped(self, reduce: str, counted: int, rank_zero: bool) -> bool:
         """After the library may have stepped the optimizer (see ``Attachment.after_optimizer``): True when
         training must stop, having logged the diagnosis (on rank 0)."""
         if self.attachment is None:
             return False
-        record = self.attachment.after_optimizer(reduce, counted, scaled)
+        record = self.attachment.after_optimizer(reduce, counted)
         if record is None:
             return False
         self.diverged = record
@@ -202,10 +204,12 @@ def resume(monitor: Monitor, saved: Sequence[Any], step: int, where: str, rank_z
 
 
 class Attachment:
-    """A monitor fed by a library's callbacks: micro-batch losses in, one ``monitor.step`` per real step."""
+    """A monitor fed by a library's callbacks: micro-batch losses in, one ``monitor.step`` per real step.
+    ``scaled``: a loss scaler is at work, so a step the library counts and the optimizer does not take is one it
+    skipped (judged: ``Monitor.skip``); without one the training code left it out on purpose (never judged)."""
 
-    def __init__(self, monitor: Monitor) -> None:
-        self.monitor = monitor
+    def __init__(self, monitor: Monitor, scaled: bool = True) -> None:
+        self.monitor, self.scaled = monitor, scaled
         self.losses: list[Tensor] = []
         self.seen_steps = monitor.step_count
         self.diverged: dict[str, Any] | None = None
@@ -217,18 +221,18 @@ class Attachment:
         if loss is not None:
             self.losses.append(torch.as_tensor(loss).detach().float().mean())
 
-    def after_optimizer(self, reduce: str, counted: int, scaled: bool = True) -> dict[str, Any] | None:
+    def after_optimizer(self, reduce: str, counted: int) -> dict[str, Any] | None:
         """Call after the library may have stepped the optimizer, with ``counted``, the library's own count of
         optimizer steps by now. When the optimizer stepped, send the step's loss — the ``reduce`` ("sum" or
         "mean") of its micro-batch losses — to the monitor; returns the divergence record the first time the
         monitor's guard trips, else None. When the library counted a step the optimizer did not take (a
         GradScaler skipped it: the libraries count it, the optimizer's hooks do not see it), its micro-batch
         losses are dropped, not carried into the next step's, and its number is used up (``Monitor.skip``, which
-        judges a run that skips every step diverged; ``scaled=False``, no GradScaler at work: never judged)."""
+        judges a run that skips every step diverged, where a loss scaler is at work)."""
         if self.monitor.step_count == self.seen_steps:
             if counted > self.seen_steps:
                 skipped, self.seen_steps = counted - self.seen_steps, counted
-                self.monitor.skip(skipped, self._step_loss(reduce), scaled=scaled)  # judged only while not diverged
+                self.monitor.skip(skipped, self._step_loss(reduce), scaled=self.scaled)  # judged while not diverged
                 return None if self.diverged is not None else self._newly_diverged()
             return None  # no real optimizer step since the last call: an accumulation micro-batch, or a skipped step
         if self.monitor.step_count > self.seen_steps + 1 and not self.warned:

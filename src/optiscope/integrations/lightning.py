@@ -65,8 +65,18 @@ class OptiscopeCallback(MonitorCallback, Callback):
         where = "the checkpoint's callback state"
         if saved is None and self.monitor is not None and self.monitor.step_count == trainer.global_step:
             saved, where = self.monitor.state_dict(), ""  # fit() again on the same Trainer: go on from the last
+        # a step counted but not taken is a loss scaler's skip only in float16 precision (a GradScaler's, or
+        # DeepSpeed's own); otherwise the module's own optimizer_step left it out on purpose: no divergence
+        scaled = str(trainer.precision).startswith("16")
         self.attach(
-            pl_module, trainer.optimizers[0], log_dir, trainer.global_step, trainer.is_global_zero, [saved], where
+            pl_module,
+            trainer.optimizers[0],
+            log_dir,
+            trainer.global_step,
+            trainer.is_global_zero,
+            [saved],
+            where,
+            scaled,
         )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -79,10 +89,7 @@ class OptiscopeCallback(MonitorCallback, Callback):
             loss = loss * trainer.accumulate_grad_batches
         self.attachment.add_loss(loss)
         # again at every batch: Lightning sets should_stop back to False while min_steps / min_epochs are not met
-        # a step counted but not taken is a loss scaler's skip only in float16 precision (a GradScaler's, or
-        # DeepSpeed's own); otherwise the module's own optimizer_step left it out on purpose: no divergence
-        scaled = str(trainer.precision).startswith("16")
-        if self.stepped("mean", trainer.global_step, trainer.is_global_zero, scaled) or self.diverged is not None:
+        if self.stepped("mean", trainer.global_step, trainer.is_global_zero) or self.diverged is not None:
             trainer.should_stop = True
         self._hold_checkpoints(trainer)
 

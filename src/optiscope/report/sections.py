@@ -384,12 +384,13 @@ def sweep_charts(sources: Sources, group: Labelled, key: str) -> Charts:
         chart
         for i, ((swept, objective), runs) in enumerate(by_objective.items())
         for chart in sweep_charts_of_one_objective(
-            sources, runs, f"{key}-{i}", f"{swept} ({objective}): " if several else ""
+            sources, runs, f"{key}-{i}", objective, f"{swept} ({objective}): " if several else ""
         )
     ]
 
 
-def sweep_charts_of_one_objective(sources: Sources, group: Labelled, key: str, swept: str) -> Charts:
+def sweep_charts_of_one_objective(sources: Sources, group: Labelled, key: str, objective: str, prefix: str) -> Charts:
+    """The charts of sweeps that measured ``objective``, their titles after ``prefix``."""
     means, seeds = {}, {}
     failed = 0  # trials at ±inf (diverged, crashed, never got there): no point to draw, so counted in the title
     for f, run in group:
@@ -405,16 +406,15 @@ def sweep_charts_of_one_objective(sources: Sources, group: Labelled, key: str, s
             if fresh:  # the seeds every reported number comes from, at the tuned η
                 values = tuned["values"]
                 seeds[f(f"{name} fresh seeds")] = series.thin([tuned["tuned_lr"]] * len(values), values)
-    objective = group[0][1].results["objective"]["description"]  # one objective per group
     return [
         (
-            f"{swept}Objective against learning rate (tuning)",
+            f"{prefix}Objective against learning rate (tuning)",
             charts.lines(
                 sources, f"{key}-lr", f"{objective} against η", means, "learning rate η", objective, x_log=True
             ),
         ),
         (
-            f"{swept}Every trial",
+            f"{prefix}Every trial",
             charts.lines(
                 sources,
                 f"{key}-seeds",
