@@ -171,6 +171,7 @@ def test_list_and_demo_twice(fake, tmp_path, capsys):
         (["plot", "{d}"], "results.json does not exist"),
         (["run", "fake", "--out", "{d}/u", "--crash", "user"], "the data for this run is missing"),
         (["run", "fake", "--out", "{d}/x", "--steps", "1.5"], "run fake: argument --steps: invalid int value: '1.5'"),
+        (["run", "fake", "--out", "{d}/x", "--steps", "-1e3"], "run fake: argument --steps: invalid int value: '-1e3'"),
         (["run", "fake", "--out", "{d}/x", "--bogus", "3"], "unrecognized arguments: --bogus 3; valid options: "),
         (["run", "fake", "--out", "{d}/x", "--resume", "--force"], "--force replaces it; give one of them"),
         (["report"], "report: the following arguments are required: DIR"),
@@ -259,14 +260,30 @@ def test_resume_where_there_is_no_run_starts_one_and_says_so(fake, tmp_path, cap
     assert cli.main(["run", "fake", "--out", str(out), "--steps", "3", "--resume"]) == 0
     assert "holds no run yet" not in capsys.readouterr().out
     # where the directory is refused, nothing is started, and --resume does not say it starts a run
-    for refused in (tmp_path / "a-file", tmp_path / "foreign"):
+    for refused in (tmp_path / "a-file", tmp_path / "foreign", tmp_path / "orphans"):
         if refused.name == "a-file":
             refused.write_text("x")
-        else:
+        elif refused.name == "foreign":
             refused.mkdir()
             (refused / "config.json").write_text('{"model_type": "gpt2"}')
+        else:  # a run's files without the config.json that says which run they belong to
+            (refused / "figures").mkdir(parents=True)
+            (refused / "figures" / "loss.png").write_bytes(b"png")
         assert cli.main(["run", "fake", "--out", str(refused), "--resume"]) == cli.EXIT_BAD_INPUT
         assert "holds no run yet" not in capsys.readouterr().out
+
+
+def test_resume_of_a_sweep_directory_holding_only_trials_is_refused_without_saying_it_starts(
+    sweepable, tmp_path, capsys
+):
+    out = tmp_path / "s"
+    (out / "trials" / "sgd@0.1#0").mkdir(parents=True)
+    (out / "trials" / "sgd@0.1#0" / "results.json").write_text("{}")
+    argv = ["sweep", "synthetic", "--optimizers", "sgd", "--out", str(out), "--resume"]
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    said = capsys.readouterr()
+    assert "holds no run yet" not in said.out
+    assert "holds trials but no config.json" in said.err
 
 
 def test_resume_compares_only_options_that_change_results(fake, tmp_path, capsys):
@@ -371,6 +388,9 @@ def sweepable(fake, monkeypatch):
         (["sweep", "synthetic", "--optimizers", "sgd", "--objective="], "--objective ''; synthetic declares"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "0.1,abc"], "--lrs '0.1,abc': give auto or"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "-1"], "--lrs '-1': give auto or"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "-0.1,0.2"], "--lrs '-0.1,0.2': give auto or"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "-1e-3"], "--lrs '-1e-3': give auto or"),
+        (["sweep", "synthetic", "--optimizers", "sgd", "--sgd-optimum", "-inf"], "sgd_optimum=-inf must be > 0"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "0.1,0.1"], "names a learning rate twice"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--sgd-optimum", "-1"], "sgd_optimum=-1.0 must be > 0"),
         (["sweep", "synthetic", "--optimizers", "sgd@0.1"], "a sweep chooses the learning rates"),

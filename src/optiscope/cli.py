@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 import time
 import traceback
@@ -175,18 +176,17 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in vars(args).items() if k not in lifecycle and k not in own}
 
 
-def say_if_nothing_to_resume(args: argparse.Namespace, console: Console) -> None:
+def say_if_nothing_to_resume(args: argparse.Namespace, console: Console, owned: tuple[str, ...]) -> None:
     """``--resume`` on a directory without a run starts it (a job that is always restarted with --resume
-    works), but says so: a mistyped --out would otherwise start a long run from scratch unnoticed."""
-    # an --out that is a file, or holds another program's config.json, is refused next: nothing is started
-    refused = args.out.is_file() or (args.out / runs.CONFIG).exists()
-    if args.resume and runs.is_rank_zero() and not runs.holds_run(args.out) and not refused:
+    works), but says so: a mistyped --out would otherwise start a long run from scratch unnoticed. ``owned``:
+    what the run keeps in --out besides a run's own files (a directory holding them is refused, not started)."""
+    if args.resume and runs.is_rank_zero() and runs.resume_starts_afresh(args.out, owned):
         console.print(f"--resume: {args.out} holds no run yet; starting one", highlight=False)
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     overrides = config_overrides(args)
-    say_if_nothing_to_resume(args, console)
+    say_if_nothing_to_resume(args, console, experiments.owned_files(args.name))
     results, drawn = run_and_draw(args.name, args.out, args.quick, overrides, resume=args.resume, force=args.force)
     if not runs.is_rank_zero():
         return 0
@@ -327,7 +327,7 @@ def sweep_config(args: argparse.Namespace) -> sweep.SweepConfig:
 
 def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     config = sweep_config(args)
-    say_if_nothing_to_resume(args, console)
+    say_if_nothing_to_resume(args, console, sweep.OWNS)
 
     def report(record: dict[str, Any]) -> None:
         error = f" ({record['error']})" if record["error"] else ""
@@ -426,6 +426,10 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+        # a word that begins with '-' then a digit, '.digit', inf or nan is a value, not an option: argparse's own
+        # rule takes only '-3' and '-.5', so `--lrs -0.1,0.2` or `--steps -1e3` got "expected one argument"
+        # instead of the option's own check naming the value (no option of ours is spelled like a number)
+        self._negative_number_matcher = re.compile(r"^-(?:\d|\.\d|inf|nan)", re.IGNORECASE)
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("optiscope").strip()  # _error names the program itself

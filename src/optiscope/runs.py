@@ -218,6 +218,15 @@ def holds_run(path: Path) -> bool:
     return any((path / name).is_file() for name in (RESULTS, METRICS)) or _is_run_config_file(path / CONFIG)
 
 
+def resume_starts_afresh(path: Path, owned: Iterable[str] = ()) -> bool:
+    """Whether ``--resume`` in ``path`` starts a new run there (``open_run``'s rule): ``path`` is no file and
+    holds neither a config.json (its own run's, continued, or another program's, refused) nor other files a run
+    owns (``OWNED`` plus ``owned``; refused without a config.json to say which run they belong to)."""
+    if path.exists() and not path.is_dir():
+        return False
+    return not (path / CONFIG).exists() and not _present(path, (*OWNED, *owned))
+
+
 @contextmanager
 def open_run(
     out: str | os.PathLike,

@@ -75,6 +75,11 @@ def load(name: str) -> ModuleType:
     return importlib.import_module(EXPERIMENTS[name])
 
 
+def owned_files(name: str) -> tuple[str, ...]:
+    """What a run of ``name`` keeps in its directory besides a run's own files (``OWNS`` in the module)."""
+    return tuple(getattr(load(name), "OWNS", ()))
+
+
 def data_parallel() -> list[str]:
     """The experiments that train data-parallel under torchrun (``DATA_PARALLEL`` in the module)."""
     return [name for name in EXPERIMENTS if getattr(load(name), "DATA_PARALLEL", False)]
@@ -189,7 +194,7 @@ def execute(name: str, config: Any, out: Path, *, resume: bool = False, force: b
         resume=resume,
         force=force,
         ignored=options_without_effect(type(config)),
-        owned=getattr(module, "OWNS", ()),
+        owned=owned_files(name),
         # a field whose default follows another option (lm's --warmup-steps follows --steps): a resume refused
         # for the other says so of it too, rather than ask for a value the user never gave
         follows={f.name: f.metadata["follows"] for f in dataclasses.fields(config) if "follows" in f.metadata},

@@ -33,6 +33,8 @@ from .results import Results, summarise
 from .trial import REFUSED, TRIALS, Trial, trial_dir
 
 RECORDS = "trials.jsonl"
+#: What a sweep directory holds besides a run's own files (``runs.OWNED``).
+OWNS = (TRIALS, RECORDS)
 #: Seeds per learning rate at most: far beyond any comparison's need (the grid of trials is held in memory).
 MAX_SEEDS = 10_000
 #: The sweep's own options (an experiment option of the same name is not offered to its trials).
@@ -176,7 +178,7 @@ def run_sweep(
     ignored = tuple(f.name for f in dataclasses.fields(SweepConfig) if f.metadata.get("affects_results") is False)
     with (
         runs.open_run(
-            out, "sweep", settings(config), resume=resume, force=force, ignored=ignored, owned=(TRIALS, RECORDS)
+            out, "sweep", settings(config), resume=resume, force=force, ignored=ignored, owned=OWNS
         ) as run_dir,
         open_backend(config.backend, config.workers, config.address) as backend,
     ):
