@@ -33,6 +33,11 @@ def is_count(x: Any, least: int = 1) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= least
 
 
+def is_seed(x: Any) -> bool:
+    """An integer (not a bool) that torch's generators take as a seed: from -2**63 to 2**64 - 1."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool) and -(2**63) <= x < 2**64
+
+
 def is_optimizer(x: Any) -> bool:
     """Something with a torch optimizer's interface (``param_groups``, ``state``, ``step``): ours, torch's, or a
     library's wrapper that forwards them (checked by interface, not by type)."""

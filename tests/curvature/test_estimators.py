@@ -20,6 +20,34 @@ def test_hutchinson_is_within_three_standard_errors_of_the_exact_trace(seed):
     assert abs(out["trace"] - exact) <= 3 * out["std_error"]
 
 
+def float16_regression(c):
+    """A float16 linear model with loss c·mean((w·x − y)²): H = (2c/n) Σ x xᵀ in closed form, and, with
+    targets far from the fit, a gradient whose squared norm passes float16's 65504."""
+    torch.manual_seed(0)
+    x, y = torch.randn(256, 64), 30 * torch.randn(256, 1)
+    model = nn.Linear(64, 1, bias=False).half()
+
+    def loss_fn(m, batch):
+        return c * ((m(batch[0]) - batch[1]) ** 2).mean()
+
+    H = 2 * c * x.double().T @ x.double() / len(x)
+    w = model.weight.detach().double().reshape(-1)
+    g = 2 * c * x.double().T @ (x.double() @ w - y.double().reshape(-1)) / len(x)
+    return model, loss_fn, (x.half(), y.half()), H, g
+
+
+def test_a_float16_models_trace_and_curvature_along_its_gradient_are_summed_past_float16s_range():
+    """tr H and gᵀHg/gᵀg are far inside float16's range, the sums that make them are not (tr H ≈ 7.7e4,
+    |g|² ≈ 1e5): against the closed forms in float64."""
+    model, loss_fn, batch, H, g = float16_regression(c=600.0)
+    exact_trace = float(torch.trace(H))
+    assert exact_trace > 65504 and float(g @ g) > 65504  # the sums overflow float16: the test can fail
+    out = hessian_trace(model, loss_fn, batch, probes=20)
+    assert math.isfinite(out["std_error"]) and abs(out["trace"] - exact_trace) <= 4 * out["std_error"]
+    along = directional_curvature(model, loss_fn, batch, "gradient")
+    assert along["curvature"] == pytest.approx(float(g @ H @ g / (g @ g)), rel=1e-2)
+
+
 def test_directional_curvature_along_a_vector_and_the_gradient():
     model, loss_fn, batch = mlp_problem(2)
     H = exact_hessian(model, loss_fn, batch)

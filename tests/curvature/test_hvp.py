@@ -3,6 +3,7 @@ wrappers) unwrapped, batch containers of every common kind, gradients under ``no
 ``inference_mode``, and one-line errors for a loss or a batch it cannot use."""
 
 import collections
+import warnings
 
 import pytest
 import torch
@@ -120,13 +121,20 @@ def test_an_empty_batch_a_bad_dtype_and_a_misshapen_direction_are_refused():
         directional_curvature(model, loss_fn, (x, y), {model[0].weight: torch.ones_like(model[0].weight)})
 
 
+def hooked_weight_norm(layer, dim):
+    with warnings.catch_warnings():  # the hook-based API is deprecated, and still common (audio, vocoders)
+        warnings.simplefilter("ignore", FutureWarning)
+        return nn.utils.weight_norm(layer, dim=dim)
+
+
+@pytest.mark.parametrize("api", [nn.utils.parametrizations.weight_norm, hooked_weight_norm])
 @pytest.mark.parametrize("dim", [0, 1, None])
-def test_weight_norm_is_differentiated_twice_correctly(dim):
+def test_weight_norm_is_differentiated_twice_correctly(dim, api):
     """torch's fused weight-norm kernel has a wrong second derivative; measured with ordinary ops instead, H v
-    agrees with a central difference of gradients in float64, and the parametrization is left as it was."""
+    agrees with a central difference of gradients in float64, and the weight norm is left as it was."""
     _, loss_fn, batch = mlp_problem(0)
     torch.manual_seed(0)
-    layer = nn.utils.parametrizations.weight_norm(nn.Linear(3, 6), dim=dim)
+    layer = api(nn.Linear(3, 6), dim=dim)
     model = nn.Sequential(layer, nn.Tanh(), nn.Linear(6, 2)).double()
     op = HessianOperator(model, loss_fn, batch)
     v = torch.randn(op.size, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
@@ -140,7 +148,87 @@ def test_weight_norm_is_differentiated_twice_correctly(dim):
     h = 1e-5
     finite_difference = (gradient_at(theta + h * v) - gradient_at(theta - h * v)) / (2 * h)
     torch.testing.assert_close(op(v), finite_difference, rtol=1e-6, atol=1e-8)
-    assert "forward" not in vars(layer.parametrizations.weight[0])
+    if api is hooked_weight_norm:
+        assert all("compute_weight" not in vars(hook) for hook in layer._forward_pre_hooks.values())
+    else:
+        assert "forward" not in vars(layer.parametrizations.weight[0])
+
+
+def test_an_instance_norm_tracking_running_statistics_is_measured_as_it_normalises_in_training():
+    """In training an instance norm normalises each example by its own statistics whatever it tracks; the
+    measurement does the same (not eval mode's running statistics) and leaves those statistics alone. Oracle:
+    the loss written out (torch.func.hessian through F.instance_norm itself is off by 1e-3 relative in torch
+    2.13: its forward-mode derivative, which reverse-over-reverse products do not use)."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.last = nn.Linear(4, 6), nn.Linear(6, 2)
+            self.norm = nn.InstanceNorm1d(2, affine=True, track_running_stats=True)
+
+        def forward(self, x):
+            return self.last(torch.tanh(self.norm(self.first(x).view(-1, 2, 3)).flatten(1)))
+
+    torch.manual_seed(0)
+    model = Net().double()
+    x, y = torch.randn(16, 4, dtype=torch.float64), torch.randn(16, 2, dtype=torch.float64)
+    with torch.no_grad():
+        for _ in range(3):
+            model(3 * x + 2)  # moves the running statistics away from any example's
+
+    def loss_fn(m, batch):
+        return nn.functional.mse_loss(m(batch[0]), batch[1])
+
+    norm = model.norm
+    shapes = [p.shape for p in model.parameters()]
+
+    def written_out(flat, own_statistics):
+        w1, b1, w2, b2, gamma, beta = (
+            t.view(s) for t, s in zip(torch.split(flat, [s.numel() for s in shapes]), shapes, strict=True)
+        )
+        h = (x @ w1.T + b1).view(-1, 2, 3)
+        if own_statistics:
+            mean, var = h.mean(-1, keepdim=True), h.var(-1, unbiased=False, keepdim=True)
+        else:
+            mean, var = norm.running_mean[:, None], norm.running_var[:, None]
+        h = (h - mean) / torch.sqrt(var + norm.eps) * gamma[:, None] + beta[:, None]
+        return ((torch.tanh(h.flatten(1)) @ w2.T + b2 - y) ** 2).mean()
+
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    exact, in_eval = (
+        torch.linalg.eigvalsh(torch.func.hessian(lambda f, o=own: written_out(f, o))(flat)).flip(0)[:2]
+        for own in (True, False)
+    )
+    assert not torch.allclose(exact, in_eval, rtol=1e-2)  # the two functions differ: the test can fail
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    measured = sharpness(model, loss_fn, (x, y), k=2, tol=1e-10)["eigenvalues"]
+    torch.testing.assert_close(torch.tensor(measured, dtype=torch.float64), exact, rtol=1e-6, atol=0)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert model.norm.training
+
+
+def test_a_forward_pass_that_updates_a_buffer_in_place_leaves_the_models_alone():
+    """A call counter (or a quantisation observer's range) that the forward pass updates: the measurement's
+    forward passes update copies, in the model's own dtype as in float64."""
+
+    class Counted(nn.Sequential):
+        def __init__(self, *layers):
+            super().__init__(*layers)
+            self.register_buffer("calls", torch.zeros((), dtype=torch.float64))
+
+        def forward(self, x):
+            self.calls += 1
+            return super().forward(x)
+
+    model, loss_fn, batch = mlp_problem(0)
+    counted = Counted(*model)
+    for dtype in (None, torch.float64):
+        sharpness(counted, loss_fn, batch, dtype=dtype)
+        hessian_trace(counted, loss_fn, batch, probes=2, dtype=dtype)
+        assert float(counted.calls) == 0, dtype
+    counted(batch[0])
+    assert float(counted.calls) == 1  # the counter counts: the test can fail
 
 
 def test_mixed_parameter_dtypes_are_measured_in_the_widest():

@@ -553,6 +553,32 @@ def test_the_search_settings_are_checked_against_the_problem():
         sharpness(model, loss_fn, batch, max_hvps=0)
     with pytest.raises(ValueError, match=r"tol=5 must be a number in \(0, 1\)"):
         sharpness(model, loss_fn, batch, tol=5)
+    # k beyond the parameters is said as such, not blamed on max_hvps (which k=n+1 also exceeds)
+    with pytest.raises(ValueError, match=rf"k={n + 1} exceeds the {n} parameters"):
+        sharpness(model, loss_fn, batch, k=n + 1, max_hvps=3)
+    for bad in ("a", True, 1.5, 2**64):
+        with pytest.raises(ValueError, match=rf"seed={bad!r} must be an integer \(a random seed\)"):
+            sharpness(model, loss_fn, batch, seed=bad)
+    with pytest.raises(TypeError, match="init is a str; give the previous call's vector"):
+        sharpness(model, loss_fn, batch, init="x")
+    with pytest.raises(ValueError, match="along='gradient'; give a dict naming directions"):
+        sharpness(model, loss_fn, batch, along="gradient")
+    with pytest.raises(ValueError, match="the direction's '0.weight' is a float; give a tensor per parameter"):
+        sharpness(model, loss_fn, batch, along={"update": {"0.weight": 1.0}})
+    with pytest.raises(TypeError, match="model=None is not a torch.nn.Module"):
+        sharpness(None, loss_fn, batch)
+    with pytest.raises(TypeError, match="loss_fn=None is not a function"):
+        sharpness(model, None, batch)
+
+
+def test_a_warm_start_of_another_size_is_said_and_a_random_start_taken():
+    """A vector of another problem (or of parameters the optimizer no longer moves alone) cannot warm-start this
+    one: a warning says so, and the result is a cold start's (the exact Hessian's top eigenvalue)."""
+    model, loss_fn, batch = mlp_problem(0)
+    exact = float(torch.linalg.eigvalsh(exact_hessian(model, loss_fn, batch))[-1])
+    with pytest.warns(UserWarning, match=r"init has 5 entries, but H is taken over 38 parameters"):
+        out = sharpness(model, loss_fn, batch, init=torch.ones(5), tol=1e-8)
+    assert out["eigenvalues"][0] == pytest.approx(exact, rel=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -152,6 +152,9 @@ def test_bad_configs_are_refused():
         Curvature(batch, loss_fn, accumulation_batch_size=0)
     with pytest.raises(ValueError, match="micro_batches=2 and accumulation_batch_size=4: each asks"):
         Curvature(batch, loss_fn, micro_batches=2, accumulation_batch_size=4)
+    # said when built, not at the first measurement `every` steps into training, in torch's words
+    with pytest.raises(ValueError, match=r"seed='a' must be an integer \(a random seed\)"):
+        Curvature(batch, loss_fn, seed="a")
 
 
 def test_micro_batches_too_small_for_batch_norms_are_refused_at_construction():

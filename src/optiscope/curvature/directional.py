@@ -16,6 +16,7 @@ measured, ``probe.update_direction`` gives the next one), so curvature needs not
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -44,9 +45,15 @@ def directional_curvature(
     """
     objective = operator(model, loss_fn, batch, optimizer, dtype)
     stability = objective.stability
-    w = in_operator_space(direction_vector(objective, direction), objective.scale)
-    ww = torch.dot(w, w)
-    value = float(torch.dot(w, objective.matvec(w)) / ww) if ww > 0 else float("nan")
+    w = in_operator_space(direction_vector(objective, direction), objective.scale).double()
+    length = w.norm()
+    value = math.nan
+    if length > 0 and torch.isfinite(length):
+        # a unit vector into the product, and the quotient in float64: a float16 model's dᵀHd and dᵀd over an
+        # unnormalised direction (a gradient) pass float16's 65504 where their ratio does not
+        u = (w / length).to(objective.op.dtype)
+        u64 = u.double()
+        value = float(torch.dot(u64, objective.matvec(u).double()) / torch.dot(u64, u64))
     return {
         **against(value, stability.threshold),
         "preconditioned": objective.scale is not None,

@@ -13,12 +13,13 @@ matrix products of a backward pass and no forward pass at all. Measured on the `
 a ``torch.func`` forward-over-reverse product that redoes the forward and backward every time. The
 graph lives as long as the operator: one operator serves every product of one measurement at one θ.
 
-The model is evaluated with ``torch.func.functional_call`` at detached copies of its parameters (in
-float64 on request) and is never mutated; it is put in eval mode meanwhile, so that dropout cannot make
-H v a random function of v, and the global random-number state is left as it was. Batch norms that were
-training are the exception: they keep normalising by the batch's own statistics, so that H is the Hessian
-of the loss the optimizer descends (in eval mode they would use the running averages, a different
-function, far from it early in training), and they leave their running statistics alone.
+The model is evaluated with ``torch.func.functional_call`` at detached copies of its parameters and
+copies of its buffers (in float64 on request) and is never mutated; it is put in eval mode meanwhile, so
+that dropout cannot make H v a random function of v, and the global random-number state is left as it was.
+Batch and instance norms that were training are the exception: they keep normalising by the batch's (each
+example's) own statistics, so that H is the Hessian of the loss the optimizer descends (in eval mode they
+would use the running averages, a different function, far from it early in training), and they leave their
+running statistics alone.
 
 Vectors are flat (one tensor over all trainable parameters, in ``model.named_parameters()`` order), so
 that Lanczos and Hutchinson see a plain linear operator.
@@ -38,7 +39,9 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.nn.utils.parametrizations import _WeightNorm
+from torch.nn.utils.weight_norm import WeightNorm as WeightNormHook
 
 LossFn = Callable[[nn.Module, Any], Tensor]
 
@@ -124,8 +127,9 @@ def evaluating(model: nn.Module) -> Iterator[None]:
     """Eval mode, a forked RNG and the plain-math attention kernel for the duration (the fused
     flash-attention kernels have no second derivative); every submodule's training flag is restored.
 
-    Batch norms that were training stay in training mode, normalising by the batch's statistics, with
-    their running statistics kept (``running_statistics_kept``). A ``SyncBatchNorm`` that would
+    Batch and instance norms that were training stay in training mode, normalising by the batch's (the
+    example's) statistics, with their running statistics kept (``running_statistics_kept``; an instance norm
+    updates the buffers' copies). A ``SyncBatchNorm`` that would
     synchronise over a process group is put in eval mode instead (its running statistics), as its
     synchronising backward pass has no second derivative (one in a group of one process does not
     synchronise, and measures like a batch norm)."""
@@ -149,22 +153,32 @@ def evaluating(model: nn.Module) -> Iterator[None]:
 
 @contextlib.contextmanager
 def weight_norms_composed(model: nn.Module) -> Iterator[None]:
-    """For the duration, ``nn.utils.parametrizations.weight_norm`` computes w = g·v/‖v‖ from ordinary ops
-    (``torch._weight_norm``'s own unfused path). Its fused kernel has a wrong second derivative: on a small
-    weight-normed MLP (torch 2.13, CPU) H v by reverse-over-reverse through it differs from a finite difference
-    of gradients by 27 %, the composed one by rounding (tested)."""
+    """For the duration, weight norm — ``nn.utils.parametrizations.weight_norm`` and the older hook-based
+    ``nn.utils.weight_norm`` — computes w = g·v/‖v‖ from ordinary ops (``torch._weight_norm``'s own unfused
+    path). Its fused kernel has a wrong second derivative: on a small weight-normed MLP (torch 2.13, CPU) H v by
+    reverse-over-reverse through it differs from a finite difference of gradients by 27 %, the composed one by
+    rounding (tested, for both)."""
     norms = [m for m in model.modules() if isinstance(m, _WeightNorm)]
+    hooks = [h for m in model.modules() for h in m._forward_pre_hooks.values() if isinstance(h, WeightNormHook)]
     for m in norms:
         m.forward = functools.partial(_composed_weight_norm, dim=m.dim)  # an instance attribute, deleted after
+    for h in hooks:  # the hook sets module.<name> to compute_weight(module) before each forward
+        h.compute_weight = functools.partial(_hooked_weight_norm, name=h.name, dim=h.dim)
     try:
         yield
     finally:
         for m in norms:
             del m.forward
+        for h in hooks:
+            del h.compute_weight
 
 
 def _composed_weight_norm(weight_g: Tensor, weight_v: Tensor, dim: int) -> Tensor:
     return weight_v * (weight_g / torch.norm_except_dim(weight_v, 2, dim))
+
+
+def _hooked_weight_norm(module: nn.Module, name: str, dim: int) -> Tensor:
+    return _composed_weight_norm(getattr(module, name + "_g"), getattr(module, name + "_v"), dim)
 
 
 @contextlib.contextmanager
@@ -183,8 +197,10 @@ def running_statistics_kept(model: nn.Module) -> Iterator[None]:
 
 
 def batch_statistics(module: nn.Module) -> bool:
-    """Whether ``module`` is a batch norm that normalises by the batch's statistics in a measurement."""
-    if not (isinstance(module, _BatchNorm) and module.training):
+    """Whether ``module`` is a batch norm (or an instance norm) that normalises by the batch's (the example's)
+    statistics in a measurement: one that does so in training (in eval mode, one that tracks running statistics
+    would use those)."""
+    if not (isinstance(module, _BatchNorm | _InstanceNorm) and module.training):
         return False
     if isinstance(module, nn.SyncBatchNorm) and dist.is_available() and dist.is_initialized():
         return dist.get_world_size(module.process_group or dist.group.WORLD) == 1  # torch's own test to synchronise
@@ -236,6 +252,10 @@ class HessianOperator:
         params: list[Tensor] | None = None,
     ) -> None:
         check_dtype(dtype, "curvature")
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"curvature: model={model!r} is not a torch.nn.Module")
+        if not callable(loss_fn):
+            raise TypeError(f"curvature: loss_fn={loss_fn!r} is not a function loss_fn(model, batch) -> loss")
         self.model = unwrap(model)
         self.module = _Loss(self.model, loss_fn)
         self.cast = dtype
@@ -266,7 +286,9 @@ class HessianOperator:
         # the other parameters and the floating buffers are constants (cast too, so that float64 is float64
         # throughout)
         self.constants = {"model." + n: cast(p) for n, p in named if "model." + n not in self.theta}
-        self.constants.update({"model." + n: cast(b) for n, b in self.model.named_buffers()})
+        # buffers are copied even where no cast copies them: a forward pass that updates one in place (a call
+        # counter, a quantisation observer's range, an instance norm's running statistics) must not reach the model
+        self.constants.update({"model." + n: cast(b.clone()) for n, b in self.model.named_buffers()})
         self.shapes = [t.shape for t in self.theta.values()]
         self.sizes = [t.numel() for t in self.theta.values()]
         self.size = sum(self.sizes)

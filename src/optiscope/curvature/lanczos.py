@@ -14,9 +14,11 @@ the full T rather than the three-term recurrence, which costs memory 2·j·n but
 converged eigenvalues out ("twice is enough" Gram–Schmidt) and lets a block start in.
 
 Stopping rule (the tolerance we state): the top-k Ritz pairs all have ‖A y − θ y‖ ≤ tol·|θ|. For a
-symmetric A a residual r bounds the eigenvalue's error by r, and by r²/gap once the spectrum around it
-is separated, so tol = 1e-3 gives eigenvalues far better than 1e-3 relative. A θ that is zero to rounding
-(A rank-deficient) is judged against ε^(2/3) times the largest |θ| instead, as ARPACK does.
+symmetric A a residual r bounds the eigenvalue's error by r, and by r²/gap once the gap to the rest of
+the spectrum exceeds r, so tol = 1e-3 gives a well separated eigenvalue far better than 1e-3 relative (one
+in a cluster only within the residual bound). A θ that is zero to rounding (A rank-deficient) is judged
+against ε^(2/3) times the largest |θ| instead: ARPACK's floor, ε^(2/3), made relative to the spectrum's
+scale so that the test does not depend on the loss's units.
 
 A single start vector has one component in each eigenspace, so its Krylov space holds one vector of an
 eigenvalue repeated m times and finds it once: a block of k start vectors finds multiplicities up to k
@@ -109,7 +111,7 @@ def lanczos(
             return LanczosResult(nan, missing, nan, steps, False, quotients)
         values, vectors, residual_vectors, scale = space.ritz(k)
         # relative to |θ|, but a θ that is zero to rounding (a rank-deficient A) is judged against the spectrum's
-        # scale, as ARPACK does, instead of dividing by nothing
+        # scale (ARPACK's ε^(2/3) floor, made relative), instead of dividing by nothing
         zero = torch.finfo(starts.dtype).eps ** (2 / 3) * scale
         residuals = [float(r.norm()) / max(abs(v), zero, 1e-300) for v, r in zip(values, residual_vectors, strict=True)]
         converged = len(values) >= k and all(r <= tol for r in residuals)

@@ -24,6 +24,7 @@ negligible beside 38/η in practice; λ for SGD without momentum, whose steps ar
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..checks import is_count, is_number, require_optimizer
+from ..checks import is_count, is_number, is_seed, require_optimizer
 from ..optim.adam import adam_steps
 from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
@@ -163,8 +164,9 @@ def sharpness(
     """The top-``k`` eigenvalues of H (or of P⁻¹H for Adam-family optimizers) of ``loss_fn(model, batch)``.
 
     Lanczos stops when each of the top k has relative residual ‖Ay − θy‖/|θ| ≤ ``tol``, after
-    ``max_hvps`` Hessian-vector products, or, unconverged, when the residual stalls at the rounding floor
-    of the dtype (``lanczos.py``). ``init`` warm-starts it (pass the previous call's ``vector``);
+    ``max_hvps`` Hessian-vector products (or one per start vector, where those are more), or, unconverged,
+    when the residual stalls at the rounding floor of the dtype (``lanczos.py``). ``init`` warm-starts it
+    (pass the previous call's ``vector``; one that is zero or not finite, from a diverged model, is not taken);
     otherwise it starts from a Gaussian vector drawn with ``seed``. ``dtype=torch.float64`` evaluates in
     double precision. ``along`` names directions (``{"gradient": "gradient", "update": tensors}``, as
     ``directional_curvature`` takes them) whose curvature to measure too: each joins Lanczos's start
@@ -179,16 +181,34 @@ def sharpness(
         raise ValueError(f"sharpness: k={k!r} must be an integer >= 1")
     if not (is_number(tol) and 0 < tol < 1):
         raise ValueError(f"sharpness: tol={tol!r} must be a number in (0, 1) (a relative residual)")
-    if not is_count(max_hvps, k):
-        raise ValueError(f"sharpness: max_hvps={max_hvps!r} must be an integer >= k={k}")
+    if not is_seed(seed):
+        raise ValueError(f"sharpness: seed={seed!r} must be an integer (a random seed)")
+    if init is not None and not isinstance(init, Tensor):
+        raise TypeError(
+            f"sharpness: init is a {type(init).__name__}; give the previous call's vector (a tensor) or None"
+        )
+    if along is not None and not isinstance(along, Mapping):
+        raise ValueError(
+            f"sharpness: along={along!r}; give a dict naming directions, e.g. {{'gradient': 'gradient'}}, or None"
+        )
     if optimizer is not None:
         require_optimizer(optimizer, "sharpness")
     objective = operator(model, loss_fn, batch, optimizer, dtype)
     op, stability = objective.op, objective.stability
     if k > op.size:
         raise ValueError(f"sharpness: k={k} exceeds the {op.size} parameters H is taken over")
+    if not is_count(max_hvps, k):
+        raise ValueError(f"sharpness: max_hvps={max_hvps!r} must be an integer >= k={k}")
+    if init is not None and init.numel() != op.size:  # a warning, not an error: a monitor's warm start meets
+        # this in a healthy run, where the optimizer starts moving parameters it did not move before (unfrozen)
+        warnings.warn(
+            f"sharpness: init has {init.numel()} entries, but H is taken over {op.size} parameters (another model's "
+            "vector, or the parameters the optimizer moves changed); starting from a random vector instead",
+            stacklevel=2,
+        )
+        init = None
     generator = torch.Generator().manual_seed(seed)
-    start = init.to(op.dtype).to(op.device) if _usable(init, op.size) else op.random(generator)
+    start = init.reshape(-1).to(op.dtype).to(op.device) if _usable(init) else op.random(generator)
     # k − 1 random vectors more: a single start vector sees one vector of each eigenspace, so an eigenvalue
     # repeated among the top k would show once
     extra = [op.random(generator) for _ in range(min(k, op.size) - 1)]
@@ -234,6 +254,8 @@ def direction_vector(objective: Objective, direction: dict[Any, Tensor] | str) -
     ids = {id(p) for p in op.params}
     by_id = {}
     for key, t in direction.items():
+        if not isinstance(t, Tensor):
+            raise ValueError(f"curvature: the direction's {key!r} is a {type(t).__name__}; give a tensor per parameter")
         if isinstance(key, str):
             if key not in by_name:
                 raise ValueError(f"curvature: {key!r} is not a trainable parameter; names: {op.names[:5]} …")
@@ -263,5 +285,7 @@ def against(curvature: float, threshold: float | None) -> dict[str, float | None
     return {"curvature": curvature, "ratio": curvature / threshold if threshold else None}
 
 
-def _usable(init: Tensor | None, size: int) -> bool:
-    return init is not None and init.numel() == size and bool(torch.isfinite(init).all()) and bool(init.any())
+def _usable(init: Tensor | None) -> bool:
+    """A warm start to take: a vector of a previous measurement that was not zero or non-finite (one of a
+    diverged model)."""
+    return init is not None and bool(torch.isfinite(init).all()) and bool(init.any())

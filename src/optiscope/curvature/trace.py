@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checks import is_count
+from ..checks import is_count, is_seed
 from .hvp import HessianOperator, LossFn
 
 
@@ -29,12 +29,15 @@ def hessian_trace(
     """tr H of ``loss_fn(model, batch)``: ``{"trace", "std_error", "probes"}`` (``std_error`` is NaN for one probe)."""
     if not is_count(probes):
         raise ValueError(f"hessian_trace: probes={probes!r} must be an integer >= 1")
+    if not is_seed(seed):
+        raise ValueError(f"hessian_trace: seed={seed!r} must be an integer (a random seed)")
     op = HessianOperator(model, loss_fn, batch, dtype=dtype)
     generator = torch.Generator().manual_seed(seed)
     samples = []
     for _ in range(probes):
         z = op.random(generator, rademacher=True)
-        samples.append(float(torch.dot(z, op(z))))
+        # in float64: a float16 model's zᵀHz, a sum over every parameter, passes float16's 65504 long before H does
+        samples.append(float(torch.dot(z.double(), op(z).double())))
     values = torch.tensor(samples, dtype=torch.float64)
     std_error = float(values.std() / math.sqrt(probes)) if probes > 1 else math.nan
     return {"trace": float(values.mean()), "std_error": std_error, "probes": probes}
