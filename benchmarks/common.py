@@ -1,13 +1,24 @@
-"""Helpers the benchmark scripts share: timing and peak-memory measurement."""
+"""Helpers the benchmark scripts share: their command lines, corpus and model, timing and peak-memory
+measurement."""
 
 from __future__ import annotations
 
+import argparse
 import ctypes
+import math
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import torch
+
+from optiscope.data.corpus import CorpusError, load_corpus, read_text_file
+from optiscope.data.tokenizers import CharTokenizer
+
+#: char-level tinyshakespeare beside the repository: the benchmarks' corpus where present
+SHARED_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
 
 #: The lm GPT's shapes: nanoGPT's char-level Shakespeare configurations, its CPU one (the lm experiment's
 #: default) and its GPU one (train_shakespeare_char.py: 6 layers, 6 heads, 384 wide, context 256, batch 64).
@@ -24,9 +35,111 @@ def lm_shape(size: str) -> tuple[dict[str, int], int, int]:
     return shape, context, batch_size
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse described by the first paragraph of a script's docstring, whose errors are one line on stderr
+    naming the bad value and what would be valid (exit 2, as optiscope's own command line), not a usage block."""
+
+    def __init__(self, doc: str) -> None:
+        super().__init__(description=" ".join(doc.split("\n\n")[0].split()))
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= {minimum}")
+        return value
+
+    return parse
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    return _number(text, lambda x: x > 0, "> 0")
+
+
+def non_negative_number(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    return _number(text, lambda x: x >= 0, ">= 0")
+
+
+def _number(text: str, valid: Callable[[float], bool], rule: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and valid(value)):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number {rule}")
+    return value
+
+
+def device(text: str) -> str:
+    """An argparse type for a ``--device`` whose choices are cpu and cuda: cuda only where torch sees a GPU."""
+    if text == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError("'cuda': torch sees no CUDA device here; give cpu")
+    return text
+
+
+def text_file(text: str) -> str:
+    """An argparse type: the path of a file optiscope reads as a corpus (UTF-8 text), read once here so that a
+    missing or unreadable one is said before any work."""
+    try:
+        read_text_file(text)
+    except CorpusError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def corpus_path(text: str | None) -> str | None:
+    """The corpus a benchmark trains on: ``--text``, else ``SHARED_TEXT`` where present, else None (optiscope's
+    packaged Shakespeare)."""
+    return text or (str(SHARED_TEXT) if SHARED_TEXT.exists() else None)
+
+
+def corpus_ids(text: str | None) -> torch.Tensor:
+    """The char-level token ids of the corpus ``corpus_path(text)`` names."""
+    corpus = load_corpus(text_path=corpus_path(text))
+    return torch.tensor(CharTokenizer.from_text(corpus).encode(corpus), dtype=torch.long)
+
+
+def loss_fn(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The GPT's loss on an (inputs, targets) batch, in the ``loss_fn(model, batch)`` form curvature and the probe
+    take."""
+    return model(*batch)[1]
+
+
 def machine(device: str) -> str:
     """What a benchmark ran on, for its first line: the GPU's name, or torch's CPU threads."""
     return torch.cuda.get_device_name() if device == "cuda" else f"{torch.get_num_threads()} CPU threads"
+
+
+def alternating_rounds(
+    contenders: dict[str, Callable[[int], float]],
+    rounds: int,
+    steps: int,
+    warmed_up: Callable[[], object] = lambda: None,
+) -> dict[str, list[float]]:
+    """Each contender's steps/s (what ``contenders[name](steps)`` returns) in each of ``rounds`` rounds of
+    ``steps`` steps, after 5 warm-up steps each (the first steps allocate state and caches; ``warmed_up`` is
+    called then). The contenders take turns within a round, in reverse order every other round, so that drift
+    in the machine's speed hits them all alike."""
+    for train in contenders.values():
+        train(5)
+    warmed_up()
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    for r in range(rounds):
+        for name in list(contenders) if r % 2 == 0 else reversed(list(contenders)):
+            rates[name].append(contenders[name](steps))
+    return rates
 
 
 def synchronize() -> None:

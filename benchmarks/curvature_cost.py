@@ -18,7 +18,6 @@ configuration (6 layers, 384 wide, context 256; 12 sequences).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from functools import partial
@@ -26,17 +25,24 @@ from functools import partial
 import torch
 from torch.func import functional_call, grad, jvp
 
-from common import LM_SIZES, lm_shape, machine, synchronize, timed
-from monitor_overhead import corpus_ids
+from common import (
+    LM_SIZES,
+    Parser,
+    corpus_ids,
+    device,
+    lm_shape,
+    loss_fn,
+    machine,
+    synchronize,
+    text_file,
+    timed,
+    whole_number,
+)
 from optiscope.curvature import HessianOperator, sharpness
 from optiscope.curvature.hvp import evaluating
 from optiscope.data.batches import sample_batch
 from optiscope.models.gpt import GPT, GPTConfig
 from optiscope.optim import AdamW
-
-
-def loss_fn(net, batch):
-    return net(*batch)[1]
 
 
 def forward_over_reverse(op: HessianOperator):
@@ -54,13 +60,15 @@ def forward_over_reverse(op: HessianOperator):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--warm-steps", type=int, default=30)
-    parser.add_argument("--between", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--text", default=None)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser = Parser(__doc__)
+    parser.add_argument("--warm-steps", type=whole_number(1), default=30)
+    parser.add_argument("--between", type=whole_number(1), default=10)
+    parser.add_argument("--repeats", type=whole_number(1), default=5)
+    parser.add_argument("--text", type=text_file, default=None)
+    parser.add_argument(
+        "--threads", type=whole_number(1), default=1, help="torch threads (1: steadier on a shared machine)"
+    )
+    parser.add_argument("--device", type=device, default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--size", default="cpu", choices=tuple(LM_SIZES), help="nanoGPT's CPU or GPU configuration")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

