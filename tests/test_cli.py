@@ -1,15 +1,19 @@
 """The command line: options from Config, run/plot/list/demo, the run-directory lifecycle, and errors
 classified once (bad input: one line, exit 2; internal: exit 1 with the traceback in error.log)."""
 
+import errno
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
 
 from optiscope import cli, experiments, figures, runs
+from optiscope.figures import style
 
 
 @pytest.fixture
@@ -290,7 +294,11 @@ def test_resume_compares_only_options_that_change_results(fake, tmp_path, capsys
     out = tmp_path / "run"
     assert cli.main(["run", "fake", "--out", str(out), "--steps", "3"]) == 0
     assert cli.main(["run", "fake", "--out", str(out), "--steps", "3", "--quiet", "--resume"]) == 0
+    assert cli.main(["run", "fake", "--out", str(out), "--steps", "3", "--resume"]) == 0
     capsys.readouterr()
+    # config.json says how the run started and what each resume changed, not the last resume's values as the run's
+    stored = runs.read_json(out / "config.json")
+    assert stored["config"]["quiet"] is False and stored["resumed_with"] == [{"quiet": True}, {}]
     assert cli.main(["run", "fake", "--out", str(out), "--steps", "5", "--resume"]) == cli.EXIT_BAD_INPUT
     assert "--steps 3 → 5" in errors(capsys)[0]
     assert runs.read_json(out / "config.json")["config"]["steps"] == 3  # still describes the run it holds
@@ -314,6 +322,19 @@ def test_a_second_process_on_the_same_directory_is_refused(fake, tmp_path, capsy
         )
     assert code.returncode == 2 and "in use by another optiscope run (pid" in code.stderr
     assert runs.read_json(out / "config.json")["config"] == {"steps": 3}  # the first run's files are intact
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_figures_are_drawn_while_the_directory_is_still_held(fake, sweepable, monkeypatch, tmp_path, command):
+    """A --force run into the same directory must not take it while the figures of the run before are drawn
+    (its config.json beside their figures): the lock is held until they are."""
+    out, held = tmp_path / "run", []
+    draw_run = figures.draw_run
+    monkeypatch.setattr(figures, "draw_run", lambda d, r=None: held.append(runs.in_progress(d)) or draw_run(d, r))
+    argv = ["run", "fake"] if command == "run" else ["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "0.1"]
+    assert cli.main([*argv, "--out", str(out)]) == 0
+    assert held == [True]
+    assert not runs.in_progress(out)  # and let go after
 
 
 # ------------------------------------------------------------------------------------ internal errors
@@ -342,6 +363,40 @@ def test_a_figure_that_fails_keeps_the_results(fake, tmp_path, capsys):
     line = errors(capsys)[0]
     assert "squares.png could not be drawn" in line and "results are saved" in line
     assert "this figure cannot be drawn" in (out / "error.log").read_text()
+
+
+def test_plot_into_a_folder_that_cannot_be_written_is_said_as_such_not_as_a_bug(fake, tmp_path, capsys, monkeypatch):
+    """A read-only folder (or a full disk) refuses the PNG: exit 2 naming the file and the system's reason, and no
+    word of a traceback in an error.log. (As root no permission stops a write, so the write itself fails here.)"""
+    out = tmp_path / "run"
+    assert cli.main(["run", "fake", "--out", str(out)]) == 0
+    capsys.readouterr()
+
+    def read_only(path, data):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr(style, "atomic_write_bytes", read_only)
+    assert cli.main(["plot", str(out)]) == cli.EXIT_BAD_INPUT
+    line = errors(capsys)[0]
+    assert f"cannot write the figure {out / 'figures'}" in line and "Read-only file system" in line
+    assert "error.log" not in line and "internal error" not in line
+
+
+def test_a_figure_that_fails_in_a_folder_that_cannot_hold_the_log_names_where_the_log_went(
+    fake, tmp_path, capsys, monkeypatch
+):
+    out = tmp_path / "run"
+    assert cli.main(["run", "fake", "--out", str(out)]) == 0
+    capsys.readouterr()
+    elsewhere = tmp_path / "tmp"
+    elsewhere.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(elsewhere))
+    (out / "error.log").mkdir()  # the run's own log cannot be opened for appending
+    (out / "results.json").write_text(json.dumps({**runs.read_json(out / "results.json"), "names": ["boom"]}))
+    assert cli.main(["plot", str(out)]) == cli.EXIT_INTERNAL
+    line = errors(capsys)[-1]
+    assert f"traceback in {elsewhere / 'error.log'}" in line
+    assert "this figure cannot be drawn" in (elsewhere / "error.log").read_text()
 
 
 def test_demo_refuses_a_run_directory(fake, tmp_path, capsys):

@@ -145,12 +145,16 @@ def cmd_list(console: Console) -> int:
 def run_and_draw(
     name: str, out: Path, quick: bool, overrides: dict[str, Any], *, resume: bool = False, force: bool = False
 ) -> tuple[dict[str, Any], figures.Drawn]:
-    """Configure and run one experiment in ``out`` (results.json written), then draw its figures."""
+    """Configure and run one experiment in ``out`` (results.json written), then draw its figures (before the
+    directory is let go, from the results in memory)."""
     config = experiments.build_config(experiments.load(name), quick, overrides)
-    results = experiments.execute(name, config, out, resume=resume, force=force, quick=quick)
-    if not runs.is_rank_zero():
-        return results, figures.Drawn([], [])
-    return results, figures.draw_run(out)
+    drawn = []  # rank 0's figures; other ranks draw none
+
+    def draw(results: dict[str, Any]) -> None:
+        drawn.append(figures.draw_run(out, results))
+
+    results = experiments.execute(name, config, out, resume=resume, force=force, quick=quick, then=draw)
+    return results, drawn[0] if drawn else figures.Drawn([], [])
 
 
 def report_figures(drawn: figures.Drawn, out: Path, console: Console) -> int:
@@ -163,7 +167,7 @@ def report_figures(drawn: figures.Drawn, out: Path, console: Console) -> int:
     first = drawn.failures[0][1].strip().splitlines()[-1]
     _error(
         f"internal error: {names} could not be drawn ({first}); the results are saved in {out / runs.RESULTS}; "
-        f"traceback in {out / runs.ERROR_LOG}"
+        f"traceback in {drawn.log}"
     )
     return EXIT_INTERNAL
 
@@ -337,7 +341,15 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             highlight=False,
         )
 
-    results = sweep.run_sweep(config, args.out, resume=args.resume, force=args.force, report=report)
+    drawn = []
+    results = sweep.run_sweep(
+        config,
+        args.out,
+        resume=args.resume,
+        force=args.force,
+        report=report,
+        then=lambda r: drawn.append(figures.draw_run(args.out, r)),
+    )
     console.print(f"[bold]sweep {args.name}[/bold] results: {args.out / runs.RESULTS}", highlight=False)
     for name in results["ranking"]:
         t = results["optimizers"][name]
@@ -365,7 +377,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             "of their directories under trials/); the same command with --resume runs them again",
             highlight=False,
         )
-    code = report_figures(figures.draw_run(args.out, results), args.out, console)
+    code = report_figures(drawn[0], args.out, console)
     if results["status"] == "diverged":
         console.print("[bold red]every trial diverged or crashed[/bold red]: see trials in results.json")
         return code or EXIT_DIVERGED

@@ -287,7 +287,7 @@ def open_run(
                 f"{path} already holds {what}; pass --resume to continue it, --force to replace it, "
                 "or choose another --out"
             )
-        atomic_write_json(path / CONFIG, {"experiment": experiment, "config": config})
+        atomic_write_json(path / CONFIG, _config_record(stored if resuming else None, experiment, config))
         try:
             yield RunDir(path, experiment, resuming)
         except BaseException:
@@ -296,6 +296,17 @@ def open_run(
             if not resuming and _present(path, owned) == [CONFIG]:
                 (path / CONFIG).unlink()
             raise
+
+
+def _config_record(stored: dict[str, Any] | None, experiment: str, config: dict[str, Any]) -> dict[str, Any]:
+    """What config.json holds: the run's configuration as it started, and for a resumed run, under
+    ``resumed_with``, one entry per resume holding the options it gave other values (those that do not change
+    results, such as --threads), so that the file does not say the whole run had the last resume's."""
+    if stored is None:
+        return {"experiment": experiment, "config": config}
+    started = stored["config"]
+    changed = {k: v for k, v in to_jsonable(config).items() if k in started and started[k] != v}
+    return {**stored, "resumed_with": [*stored.get("resumed_with", []), changed]}
 
 
 def _present(path: Path, owned: Iterable[str]) -> list[str]:

@@ -1,6 +1,7 @@
 """The lm experiment end to end on a tiny model and a small local text."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -83,6 +84,18 @@ def test_a_certain_divergence_is_reported_and_the_comparison_goes_on(tmp_path, t
     assert len(list((out / "figures").glob("*.png"))) == 4 and not (out / "error.log").exists()
     # when every run diverges the command itself fails
     assert run_cli(tmp_path / "all", text, "--steps", "30", "--optimizers", "sgd@1e30") == cli.EXIT_DIVERGED
+
+
+def test_a_last_step_whose_harm_shows_only_in_the_evaluation_is_a_divergence(tmp_path, text):
+    """Adam's first step moves every weight by η = 1e30 (finite weights, whose products overflow float32): the
+    training loss before it was finite, the evaluation after it is not, on any machine. The run is diverged at
+    step 1, not "ok" with a validation loss of NaN."""
+    out = tmp_path / "run"
+    assert run_cli(out, text, "--steps", "1", "--optimizers", "adam@1e30") == cli.EXIT_DIVERGED
+    run = runs.read_json(out / "results.json")["runs"]["adam@1e30"]
+    assert not math.isfinite(run["eval"]["val_loss"][-1])  # what the divergence is judged on
+    assert run["status"] == "diverged" and run["divergence"]["step"] == 1
+    assert "at the evaluation after step 1" in run["divergence"]["reason"]
 
 
 @pytest.mark.parametrize(

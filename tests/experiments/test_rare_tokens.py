@@ -173,6 +173,20 @@ def test_bad_config_names_the_value_and_what_is_valid(overrides, message):
     assert message in str(error.value)
 
 
+def test_steps_beyond_the_machines_memory_are_refused_before_anything_is_allocated(monkeypatch):
+    """The run holds every step's batch and every trajectory; the kernel would kill it without a word. Oracle:
+    the sizes of what token_stream and train allocate, measured on a small run and scaled."""
+    config = rt.Config(steps=1000)
+    counts, sums = rt.token_stream(config.frequencies, config.batch_size, config.steps, config.label_noise, 0)
+    held = (counts.numel() + sums.numel()) * 8 + (config.steps + 1) * len(config.sweep_lrs) * counts.shape[1] * 8
+    assert held <= rt.memory_needed(config) <= 4 * held  # an estimate of the right size, not a bound far off
+    monkeypatch.setattr(rt, "physical_memory", lambda: 2**30)  # a machine with 1 GiB
+    steps = 2 * 2**30 // (rt.memory_needed(config) // config.steps)
+    with pytest.raises(ConfigError, match=rf"--steps {steps}: the run holds .* more than this machine's 1.0 GiB"):
+        rt.Config(steps=steps)
+    rt.Config(steps=steps // 4)  # a quarter of it fits
+
+
 def test_cli_quick_run_then_plot_reproduces_the_figures(tmp_path):
     out = tmp_path / "rare"
     options = ["--steps", "300", "--sweep-lrs", "0.01,5", "--optimizers", "sgd,adam,lion,muon"]

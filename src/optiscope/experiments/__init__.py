@@ -26,7 +26,7 @@ import dataclasses
 import importlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -181,9 +181,20 @@ def options_without_effect(config_cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(config_cls) if f.metadata.get("affects_results") is False)
 
 
-def execute(name: str, config: Any, out: Path, *, resume: bool = False, force: bool = False, quick: bool = False):
+def execute(
+    name: str,
+    config: Any,
+    out: Path,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    quick: bool = False,
+    then: Callable[[dict[str, Any]], None] | None = None,
+):
     """Run experiment ``name`` with ``config`` in the run directory ``out`` (``runs.open_run``'s rules)
-    and write ``results.json``; returns the results. Under torchrun only rank 0 touches the directory."""
+    and write ``results.json``; returns the results. ``then(results)`` runs after that while the directory is
+    still held (the figures: a ``--force`` run must not take it from under them). Under torchrun only rank 0
+    touches the directory."""
     module = load(name)
     if not runs.is_rank_zero():
         return module.run(config, Path(out))
@@ -207,4 +218,6 @@ def execute(name: str, config: Any, out: Path, *, resume: bool = False, force: b
         if run_dir.resuming:  # the seconds are this session's: the earlier ones were not kept (an interrupt)
             results["resumed"] = True
         runs.atomic_write_json(run_dir.path / runs.RESULTS, results)
+        if then is not None:
+            then(results)
     return results

@@ -385,6 +385,15 @@ class LanguageModelling(train.Task):
         history["samples"].append({"step": run.step, "samples": samples})
         return False
 
+    def evaluation_fault(self, run: train.Run) -> str | None:
+        e = run.history["eval"]
+        bad = [
+            f"{what} loss {e[key][-1]}"
+            for key, what in (("val_loss", "validation"), ("train_loss", "training"))
+            if not math.isfinite(e[key][-1])
+        ]
+        return f"{' and '.join(bad)} at the evaluation after step {run.step}" if bad else None
+
     def on_record(self, run: train.Run, record: dict[str, Any]) -> None:
         ratios = run.history["update_ratio"]
         ratios["step"].append(record["step"])

@@ -20,6 +20,7 @@ can be rescued by a larger learning rate, and at what cost to the common tokens 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -112,6 +113,31 @@ class Config:
         require_non_negative(self, "weight_decay")
         runs_of(self)
         self.sweep_lrs = require_rates(self, "sweep_lrs")
+        need, have = memory_needed(self), physical_memory()
+        # said up front: the kernel kills a process that outgrows memory without a word, where torch cannot raise
+        require(
+            have is None or need <= have,
+            f"--steps {self.steps}: the run holds its whole token stream and every weight trajectory, about "
+            f"{need / 2**30:.1f} GiB, more than this machine's {(have or 0) / 2**30:.1f} GiB of memory; give fewer "
+            f"(--steps {int(self.steps * (have or 0) / need / 2)} would take half of it)",
+        )
+
+
+def memory_needed(config: Config) -> int:
+    """Bytes the run holds at its peak, about: the token stream while it is drawn (tokens, noise and targets of
+    every step's batch, in 8-byte numbers), the per-step count and target tables, and the sweep's trajectories
+    (steps + 1 rows per learning rate and token)."""
+    tokens = len(config.frequencies)
+    per_step = 8 * (4 * config.batch_size + 2 * tokens + max(1, len(config.sweep_lrs)) * tokens)
+    return per_step * (config.steps + 1)
+
+
+def physical_memory() -> int | None:
+    """The machine's memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def runs_of(config: Config) -> tuple[RunSpec, ...]:

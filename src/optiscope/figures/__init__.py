@@ -32,10 +32,12 @@ DRAWERS: dict[str, str] = {
 
 @dataclass
 class Drawn:
-    """The figures written, and (file name, traceback) of each that could not be drawn."""
+    """The figures written, (file name, traceback) of each that could not be drawn, and the error.log that holds
+    those tracebacks (None when none failed)."""
 
     paths: list[Path]
     failures: list[tuple[str, str]]
+    log: Path | None = None
 
 
 def module_for(results: dict[str, Any]) -> Any:
@@ -60,6 +62,12 @@ def draw(results: dict[str, Any], fig_dir: Path) -> Drawn:
     for name, figure in module.FIGURES.items():
         try:
             drawn.paths.append(style.save(figure(results), fig_dir / name))
+        except OSError as e:  # the file could not be written (a read-only folder, a full disk): no bug of ours
+            style.close_all()
+            raise UserError(
+                f"cannot write the figure {fig_dir / name} ({e.strerror or e}); the results are untouched; give the "
+                "figures a folder that can be written"
+            ) from e
         except Exception:
             style.close_all()
             drawn.failures.append((name, traceback.format_exc()))
@@ -71,6 +79,6 @@ def draw_run(run_dir: Path, results: dict[str, Any] | None = None) -> Drawn:
     run_dir = Path(run_dir)
     results = results if results is not None else runs.read_json(run_dir / runs.RESULTS)
     drawn = draw(results, run_dir / runs.FIGURES)
-    for name, trace in drawn.failures:
-        runs.write_error_log(run_dir, f"figure {name} from {run_dir / runs.RESULTS}", trace)
+    for name, trace in drawn.failures:  # where the log went: the temporary folder when the run's is read-only
+        drawn.log = runs.write_error_log(run_dir, f"figure {name} from {run_dir / runs.RESULTS}", trace)
     return drawn

@@ -172,8 +172,10 @@ def run_sweep(
     resume: bool = False,
     force: bool = False,
     report: Callable[[dict[str, Any]], None] = lambda record: None,
+    then: Callable[[Results], None] | None = None,
 ) -> Results:
-    """Run the sweep in ``out`` (see the module's docstring); ``report`` sees each trial's record."""
+    """Run the sweep in ``out`` (see the module's docstring); ``report`` sees each trial's record, ``then`` the
+    results, after results.json is written while the directory is still held (the figures)."""
     plan = check(config)
     ignored = tuple(f.name for f in dataclasses.fields(SweepConfig) if f.metadata.get("affects_results") is False)
     with (
@@ -214,4 +216,6 @@ def run_sweep(
             factor,
         )
         runs.atomic_write_json(path / runs.RESULTS, results)
+        if then is not None:
+            then(results)
     return results

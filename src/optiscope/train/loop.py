@@ -83,6 +83,11 @@ class Task(ABC):
         """Evaluate at ``run.step`` into ``run.history``; True ends training early (a goal was reached)."""
         return False
 
+    def evaluation_fault(self, run: Run) -> str | None:
+        """Why the evaluation just made says the run diverged (a loss that is not finite), or None: the last
+        step's harm shows in no training loss, only here and in the weights."""
+        return None
+
     def on_record(self, run: Run, record: dict[str, Any]) -> None:  # noqa: B027 (an optional hook)
         """Called with every monitor record (a measured step), to keep what the task wants of it."""
 
@@ -181,6 +186,7 @@ def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progres
             if run.step == 0 and plan.eval_at_start:
                 done = task.evaluate(run)
                 clock.lap(training=False)
+                _check_evaluation(run, task)
             while run.step < plan.steps and not done:
                 batch = task.batch(run.step + 1, run.data)
                 loss = optimizer_step(run, task, batch, plan.clip)
@@ -190,6 +196,7 @@ def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progres
                 if plan.eval_every and (step % plan.eval_every == 0 or step == plan.steps):
                     done = task.evaluate(run)
                     clock.lap(training=False)
+                    _check_evaluation(run, task)
                 stopping = any_rank(stop.requested)
                 if done or step == plan.steps:
                     run.history["status"] = "ok"
@@ -276,10 +283,21 @@ def _check_finite_weights(run: Run) -> None:
     """A checkpoint must be a good state: weights that overflowed in the last step count as divergence."""
     bad = [n for n, p in run.model.named_parameters() if not torch.isfinite(p.detach()).all()]
     if bad:
-        reason = f"non-finite weights after step {run.step} in {', '.join(bad[:5])}"
-        if run.monitor is not None:
-            run.monitor.diverge(run.step, math.nan, reason)
-        raise Diverged({"step": run.step, "loss": math.nan, "reason": reason, "exploded_first": []})
+        _diverged_after(run, f"non-finite weights after step {run.step} in {', '.join(bad[:5])}")
+
+
+def _check_evaluation(run: Run, task: Task) -> None:
+    """An evaluation whose loss is not finite (``Task.evaluation_fault``) is a divergence of the step before it."""
+    reason = task.evaluation_fault(run)
+    if reason is not None:
+        _diverged_after(run, reason)
+
+
+def _diverged_after(run: Run, reason: str) -> None:
+    """The run diverged in the step it took last (``run.step``), found after it: in its weights or evaluation."""
+    if run.monitor is not None:
+        run.monitor.diverge(run.step, math.nan, reason)
+    raise Diverged({"step": run.step, "loss": math.nan, "reason": reason, "exploded_first": []})
 
 
 def _kept(path: Path | None, step: int | None) -> str:
