@@ -1,6 +1,7 @@
 """The rare-tokens simulation against independent oracles: autograd, closed forms, the NumPy Adam twin."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -185,6 +186,29 @@ def test_steps_beyond_the_machines_memory_are_refused_before_anything_is_allocat
     with pytest.raises(ConfigError, match=rf"--steps {steps}: the run holds .* more than this machine's 1.0 GiB"):
         rt.Config(steps=steps)
     rt.Config(steps=steps // 4)  # a quarter of it fits
+
+
+def test_tokens_never_seen_are_left_out_of_the_effective_lr_fit():
+    """In 5 steps the rarest tokens are never drawn: their v̂ is 0 and their effective lr η/ε, no effect of their
+    frequency. The fit runs over the tokens seen (oracle: numpy's polyfit over those), and says over how many."""
+    results = rt.run(rt.Config(steps=5, optimizers="adam", sweep_lrs=(0.01,)), None)
+    seen = [c > 0 for c in results["occurrences"]]
+    assert not seen[-1] and sum(seen) >= 2  # the rarest never drawn, a line through the others: the test can fail
+    adam = results["optimizers"]["adam"]
+    fit = adam["effective_lr_fit"]
+    p = np.log([f for f, s in zip(results["frequencies"], seen, strict=True) if s])
+    e = np.log([x for x, s in zip(adam["effective_lr"], seen, strict=True) if s])
+    assert fit["tokens"] == sum(seen) and fit["slope"] == pytest.approx(np.polyfit(p, e, 1)[0], rel=1e-9)
+    assert math.isnan(fit["ratio"])
+
+
+def test_a_one_step_run_with_one_swept_rate_warns_of_nothing(tmp_path):
+    """One weight in the tail has no spread (NaN, not torch's degrees-of-freedom warning), and one swept η gives
+    the sweep's axis equal limits (not matplotlib's singular-limits warning): a run's output stays clean."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli.main(["run", "rare-tokens", "--out", str(tmp_path), "--steps", "1", "--sweep-lrs", "0.01"]) == 0
+    assert all(math.isnan(x) for x in runs.read_json(tmp_path / "results.json")["optimizers"]["sgd"]["tail_std"])
 
 
 def test_cli_quick_run_then_plot_reproduces_the_figures(tmp_path):

@@ -28,6 +28,16 @@ def test_a_rare_tokens_run_of_equally_frequent_tokens_states_no_slope():
     assert said.endswith("for the most common.") and "slope" not in said, said
 
 
+def test_a_rare_tokens_run_whose_rarest_token_was_never_seen_says_so():
+    """5 steps never draw the rarest token: its effective lr is η/ε, said as such, and the slope is over the
+    tokens seen (their number read from the results)."""
+    results = {"experiment": "rare-tokens", **rt.run(rt.Config(steps=5, optimizers="adam", sweep_lrs=(0.01,)), None)}
+    seen = sum(c > 0 for c in results["occurrences"])
+    assert results["occurrences"][-1] == 0 and seen >= 2  # the case at hand: the test can fail
+    (said,) = [text(s) for s in headlines(results) if text(s).startswith("Adam's effective learning rate")]
+    assert "for the rarest token (never seen: v̂ = 0, so η/ε)" in said and f"over the <{seen}> tokens seen" in said
+
+
 def test_a_rare_tokens_run_says_which_optimizers_diverged_and_when():
     config = rt.Config(steps=120, lr=80.0, optimizers="sgd,adam,lion", sweep_lrs=(0.01, 80.0))
     results = {"experiment": "rare-tokens", **rt.run(config, None)}

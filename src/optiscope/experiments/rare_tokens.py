@@ -244,7 +244,8 @@ def run_summary(trajectory: Tensor, diverged_at: int | None) -> dict[str, Any]:
         "final_weight": trajectory[-1].tolist(),
         "final_error": (trajectory[-1] - TRUE_WEIGHT).abs().tolist(),
         "tail_rms_error": (tail - TRUE_WEIGHT).square().mean(0).sqrt().tolist(),
-        "tail_std": tail.std(0).tolist(),
+        # one weight in the tail (a run of fewer than 4 steps) has no spread: NaN, said without torch's warning
+        "tail_std": tail.std(0).tolist() if len(tail) > 1 else [math.nan] * tail.shape[1],
     }
 
 
@@ -318,10 +319,17 @@ def sweep_findings(sweep: dict[str, Any], nominal: dict[str, Any], rarest: int, 
     return findings
 
 
-def effective_lr_fit(effective_lr: list[float], frequencies: list[float], rarest: int, common: int) -> dict[str, float]:
-    """The line through (log p, log effective lr) — a slope of −1 would cancel the frequency exactly —
-    and the rarest token's effective lr over the most common token's."""
-    return {**loglog_fit(frequencies, effective_lr), "ratio": effective_lr[rarest] / effective_lr[common]}
+def effective_lr_fit(
+    effective_lr: list[float], frequencies: list[float], seen: list[bool], rarest: int, common: int
+) -> dict[str, float]:
+    """The line through (log p, log effective lr) of the tokens ``seen`` in training — a slope of −1 would cancel
+    the frequency exactly; a token never seen has v̂ = 0 and the effective lr η/ε, which says nothing of its
+    frequency — their number (``tokens``), and the rarest token's effective lr over the most common token's
+    (NaN when either was never seen)."""
+    kept = [k for k, s in enumerate(seen) if s]
+    fit = loglog_fit([frequencies[k] for k in kept], [effective_lr[k] for k in kept])
+    ratio = effective_lr[rarest] / effective_lr[common] if seen[rarest] and seen[common] else math.nan
+    return {**fit, "tokens": len(kept), "ratio": ratio}
 
 
 def run(config: Config, run_dir: Path) -> Results:
@@ -330,6 +338,7 @@ def run(config: Config, run_dir: Path) -> Results:
     )
     frequencies = list(config.frequencies)
     rarest, common = frequencies.index(min(frequencies)), frequencies.index(max(frequencies))
+    seen = (counts.sum(0) > 0).reshape(-1).tolist()  # a short run may never draw the rarest tokens
 
     optimizers: dict[str, Any] = {}
     for spec in runs_of(config):
@@ -342,7 +351,9 @@ def run(config: Config, run_dir: Path) -> Results:
             "setting": RECIPES[spec.optimizer].describe(),
             **run_summary(trajectory, trained["diverged_at"][0]),
             "effective_lr": effective,
-            "effective_lr_fit": None if effective is None else effective_lr_fit(effective, frequencies, rarest, common),
+            "effective_lr_fit": (
+                None if effective is None else effective_lr_fit(effective, frequencies, seen, rarest, common)
+            ),
             "trajectory": sampled_trajectory(trajectory),
         }
     # the seed's figure sets the first SGD run against the first Adam run (when both were run)

@@ -195,14 +195,19 @@ def plot_effective_lr(ax, results: dict[str, Any]) -> None:
     ax.set_xlabel("token frequency p (log scale)")
     ax.set_ylabel("Adam's effective LR η/(√v̂ + ε) at the end (log)")
     if fit is not None:
+        fitted = fit.get("tokens", len(frequencies))
+        over = f" over the {fitted} tokens seen" if fitted < len(frequencies) else ""
         slope = (
-            f"fitted slope {fit['slope']:.2f} (−1 would cancel the frequency exactly)"
+            f"fitted slope {fit['slope']:.2f}{over} (−1 would cancel the frequency exactly)"
             if np.isfinite(fit["slope"])
-            else "no slope: the tokens are equally frequent"
+            else "no slope: fewer than two distinct frequencies among the tokens seen"
         )
-        ax.set_title(
-            f"Adam's effective LR: the rarest token's is {fit['ratio']:.0f}× the most common's\n{slope}", fontsize=10.5
+        ratio = (
+            f"the rarest token's is {fit['ratio']:.0f}× the most common's"
+            if np.isfinite(fit["ratio"])
+            else "the rarest token was never seen"
         )
+        ax.set_title(f"Adam's effective LR: {ratio}\n{slope}", fontsize=10.5)
 
 
 # ------------------------------------------------------------------------------- every optimizer
@@ -324,11 +329,11 @@ def plot_sweep_errors(ax, results: dict[str, Any], name: str, label: str) -> Non
         va="top",
         clip_on=True,
     )
+    ax.set_xlim(lrs.min() / 1.3, lrs.max() * 1.3)  # before the log scale: one swept η gives equal data limits
     ax.set_xscale("log")
     alive = [r["tail_rms_error"] for r in sweep[name] if r["diverged_at"] is None]
     why = {} if alive else {"empty": "diverged at every swept η: no error to draw"}
     style.log_scale(ax, "y", *alive, **why)
-    ax.set_xlim(lrs.min() / 1.3, lrs.max() * 1.3)
     ax.set_xlabel("learning rate η (log scale)")
     ax.set_ylabel("RMS of w − w* over the last quarter (log)")
     ax.set_title(f"{label}: error per token against η", fontsize=10.5)

@@ -119,14 +119,23 @@ def rare_tokens(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     ]
 
     def slope_clause() -> Sentence:
-        # tokens all equally frequent (--frequencies 0.5,0.5) determine no line: its slope is nan, not stated
+        # tokens all equally frequent (--frequencies 0.5,0.5), or fewer than two seen, determine no line: its slope
+        # is nan, not stated; a fit that left unseen tokens out says over how many it ran
+        fit = r["optimizers"][adam]["effective_lr_fit"]
         slope = n("optimizers", adam, "effective_lr_fit", "slope")
-        return ["; its log-log slope against frequency is ", slope] if math.isfinite(slope.value) else []
+        if not math.isfinite(slope.value):
+            return []
+        fitted = fit.get("tokens", len(r["occurrences"]))
+        over = [" over the ", n("optimizers", adam, "effective_lr_fit", "tokens"), " tokens seen"]
+        over = over if fitted < len(r["occurrences"]) else []
+        return ["; its log-log slope against frequency", *over, " is ", slope]
 
+    # a token never drawn has v̂ = 0: its effective lr is η/ε, which says nothing of its frequency
+    unseen = " (never seen: v̂ = 0, so η/ε)" if r["occurrences"][k] == 0 else ""
     yield lambda: [
         "Adam's effective learning rate at the end is ",
         n("optimizers", adam, "effective_lr", k),
-        " for the rarest token and ",
+        f" for the rarest token{unseen} and ",
         n("optimizers", adam, "effective_lr", c),
         " for the most common",
         *slope_clause(),
