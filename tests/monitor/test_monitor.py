@@ -1,7 +1,9 @@
 """The monitor's numbers against independent computations, for our optimizers and torch's."""
 
+import copy
 import json
 import math
+import pickle
 import re
 
 import pytest
@@ -15,11 +17,12 @@ from optiscope.monitor import (
     DivergenceGuard,
     JSONLSink,
     Monitor,
+    TensorBoardSink,
     safe_perplexity,
 )
 from optiscope.monitor.curvature import DIRECTIONS
 from optiscope.monitor.monitor import RECORD_FIELDS
-from optiscope.optim import SGD, Adam, AdamW, Lion
+from optiscope.optim import SGD, Adam, AdamW, Lion, RMSprop
 
 
 class Recorder:
@@ -126,9 +129,7 @@ def test_effective_lr_is_computed_from_the_state_by_hand(make):
         got = record["params"][n]["eff_lr"]
         assert got["min"] == pytest.approx(by_hand.min().item(), rel=1e-6)
         assert got["max"] == pytest.approx(by_hand.max().item(), rel=1e-6)
-        # the median is the effective lr at v's median (torch.median: the lower middle value)
-        v_median = state["exp_avg_sq"].flatten().median()
-        assert got["median"] == pytest.approx((3e-3 / (torch.sqrt(v_median / (1 - 0.95**t)) + 1e-6)).item(), rel=1e-6)
+        assert got["median"] == pytest.approx(by_hand.median().item(), rel=1e-6)  # torch's: the lower middle value
 
 
 def test_no_parameter_copy_outside_measured_steps():
@@ -348,7 +349,7 @@ def test_a_float64_loss_below_float32s_range_keeps_the_guard_working():
     with torch.no_grad():
         model.weight.fill_(1.0)
     opt = torch.optim.SGD(model.parameters(), lr=0.9)
-    monitor = Monitor(model, opt, every=1000)
+    monitor = Monitor(model, opt, every=1000, guard=DivergenceGuard(window=1))  # each step's loss, as the oracle
     x = torch.ones(1, 1, dtype=torch.float64)
     losses = []
     with pytest.raises(Diverged) as info:
@@ -370,11 +371,11 @@ def test_a_float64_loss_below_float32s_range_keeps_the_guard_working():
 
 def test_guard_ignores_noise_near_zero_loss():
     guard = DivergenceGuard(factor=4.0, warmup=0)
-    assert guard.reason(100, 4e-4, lowest=1e-5, first=2.3) is None  # spiky but far better than the start
-    assert guard.reason(100, 5.0, lowest=1.0, first=4.2) is not None
-    assert guard.reason(1, math.nan, lowest=math.inf, first=math.nan) == "loss is nan"
-    assert guard.reason(100, 5.0, lowest=0.0, first=4.2) is not None  # a loss that reached 0 is still guarded
-    assert guard.reason(100, 4.0, lowest=0.0, first=4.2) is None
+    assert guard.reason(100, 4e-4, 4e-4, lowest=1e-5, first=2.3) is None  # spiky but far better than the start
+    assert guard.reason(100, 5.0, 5.0, lowest=1.0, first=4.2) is not None
+    assert guard.reason(1, math.nan, None, lowest=math.inf, first=math.nan) == "loss is nan"
+    assert guard.reason(100, 5.0, 5.0, lowest=0.0, first=4.2) is not None  # a loss that reached 0 is still guarded
+    assert guard.reason(100, 4.0, 4.0, lowest=0.0, first=4.2) is None
     with pytest.raises(ValueError, match="factor='4' must be a number > 1"):
         DivergenceGuard(factor="4")
 
@@ -655,7 +656,7 @@ def test_the_guard_within_a_run_cuts_its_warm_up_to_a_tenth_of_a_short_run():
     assert guard.within(1000) == guard  # a long run keeps the 20-step warm-up
     short = guard.within(50)
     assert (short.warmup, short.factor, short.first_factor) == (5, 3.0, 2.0)
-    assert guard.reason(6, 10.0, 1.0, 1.0) is None and short.reason(6, 10.0, 1.0, 1.0) is not None
+    assert guard.reason(6, 10.0, 10.0, 1.0, 1.0) is None and short.reason(6, 10.0, 10.0, 1.0, 1.0) is not None
 
 
 def test_a_sparse_embeddings_gradient_is_measured_as_its_dense_twins():
@@ -778,3 +779,347 @@ def test_the_count_of_skipped_steps_survives_a_resume():
 def test_a_guard_takes_a_count_of_skipped_steps_of_at_least_one():
     with pytest.raises(ValueError, match=r"skipped=0 must be an integer >= 1"):
         DivergenceGuard(skipped=0)
+
+
+# ---------------------------------------------- frozen and added parameters, precision, copies, arguments
+def mlp(seed=0, width=7):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, width), nn.Tanh(), nn.Linear(width, 3))
+
+
+def by_hand(model, before):
+    """g, w, u of every parameter holding a gradient, in float64 from the tensors themselves."""
+    out = {}
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        w = p.detach().double()
+        out[name] = {
+            "g": p.grad.double().norm().item(),
+            "w": w.norm().item(),
+            "u": (w - before[name]).norm().item(),
+        }
+    return out
+
+
+def snapshot(model):
+    return {n: p.detach().double().clone() for n, p in model.named_parameters()}
+
+
+def train(model, opt, monitor, steps, on_step=None, seed=1):
+    torch.manual_seed(seed)
+    out = []
+    for s in range(steps):
+        opt.zero_grad(set_to_none=False)
+        if on_step is not None:
+            on_step(s)
+        loss = model(torch.randn(16, 6)).square().mean()
+        loss.backward()
+        before = snapshot(model)
+        opt.step()
+        out.append((monitor.step(loss), by_hand(model, before)))
+    return out
+
+
+def test_a_parameter_frozen_with_a_zeroed_grad_is_measured_as_adamw_still_moves_it():
+    model = mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    monitor = Monitor(model, opt, every=1, guard=None)
+
+    def freeze_first_layer(s):
+        if s == 2:
+            model[0].requires_grad_(False)
+
+    for record, oracle in train(model, opt, monitor, 4, freeze_first_layer)[2:]:
+        assert oracle["0.weight"]["u"] > 0  # momentum and decay move it
+        assert set(record["params"]) == set(oracle)
+        for name, expected in oracle.items():
+            assert record["params"][name]["u"] == pytest.approx(expected["u"], rel=1e-5)
+        total_u = math.sqrt(sum(e["u"] ** 2 for e in oracle.values()))
+        assert record["total"]["u"] == pytest.approx(total_u, rel=1e-5)
+
+
+def test_parameters_added_with_add_param_group_keep_the_models_names():
+    model = mlp()
+    opt = torch.optim.Adam(model[2].parameters(), lr=1e-2)
+    model[0].requires_grad_(False)
+    monitor = Monitor(model, opt, every=1, guard=None)
+    outside = nn.Parameter(torch.ones(3))  # not the model's: named by its place in the groups
+
+    def unfreeze(s):
+        if s == 2:
+            model[0].requires_grad_(True)
+            opt.add_param_group({"params": list(model[0].parameters()), "lr": 1e-3})
+            opt.add_param_group({"params": [outside]})
+
+    def with_outside(s):
+        unfreeze(s)
+        outside.grad = torch.full((3,), float(s + 1))
+
+    for s, (record, oracle) in enumerate(train(model, opt, monitor, 5, with_outside)[2:], start=2):
+        assert set(record["params"]) == {"0.weight", "0.bias", "2.weight", "2.bias", "group2.param0"}
+        for name, expected in oracle.items():
+            assert record["params"][name]["g"] == pytest.approx(expected["g"], rel=1e-6)
+        assert record["params"]["group2.param0"]["g"] == pytest.approx(math.sqrt(3) * (s + 1), rel=1e-6)
+        assert len(record["groups"]) == 3
+
+
+def test_an_added_tensors_name_does_not_depend_on_which_tensors_have_gradients():
+    torch.manual_seed(0)
+    model = nn.ModuleDict({k: nn.Linear(3, 1) for k in "abc"})
+    opt = torch.optim.SGD([*model["a"].parameters(), *model["b"].parameters()], lr=0.1)
+    monitor = Monitor(model, opt, every=1, guard=None)
+    opt.add_param_group({"params": list(model["c"].parameters())})
+    for s in range(2):
+        opt.zero_grad(set_to_none=True)
+        x = torch.randn(4, 3)
+        loss = (model["c"](5 * x) + (model["a"](x) if s == 0 else 0) + model["b"](x)).sum()
+        loss.backward()
+        opt.step()
+        record = monitor.step(loss)
+        assert record["params"]["c.weight"]["g"] == pytest.approx(model["c"].weight.grad.norm().item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_norms_agree_with_float64(dtype):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(300, 300), nn.Tanh(), nn.Linear(300, 3)).to(dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = Monitor(model, opt, every=1, guard=None)
+    for _ in range(2):
+        opt.zero_grad()
+        loss = model(torch.randn(16, 300, dtype=dtype)).float().square().mean()
+        loss.backward()
+        before = snapshot(model)
+        opt.step()
+        oracle, record = by_hand(model, before), monitor.step(loss)
+        for name, expected in oracle.items():
+            got = record["params"][name]
+            assert got["g"] == pytest.approx(expected["g"], rel=2e-5)
+            assert got["w"] == pytest.approx(expected["w"], rel=2e-5)
+            # u: θ − θ′ is itself rounded to the parameter's dtype
+            assert got["u"] == pytest.approx(expected["u"], rel=5e-4)
+
+
+def test_an_fp16_weight_whose_norm_exceeds_fp16s_range_has_a_finite_norm():
+    layer = nn.Linear(1000, 1000).half()
+    nn.init.constant_(layer.weight, 100.0)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.0)
+    monitor = Monitor(layer, opt, every=1, guard=None)
+    layer(torch.randn(2, 1000).half()).float().sum().backward()
+    opt.step()
+    entry = monitor.step(1.0)["params"]["weight"]
+    # the true norm is 100 · 1000; float32 accumulation of a million equal squares is good to ~1e-3
+    assert entry["w"] == pytest.approx(layer.weight.double().norm().item(), rel=2e-3)
+    assert entry["nonfinite_w"] == 0
+    assert entry["u_over_w"] == 0.0
+
+
+def test_finite_float32_weights_whose_norm_overflows_float32_are_measured_in_float64():
+    torch.manual_seed(0)
+    layer = nn.Linear(8, 4)
+    opt = torch.optim.SGD(layer.parameters(), lr=1e22)
+    monitor = Monitor(layer, opt, every=1, guard=None)
+    opt.zero_grad()
+    layer(torch.randn(16, 8)).square().mean().backward()
+    before = layer.weight.detach().double().clone()
+    opt.step()
+    entry = monitor.step(1.0)["params"]["weight"]
+    w = layer.weight.detach().double()
+    assert torch.isfinite(layer.weight).all() and w.norm() > 3.4e38**0.5  # its squares overflow float32
+    assert entry["w"] == pytest.approx(w.norm().item(), rel=1e-6)
+    assert entry["u"] == pytest.approx((w - before).norm().item(), rel=1e-6)
+    assert entry["u_over_w"] == pytest.approx(((w - before).norm() / w.norm()).item(), rel=1e-6)
+    assert entry["nonfinite_w"] == 0
+
+
+def test_a_resume_after_the_last_measured_step_keeps_it_in_the_divergence_record():
+    def run(resume_at=None):
+        model = mlp()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        sink = Recorder()
+        monitor = Monitor(model, opt, every=4, sinks=[sink], guard=None, on_divergence="record")
+
+        def maybe_resume(s):
+            nonlocal monitor
+            if s == resume_at:
+                state = monitor.state_dict()
+                monitor.close()
+                monitor = Monitor(model, opt, every=4, sinks=[sink], guard=None, on_divergence="record")
+                monitor.load_state_dict(state)
+
+        torch.manual_seed(1)
+        for s in range(26):
+            maybe_resume(s)
+            opt.zero_grad()
+            loss = model(torch.randn(16, 6)).square().mean()
+            loss.backward()
+            opt.step()
+            monitor.step(loss)
+        monitor.diverge(monitor.step_count, None, "stopped by the loop")
+        return monitor.diverged
+
+    uninterrupted = run()
+    assert uninterrupted["last_measured_step"] == 24
+    assert run(resume_at=25)["last_measured_step"] == uninterrupted["last_measured_step"]
+
+
+def test_pickling_or_copying_a_monitor_is_refused_with_what_to_save_instead():
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    monitor = Monitor(model, opt, every=1)
+    for copier in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(TypeError, match=r"state_dict\(\)") as info:
+            copier((model, opt, monitor))
+        assert "\n" not in str(info.value)
+    with pytest.raises(TypeError, match=r"state_dict\(\)") as info:
+        copy.copy(monitor)
+        assert "\n" not in str(info.value)
+
+
+def test_record_mode_keeps_the_first_divergence_and_writes_it_once():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sink = Recorder()
+    monitor = Monitor(model, opt, every=5, sinks=[sink], on_divergence="record")
+    torch.manual_seed(1)
+    losses = [1.0, 1.0, math.inf, math.nan, math.inf, math.inf, 1.0]
+    for loss in losses:
+        opt.zero_grad()
+        model(torch.randn(4, 6)).sum().backward()
+        opt.step()
+        monitor.step(loss)
+    assert monitor.diverged["step"] == 3
+    assert [r["step"] for r in sink.records if r.get("diverged")] == [3]
+
+
+def test_step_scalars_reach_tensorboard(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = Monitor(model, opt, every=1, sinks=[TensorBoardSink(tmp_path)], context={"run": "a", "eta": 0.1})
+    given = []
+    for s in range(3):
+        opt.zero_grad()
+        model(torch.randn(2, 6)).sum().backward()
+        before = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1))
+        opt.step()
+        given.append((before, 0.5 + s / 10))
+        monitor.step(1.0, grad_norm_before_clip=before, val_acc=0.5 + s / 10)
+    monitor.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    for tag, column in (("grad_norm_before_clip", 0), ("val_acc", 1)):
+        read = [(e.step, e.value) for e in events.Scalars(tag)]
+        assert read == [(s + 1, pytest.approx(g[column], rel=1e-6)) for s, g in enumerate(given)]
+    assert "eta" not in events.Tags()["scalars"]  # the context is the run's label, not a series
+
+
+def linear():
+    return nn.Linear(3, 2)
+
+
+BAD = {
+    "start_step=-5": (lambda m, o, tmp: Monitor(m, o, start_step=-5), "start_step=-5"),
+    "start_step=2.5": (lambda m, o, tmp: Monitor(m, o, start_step=2.5), "start_step=2.5"),
+    "start_step='3'": (lambda m, o, tmp: Monitor(m, o, start_step="3"), "start_step='3'"),
+    "embedding='bias'": (lambda m, o, tmp: Monitor(m, o, embedding="bias"), r"2-D matrix, got shape \(2,\)"),
+    "ConsoleSink(every=0)": (lambda m, o, tmp: ConsoleSink(every=0), "every=0"),
+    "ConsoleSink(max_rows=1)": (lambda m, o, tmp: ConsoleSink(max_rows=1), "max_rows=1"),
+    "ConsoleSink(console='x')": (lambda m, o, tmp: ConsoleSink(console="x"), "console='x'"),
+    "context=['run']": (lambda m, o, tmp: Monitor(m, o, context=["run"]), r"context=\['run'\]"),
+    "context={1: 'x'}": (lambda m, o, tmp: Monitor(m, o, context={1: "x"}), r"context=\{1: 'x'\}"),
+    "histograms='no'": (lambda m, o, tmp: Monitor(m, o, histograms="no"), "histograms='no'"),
+    "token_counts without embedding": (lambda m, o, tmp: Monitor(m, o, token_counts=[1, 2]), "without embedding"),
+    "negative token_counts": (lambda m, o, tmp: Monitor(m, o, embedding="weight", token_counts=[-1, 2]), "-1"),
+    "alarm_growth=inf": (lambda m, o, tmp: Monitor(m, o, alarm_growth=math.inf), "alarm_growth=inf"),
+    "JSONLSink(directory)": (lambda m, o, tmp: JSONLSink(tmp), "is a directory"),
+    "load_state_dict({})": (lambda m, o, tmp: Monitor(m, o).load_state_dict({}), "lacks .*step_count"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_a_bad_argument_is_named_when_the_object_is_built(case, tmp_path):
+    make, message = BAD[case]
+    model = linear()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises((TypeError, ValueError), match=message) as info:
+        make(model, opt, tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_an_empty_loss_is_named_not_judged_a_divergence():
+    model = linear()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = Monitor(model, opt, every=1, on_divergence="record")
+    model(torch.randn(2, 3)).sum().backward()
+    opt.step()
+    with pytest.raises(ValueError, match="empty tensor"):
+        monitor.step(torch.tensor([]))
+    assert monitor.diverged is None
+
+
+def lower_median(t):
+    flat = t.flatten().sort().values
+    return flat[(flat.numel() - 1) // 2].item()
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_the_adam_effective_lr_median_is_torchs_median_of_the_tensor(amsgrad):
+    torch.manual_seed(0)
+    layer = nn.Linear(3, 2, bias=False)  # 6 entries: the two middle ones differ
+    opt = torch.optim.Adam(layer.parameters(), lr=1e-2, amsgrad=amsgrad)
+    monitor = Monitor(layer, opt, every=1, guard=None)
+    for _ in range(2):
+        opt.zero_grad()
+        layer(torch.randn(8, 3)).square().mean().backward()
+        opt.step()
+        record = monitor.step(1.0)
+    state, group = opt.state[layer.weight], opt.param_groups[0]
+    v = (state["max_exp_avg_sq"] if amsgrad else state["exp_avg_sq"]).double()
+    eff = group["lr"] / ((v / (1 - group["betas"][1] ** float(state["step"]))).sqrt() + group["eps"])
+    assert record["params"]["weight"]["eff_lr"]["median"] == pytest.approx(lower_median(eff), rel=1e-6)
+    assert lower_median(eff) != pytest.approx(eff.flatten().sort().values[3].item(), rel=1e-3)  # a real test
+
+
+@pytest.mark.parametrize("make", [lambda ps: Adam(ps, lr=1e-2), lambda ps: RMSprop(ps, lr=1e-2)])
+def test_our_optimizers_effective_lr_median_is_torchs_median_of_their_effective_lr(make):
+    torch.manual_seed(0)
+    layer = nn.Linear(3, 2, bias=False)
+    opt = make(layer.parameters())
+    monitor = Monitor(layer, opt, every=1, guard=None)
+    layer(torch.randn(8, 3)).square().mean().backward()
+    opt.step()
+    record = monitor.step(1.0)
+    expected = lower_median(opt.effective_lr(layer.weight).double())
+    assert record["params"]["weight"]["eff_lr"]["median"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_accelerates_optimizer_wrapper_is_measured_through_the_optimizer_it_wraps():
+    accelerate = pytest.importorskip("accelerate")
+    from accelerate.state import AcceleratorState, GradientState
+
+    try:
+        accelerator = accelerate.Accelerator(cpu=True)
+        model = mlp()
+        model, opt = accelerator.prepare(model, torch.optim.Adam(model.parameters(), lr=1e-2))
+        assert type(opt).__name__ == "AcceleratedOptimizer" and not hasattr(opt, "_optimizer_step_pre_hooks")
+        monitor = Monitor(model, opt, every=1, guard=None)
+        torch.manual_seed(1)
+        for _ in range(3):
+            opt.zero_grad()
+            loss = model(torch.randn(16, 6)).square().mean()
+            accelerator.backward(loss)
+            before = snapshot(model)
+            opt.step()
+            oracle, record = by_hand(model, before), monitor.step(loss)
+            assert set(record["params"]) == set(oracle)
+            for name, expected in oracle.items():
+                for key in ("g", "w", "u"):
+                    assert record["params"][name][key] == pytest.approx(expected[key], rel=1e-5)
+        assert monitor.step_count == int(opt.optimizer.state[model[0].weight]["step"]) == 3
+        monitor.close()
+    finally:  # the accelerator's state is global: leave none for other tests
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()

@@ -2,6 +2,7 @@
 
 import copy
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from torch import nn
 
 from optiscope.optim import Adam
 from optiscope.probe import entropy_per_sequence, prediction_curves, probe_step, sample_sequences, update_direction
-from tiny_lm import VOCAB, E, T, lm_loss, setup
+from tiny_lm import VOCAB, E, T, TinyCausalLM, lm_loss, setup
 
 
 def mean_entropy_at(model, direction, eta, data):
@@ -337,10 +338,119 @@ def test_the_quadratic_term_through_layer_norms_matches_finite_differences():
     assert result["approx"]["reverse"]["vHvv"] == pytest.approx(result["approx"]["quadratic"]["vHvv"], rel=1e-9)
 
 
-def test_a_wrong_kind_of_optimizer_or_direction_is_named():
+def test_a_wrong_kind_of_argument_is_named_in_one_line():
     model, opt, data, batch = setup()
-    with pytest.raises(TypeError, match="update_direction: optimizer='adam' is not an optimizer"):
-        update_direction(model, "adam", lm_loss, batch)
+    errors = {
+        "update_direction: optimizer is a str, not an optimizer": lambda: update_direction(
+            model, "adam", lm_loss, batch
+        ),
+        "update_direction: optimizer is a TinyCausalLM, not an optimizer": lambda: update_direction(
+            model, model, lm_loss, batch
+        ),
+        "update_direction: loss_fn is a str, not callable": lambda: update_direction(model, opt, "mse", batch),
+        "update_direction: max_grad_norm=0; valid: a finite number > 0": lambda: update_direction(
+            model, opt, lm_loss, batch, max_grad_norm=0
+        ),
+    }
     v = update_direction(model, opt, lm_loss, batch)
-    with pytest.raises(TypeError, match="direction is a list; give a dict of tensors by parameter name"):
-        probe_step(model, list(v.values()), data, [1e-3])
+    name = next(iter(v))
+    errors |= {
+        "direction is a list; give a dict of tensors by parameter name": lambda: probe_step(
+            model, list(v.values()), data, [1e-3]
+        ),
+        rf"direction\['{name}'\] is a ndarray; give a torch.Tensor": lambda: probe_step(
+            model, {n: t.numpy() for n, t in v.items()}, data, [1e-3]
+        ),
+        r"sequences is a list; give a torch.Tensor of token ids of shape \(E, T\+1\)": lambda: probe_step(
+            model, v, data.tolist(), [1e-3]
+        ),
+        "sequences is a ndarray; give a torch.Tensor": lambda: probe_step(model, v, data.numpy(), [1e-3]),
+    }
+    for message, call in errors.items():
+        with pytest.raises((TypeError, ValueError), match=message) as caught:
+            call()
+        assert "\n" not in str(caught.value)
+
+
+def test_reverse_check_in_policy_mode_is_ignored_with_a_warning():
+    model, opt, data, batch = setup()
+    v = update_direction(model, opt, lm_loss, batch)
+    sequences = sample_sequences(model, data[:, 0], T, block_size=T, generator=torch.Generator().manual_seed(0))
+    with pytest.warns(UserWarning, match="reverse_check=True is ignored in mode='policy'"):
+        result = probe_step(model, v, sequences, [1e-3], mode="policy", reverse_check=True)
+    assert "reverse" not in result["approx"]
+
+
+class DroppingLM(nn.Module):
+    """The tiny LM with dropout on its logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.lm = TinyCausalLM()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, idx):
+        return self.drop(self.lm(idx))
+
+
+@pytest.mark.parametrize("precision", ["float64", "model"])
+def test_the_probe_measures_in_eval_mode_and_restores_each_modules_own_flag(precision):
+    torch.manual_seed(0)
+    model = DroppingLM().double()
+    model.train()
+    model.lm.embed.eval()  # a frozen part of a training model, which net.train() would put back in training
+    flags = {n: m.training for n, m in model.named_modules()}
+    data = torch.randint(0, VOCAB, (E, T + 1))
+    v = {n: torch.randn_like(p) for n, p in model.named_parameters()}
+    result = probe_step(model, v, data, [1e-3], precision=precision)
+    assert {n: m.training for n, m in model.named_modules()} == flags
+    evaluated = copy.deepcopy(model).eval()  # no dropout: the entropy the probe measures
+    assert result["base_value"] == pytest.approx(mean_entropy_at(evaluated, v, 0.0, data), rel=1e-12)
+
+
+class CountingLM(nn.Module):
+    """The tiny LM with a buffer its forward pass updates in place: the number of calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.lm = TinyCausalLM()
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, idx):
+        self.calls += 1
+        return self.lm(idx)
+
+
+@pytest.mark.parametrize("precision", ["float64", "model"])
+def test_a_forward_pass_that_updates_a_buffer_is_probed_without_touching_it(precision):
+    """The probe's forward passes update copies of the buffers; with ``precision="model"`` and a direction over
+    some of the parameters, the others are detached (no autograd graph, no warning about one)."""
+    torch.manual_seed(0)
+    model = CountingLM().double()
+    data = torch.randint(0, VOCAB, (E, T + 1))
+    v = {"lm.head.weight": torch.randn_like(model.lm.head.weight)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        result = probe_step(model, v, data, [1e-3], precision=precision, reverse_check=True)
+    assert int(model.calls) == 0
+    h = 1e-4
+    central = (mean_entropy_at(model, v, h, data) - mean_entropy_at(model, v, -h, data)) / (2 * h)
+    assert result["approx"]["delta_h_per_lr"] == pytest.approx(central, rel=1e-6)
+    assert result["approx"]["reverse"]["gdotv"] == pytest.approx(central, rel=1e-6)
+
+
+class ContextLM(TinyCausalLM):
+    """The tiny LM refusing fewer than two tokens of context, as a model with a causal convolution may."""
+
+    def forward(self, idx):
+        assert idx.shape[1] >= 2, "needs at least two tokens"
+        return super().forward(idx)
+
+
+def test_the_vocabulary_check_runs_on_inputs_as_long_as_the_sequences():
+    torch.manual_seed(0)
+    model = ContextLM().double()
+    data = torch.randint(0, VOCAB, (E, T + 1))
+    v = {n: torch.randn_like(p) for n, p in model.named_parameters()}
+    result = probe_step(model, v, data, [1e-3])
+    assert result["base_value"] == pytest.approx(mean_entropy_at(model, v, 0.0, data), rel=1e-12)

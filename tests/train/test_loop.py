@@ -195,7 +195,7 @@ def test_divergence_before_the_first_checkpoint_keeps_the_outcome_only(tmp_path)
 
 def test_the_guard_trips_after_a_step_that_blew_the_loss_up(tmp_path):
     run = make_run(tmp_path)
-    run.monitor.guard = DivergenceGuard(factor=2, warmup=0)
+    run.monitor.guard = DivergenceGuard(factor=2, warmup=0, window=1)  # each step judged: a short plan
     run.optimizer.param_groups[0]["lr"] = 50.0  # a certain divergence on any machine
     run.scheduler = None
     train.train(run, Regression(), PLAN, tmp_path / "ckpt.pt")
@@ -212,7 +212,7 @@ def test_a_record_at_the_step_the_guard_trips_reaches_the_history(tmp_path):
 
     run = make_run(tmp_path)
     run.monitor.every = 1
-    run.monitor.guard = DivergenceGuard(factor=2, warmup=0)
+    run.monitor.guard = DivergenceGuard(factor=2, warmup=0, window=1)  # each step judged: a short plan
     run.optimizer.param_groups[0]["lr"] = 50.0
     run.scheduler = None
     train.train(run, Watching(), PLAN, tmp_path / "ckpt.pt")

@@ -36,14 +36,14 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..checks import is_count, is_number, require_optimizer
+from ..checks import finite, is_count, is_number, require_optimizer
 from ..curvature.hvp import unwrap
 from . import stats
 from .accumulation_noise import AccumulationNoise
@@ -120,7 +120,9 @@ class Monitor:
 
     Args:
         model: the module being trained (for parameter names; may be wrapped in DDP or compiled).
-        optimizer: any ``torch.optim.Optimizer``.
+        optimizer: any ``torch.optim.Optimizer``. The step hooks go on it, or, for a wrapper that forwards to
+            ``.optimizer`` without being set up as a torch optimizer itself (accelerate's
+            ``AcceleratedOptimizer``), on the optimizer it wraps (``hooked_optimizer``).
         every: measure every ``every``-th optimizer step (and the first).
         sinks: objects with ``write(record)`` and ``close()`` (see ``optiscope.monitor.sinks``).
         batch_tokens: tokens (or examples) per optimizer step, for a tokens/s figure.
@@ -166,12 +168,21 @@ class Monitor:
             raise TypeError(f"Monitor: model={model!r} is not an nn.Module; give the model the optimizer trains")
         require_optimizer(optimizer, "Monitor")
         sinks = checked_sinks(sinks, "Monitor")
-        if not (is_number(alarm_growth) and alarm_growth > 1):
-            raise ValueError(f"Monitor: alarm_growth={alarm_growth!r} must be a number > 1 (a multiple of u/w)")
+        if not (finite(alarm_growth) and alarm_growth > 1):
+            raise ValueError(f"Monitor: alarm_growth={alarm_growth!r} must be a number > 1 (a finite multiple of u/w)")
         if on_divergence not in ("raise", "record"):
             raise ValueError(f"Monitor: on_divergence={on_divergence!r} must be 'raise' or 'record'")
         if batch_tokens is not None and not is_count(batch_tokens):
             raise ValueError(f"Monitor: batch_tokens={batch_tokens!r} must be a positive integer or None")
+        if not is_count(start_step, least=0):
+            raise ValueError(f"Monitor: start_step={start_step!r} must be an integer >= 0 (the steps already taken)")
+        if not isinstance(histograms, bool):
+            raise TypeError(f"Monitor: histograms={histograms!r} must be True or False")
+        if context is not None and not (isinstance(context, Mapping) and all(isinstance(k, str) for k in context)):
+            raise TypeError(
+                f"Monitor: context={context!r} must be a dict of field names to values, e.g. {{'run': 'sgd'}}"
+            )
+        hooked = hooked_optimizer(optimizer)
         self.model, self.optimizer, self.every = model, optimizer, every
         self.sinks = sinks
         self.batch_tokens, self.guard, self.on_divergence = batch_tokens, guard, on_divergence
@@ -193,23 +204,16 @@ class Monitor:
             check_batch(curvature, model)
         self._small_batches = self._small_batch_source(model, optimizer, curvature)
         self.embedding = self._resolve_embedding(embedding, model, optimizer, self.names)
-        self.token_counts = None if token_counts is None else torch.as_tensor(token_counts, dtype=torch.float64)
-        if (
-            self.embedding is not None
-            and self.token_counts is not None
-            and (len(self.token_counts) != self.embedding.shape[0])
-        ):
-            raise ValueError(
-                f"Monitor: token_counts has {len(self.token_counts)} entries but the embedding has "
-                f"{self.embedding.shape[0]} rows; give one count per row"
-            )
+        self.token_counts = _checked_token_counts(token_counts, self.embedding)
         self.row_update_sum: Tensor | None = None
         self.row_update_steps = 0
         self.step_count = start_step
         self.first_loss = math.nan
-        self.lowest_loss = math.inf
+        self.lowest_loss = math.inf  # of the guard's level (the median of its window of recent losses)
+        self.recent_losses: list[float] = []
         self.diverged: dict[str, Any] | None = None
         self.last_record: dict[str, Any] | None = None
+        self.last_measured_step: int | None = None  # last_record's step, which a resumed run keeps (state_dict)
         self._ratio_history: dict[str, list[tuple[int, float]]] = {}
         self._snapshot: list[Tensor] | None = None
         self._snapshot_params: list[Tensor] = []
@@ -222,8 +226,8 @@ class Monitor:
         self._stepped = False  # the optimizer stepped since the last step() call
         self._skipped_in_a_row = 0  # steps skipped since the last step the optimizer took (``skip``)
         self._hooks = [
-            optimizer.register_step_pre_hook(self._before_step),
-            optimizer.register_step_post_hook(self._after_step),
+            hooked.register_step_pre_hook(self._before_step),
+            hooked.register_step_post_hook(self._after_step),
         ]
 
     def _small_batch_source(
@@ -257,9 +261,10 @@ class Monitor:
             return
         # copies: a scheduler steps a tensor lr in place (``fill_``), before the monitor reads the step's lr
         self._step_lrs = [g["lr"].clone() if isinstance(g["lr"], Tensor) else g["lr"] for g in optimizer.param_groups]
-        # Every trainable parameter, not only those holding a gradient now: an optimizer stepped with a
-        # closure (Lightning's automatic optimisation) computes the gradients inside step(), after this hook.
-        params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+        # Every parameter that holds a gradient or may get one: an optimizer stepped with a closure (Lightning's
+        # automatic optimisation) computes the gradients inside step(), after this hook; and one frozen with
+        # requires_grad_(False) that keeps a zeroed .grad is still stepped (momentum, weight decay move it).
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad or p.grad is not None]
         self._snapshot_params = params
         self._snapshot = [p.detach().clone() for p in params]
 
@@ -317,7 +322,7 @@ class Monitor:
                 entry["eff_lr"] = summary
                 if self.histograms:
                     entry["eff_lr_hist"] = stats.log_histogram(stats.effective_lr(optimizer, p))
-            per_param[self.names.get(id(p), f"param{i}")] = entry
+            per_param[self._name(p)] = entry
             if p is self.embedding:
                 self._track_rows(neg_updates[i])
         index = {id(p): i for i, p in enumerate(params)}
@@ -326,6 +331,19 @@ class Monitor:
             idx = [index[id(p)] for p in group["params"] if id(p) in index]
             groups.append(_aggregate(g[idx], w[idx], u[idx]))
         return {"params": per_param, "groups": groups, "total": _aggregate(g, w, u)}
+
+    def _name(self, p: Tensor) -> str:
+        """``p``'s name in the records; a tensor added since (``add_param_group``) is named as
+        ``parameter_names`` names it then, and keeps that name."""
+        if id(p) not in self.names:
+            now, taken = parameter_names(self.model, self.optimizer), set(self.names.values())
+            for gi, group in enumerate(self.optimizer.param_groups):
+                for pi, q in enumerate(group["params"]):
+                    if id(q) not in self.names:  # a name an earlier tensor holds stays that tensor's
+                        name = now[id(q)] if now[id(q)] not in taken else f"group{gi}.param{pi}"
+                        self.names[id(q)] = name
+                        taken.add(name)
+        return self.names[id(p)]
 
     def _track_rows(self, neg_update: Tensor) -> None:
         rows = stats.row_norms(neg_update)
@@ -372,14 +390,20 @@ class Monitor:
         step = self.step_count
         _refuse_ddp_join(self.model)
         loss_value = self._global_loss(loss)
+        level = None  # the loss the guard judges: the median of the recent finite losses
         if loss_value is not None and math.isfinite(loss_value):
             if math.isnan(self.first_loss):
-                self.first_loss = loss_value
-            self.lowest_loss = min(self.lowest_loss, loss_value)
+                # the start is a level too: a run whose loss rises at once (Adam at SGD's η) sets no lower median
+                self.first_loss = self.lowest_loss = loss_value
+            window = self.guard.window if self.guard is not None else 1
+            self.recent_losses = [*self.recent_losses, loss_value][-window:]
+            level = self.guard.level(self.recent_losses) if self.guard is not None else loss_value
+            if level is not None:
+                self.lowest_loss = min(self.lowest_loss, level)
         measured, self._measured = self._measured, None
         reason = None
         if loss_value is not None and self.guard is not None:
-            reason = self.guard.reason(step, loss_value, self.lowest_loss, self.first_loss)
+            reason = self.guard.reason(step, loss_value, level, self.lowest_loss, self.first_loss)
         if measured is not None:
             self._remember_ratios(step, measured["params"])
             bad = [name for name, e in measured["params"].items() if e["nonfinite_w"]]
@@ -401,7 +425,7 @@ class Monitor:
                     record.update(self._measure_curvature(step))
             if self.row_update_sum is not None:
                 record["embedding"] = self.embedding_summary()
-            self.last_record = record
+            self.last_record, self.last_measured_step = record, step
             self._write(record)
         self._step_lrs = None
         if reason is not None:
@@ -438,6 +462,8 @@ class Monitor:
             return None
         # float64: a float64 loss that falls below float32's range must not read as 0 (the guard's lowest loss)
         if isinstance(loss, Tensor):
+            if loss.numel() == 0:
+                raise ValueError("Monitor.step: loss is an empty tensor; give the batch's loss (a number or a tensor)")
             value = loss.detach().to(torch.float64).mean()
         elif is_number(loss):
             value = torch.tensor(float(loss), dtype=torch.float64)
@@ -485,8 +511,11 @@ class Monitor:
     def diverge(self, step: int, loss: float | None, reason: str, measured: dict[str, Any] | None = None) -> None:
         """Declare divergence at ``step``: build the record (with the parameters whose u/w exploded
         first), send it to the sinks, and raise ``Diverged`` carrying it and ``measured`` (the step's own
-        record, if it was measured), or, with ``on_divergence="record"``, keep it in ``self.diverged``. A
-        training loop calls this itself when it stops *before* a step."""
+        record, if it was measured), or, with ``on_divergence="record"``, keep it in ``self.diverged``: the
+        first divergence only (a run that goes on is judged again at every step, and the first is what
+        happened). A training loop calls this itself when it stops *before* a step."""
+        if self.on_divergence == "record" and self.diverged is not None:
+            return
         record = {
             **self._context_fields(),
             "diverged": True,
@@ -494,7 +523,7 @@ class Monitor:
             "loss": loss,
             "reason": reason,
             "exploded_first": self.exploded_first(),
-            "last_measured_step": self.last_record["step"] if self.last_record else None,
+            "last_measured_step": self.last_measured_step,
         }
         diagnosis = curvature_diagnosis(step, self._curvature_history)
         if diagnosis is not None:
@@ -513,19 +542,27 @@ class Monitor:
                 "step_count": self.step_count,
                 "first_loss": self.first_loss,
                 "lowest_loss": self.lowest_loss,
+                "recent_losses": self.recent_losses,
                 "ratio_history": self._ratio_history,
                 "row_update_sum": self.row_update_sum,
                 "row_update_steps": self.row_update_steps,
                 "curvature_vector": self._curvature_vector,
                 "curvature_history": self._curvature_history,
                 "skipped_in_a_row": self._skipped_in_a_row,
+                "last_measured_step": self.last_measured_step,
             }
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (``state_dict``'s), which holds at least ``STATE_KEYS``."""
+        missing = sorted(STATE_KEYS - state.keys()) if isinstance(state, Mapping) else sorted(STATE_KEYS)
+        if missing:
+            raise ValueError(
+                f"Monitor.load_state_dict: the state lacks {missing}; give what Monitor.state_dict() returned"
+            )
         self.step_count = state["step_count"]
         self.first_loss, self.lowest_loss = state["first_loss"], state["lowest_loss"]
+        self.recent_losses = list(state.get("recent_losses", []))  # absent in checkpoints from before the window
         self._ratio_history = {k: list(v) for k, v in state["ratio_history"].items()}
         self.row_update_sum, self.row_update_steps = state["row_update_sum"], state["row_update_steps"]
         if self.row_update_sum is not None and self.embedding is not None:  # a checkpoint is loaded onto the CPU
@@ -533,6 +570,7 @@ class Monitor:
         self._curvature_vector = state.get("curvature_vector")  # absent in checkpoints from before curvature
         self._curvature_history = [tuple(h) for h in state.get("curvature_history", [])]
         self._skipped_in_a_row = state.get("skipped_in_a_row", 0)
+        self.last_measured_step = state.get("last_measured_step")
         self._clock = (time.perf_counter(), self.step_count)
 
     # ------------------------------------------------------------------------------- embedding
@@ -540,16 +578,20 @@ class Monitor:
     def _resolve_embedding(
         embedding: Tensor | str | None, model: nn.Module, optimizer: torch.optim.Optimizer, names: dict[int, str]
     ) -> Tensor | None:
-        if embedding is None or isinstance(embedding, Tensor):
-            if embedding is not None and embedding.ndim != 2:
-                raise ValueError(f"Monitor: embedding must be a 2-D matrix, got shape {tuple(embedding.shape)}")
-            return embedding
-        # the name as the wrapper has it, as the model inside its wrappers has it, or as the records give it
-        named = {**dict(model.named_parameters()), **dict(unwrap(model).named_parameters())}
-        named.update({names[id(p)]: p for group in optimizer.param_groups for p in group["params"]})
-        if embedding not in named:
-            raise ValueError(f"Monitor: embedding={embedding!r} is not a parameter name; names: {sorted(named)[:8]} …")
-        return named[embedding]
+        if embedding is None:
+            return None
+        if not isinstance(embedding, Tensor):
+            # the name as the wrapper has it, as the model inside its wrappers has it, or as the records give it
+            named = {**dict(model.named_parameters()), **dict(unwrap(model).named_parameters())}
+            named.update({names[id(p)]: p for group in optimizer.param_groups for p in group["params"]})
+            if embedding not in named:
+                raise ValueError(
+                    f"Monitor: embedding={embedding!r} is not a parameter name; names: {sorted(named)[:8]} …"
+                )
+            embedding = named[embedding]
+        if embedding.ndim != 2:
+            raise ValueError(f"Monitor: embedding must be a 2-D matrix, got shape {tuple(embedding.shape)}")
+        return embedding
 
     def row_updates(self) -> Tensor | None:
         """Mean ‖Δ row‖ of the tracked embedding over the measured steps (one value per row)."""
@@ -587,6 +629,16 @@ class Monitor:
         for sink in self.sinks:
             sink.close()
 
+    def __getstate__(self) -> Any:
+        # Refused rather than rebuilt on unpickling: the monitor lives in hooks on the optimizer (torch drops
+        # them when it pickles one) and, with curvature, on the model, and its sinks hold open files, event
+        # writers and a console. A copy would measure nothing (and count every step as skipped) or write into
+        # the original's files; what a resumed run needs is its state_dict().
+        raise TypeError(
+            "Monitor cannot be pickled or copied: save monitor.state_dict(), then build a new Monitor and call "
+            "its load_state_dict()"
+        )
+
     def __enter__(self) -> Monitor:
         return self
 
@@ -608,6 +660,44 @@ def _refuse_ddp_join(model: nn.Module) -> None:
             "monitor averages each step's loss over the ranks, which a rank that ran out of data never joins; "
             "give every rank the same number of batches (DistributedSampler pads them to equal length)"
         )
+
+
+def hooked_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The optimizer whose step hooks see every step: ``optimizer`` itself, or, for a wrapper that has no step
+    hooks of its own (accelerate's ``AcceleratedOptimizer`` subclasses ``torch.optim.Optimizer`` without
+    calling its ``__init__``; its ``step()`` calls the wrapped one's), the first down its ``.optimizer``
+    chain that has them."""
+    inner = optimizer
+    while not hasattr(inner, "_optimizer_step_pre_hooks"):
+        inner = getattr(inner, "optimizer", None)
+        if inner is None:
+            raise TypeError(
+                f"Monitor: optimizer={optimizer!r} has no step hooks (register_step_pre_hook) and wraps no "
+                "optimizer that has them (.optimizer); give a torch.optim.Optimizer"
+            )
+    return inner
+
+
+def _checked_token_counts(token_counts: Any, embedding: Tensor | None) -> Tensor | None:
+    """``token_counts`` as float64, or a one-line error unless it is one finite count >= 0 per embedding row."""
+    if token_counts is None:
+        return None
+    if embedding is None:
+        raise ValueError("Monitor: token_counts without embedding; give embedding= (the matrix whose rows they count)")
+    try:
+        counts = torch.as_tensor(token_counts, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"Monitor: token_counts={token_counts!r} must be a sequence of counts, one per row") from None
+    if counts.ndim != 1 or len(counts) != embedding.shape[0]:
+        entries = f"{len(counts)} entries" if counts.ndim == 1 else f"shape {tuple(counts.shape)}"
+        raise ValueError(
+            f"Monitor: token_counts has {entries} but the embedding has {embedding.shape[0]} rows; "
+            "give one count per row"
+        )
+    bad = counts[~(torch.isfinite(counts) & (counts >= 0))]
+    if bad.numel():
+        raise ValueError(f"Monitor: token_counts holds {bad[0].item()}; counts must be finite and >= 0")
+    return counts
 
 
 def _aggregate(g: Tensor, w: Tensor, u: Tensor) -> dict[str, float]:

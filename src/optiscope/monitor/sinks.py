@@ -9,14 +9,15 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
+from ..checks import is_count, is_number
 from ..runs import METRICS, TENSORBOARD, append_jsonl, checkpoint_name, is_rank_zero, truncate_jsonl
-from .curvature import KEYS as CURVATURE_KEYS
 
 
 def checked_sinks(sinks: Any, who: str, absent: str = "() for none") -> list[Any]:
@@ -58,6 +59,17 @@ class ConsoleSink:
     """
 
     def __init__(self, console: Console | None = None, max_rows: int = 12, full: bool = False, every: int = 1) -> None:
+        if console is not None and not isinstance(console, Console):
+            raise TypeError(
+                f"ConsoleSink: console={console!r} must be a rich.console.Console, or None for the terminal"
+            )
+        # two rows at least: the table shows the largest and the smallest movers, max_rows // 2 of each
+        if not is_count(max_rows, 2):
+            raise ValueError(f"ConsoleSink: max_rows={max_rows!r} must be an integer >= 2")
+        if not isinstance(full, bool):
+            raise TypeError(f"ConsoleSink: full={full!r} must be True or False")
+        if not is_count(every):
+            raise ValueError(f"ConsoleSink: every={every!r} must be an integer >= 1 (print every every-th record)")
         self.console = console or Console()
         self.max_rows, self.full, self.every = max_rows, full, every
 
@@ -147,7 +159,13 @@ class JSONLSink:
     """One JSON line per record, appended (readable while the run goes; see ``runs.append_jsonl``)."""
 
     def __init__(self, path: Path | str) -> None:
+        if not isinstance(path, str | PathLike) or not str(path).strip():
+            raise TypeError(f"JSONLSink: path={path!r} must be a file's path (a str or Path)")
         self.path = Path(path)
+        if self.path.is_dir():
+            raise ValueError(
+                f"JSONLSink: path={str(path)!r} is a directory; give a file's path, e.g. run_dir / {METRICS!r}"
+            )
 
     def write(self, record: dict[str, Any]) -> None:
         if is_rank_zero():
@@ -170,9 +188,11 @@ class JSONLSink:
 class TensorBoardSink:
     """Real TensorBoard event files through ``torch.utils.tensorboard.SummaryWriter``.
 
-    Tags: ``loss``, ``grad_norm``, ``tokens_per_s``, the curvature keys when measured (``sharpness``,
-    ``sharpness/threshold``, …), ``lr/group{i}``, ``total/{g,w,u,u_over_w}`` and per
-    parameter ``{g,w,u,u_over_w,cos}/{name}`` and ``eff_lr_median/{name}``; a divergence is a text entry.
+    Tags: every number at the record's top level under its own name (``loss``, ``grad_norm``,
+    ``tokens_per_s``, the curvature keys when measured: ``sharpness``, ``sharpness/threshold``, …, and the
+    scalars given to ``Monitor.step``, e.g. ``val_acc``; not ``step`` nor the context's fields, which are
+    the same at every step), ``lr/group{i}``, ``total/{g,w,u,u_over_w}`` and per parameter
+    ``{g,w,u,u_over_w,cos}/{name}`` and ``eff_lr_median/{name}``; a divergence is a text entry.
     Needs the ``tensorboard`` package: ``pip install 'optiscope[tensorboard]'``.
     """
 
@@ -211,9 +231,10 @@ class TensorBoardSink:
             self.writer.add_text("diverged", f"step {step}: {record['reason']}", step)
             self.writer.flush()
             return
-        for key in ("loss", "grad_norm", "tokens_per_s", *CURVATURE_KEYS):
-            if record.get(key) is not None:
-                self.writer.add_scalar(key, record[key], step)
+        constant = {"step", *record.get("context", ())}
+        for key, value in record.items():
+            if key not in constant and is_number(value):
+                self.writer.add_scalar(key, value, step)
         for i, lr in enumerate(record.get("lr", [])):
             self.writer.add_scalar(f"lr/group{i}", lr, step)
         for key, value in record["total"].items():

@@ -26,16 +26,25 @@ from ..optim.adam import adam_effective_lr, adam_steps
 
 
 def foreach_norms(tensors: Sequence[Tensor]) -> Tensor:
-    """L2 norm of each tensor, as one float64 vector on the CPU (one device transfer in all)."""
+    """L2 norm of each tensor, as one float64 vector on the CPU (one device transfer in all).
+
+    Accumulated in float32 at least (a bf16 / fp16 norm would be rounded to 3 or 4 digits, and an fp16
+    norm above 65504 would be inf); a norm that overflows float32 although every entry is finite is
+    measured again in float64, so that only a tensor holding inf or nan has a non-finite norm.
+    """
     if not tensors:
         return torch.zeros(0, dtype=torch.float64)
     by_key: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for i, t in enumerate(tensors):
         by_key.setdefault((t.device, t.dtype), []).append(i)
     out = torch.empty(len(tensors), dtype=torch.float64)
-    for idx in by_key.values():
-        norms = torch._foreach_norm([tensors[i] for i in idx])
+    for (_, dtype), idx in by_key.items():
+        wide = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+        norms = torch._foreach_norm([tensors[i] for i in idx], 2, dtype=wide)
         out[idx] = torch.stack([n.double() for n in norms]).cpu()
+    for i in torch.nonzero(torch.isinf(out)).flatten().tolist():  # rare: a diverging run's last steps
+        if torch.isfinite(tensors[i]).all():
+            out[i] = float(torch.linalg.vector_norm(tensors[i], dtype=torch.float64))
     return out
 
 
@@ -102,8 +111,9 @@ def effective_lr_summary(
 ) -> dict[str, float] | None:
     """min / median / max of the effective learning rate, without building it element by element.
 
-    For Adam-style state, η/(√(v/(1 − β2ᵗ)) + ε) decreases with v, so its min, median and max are the
-    map of v's max, median and min: two reductions over v instead of a parameter-sized temporary.
+    The median is torch's (the lower of the two middle entries of an even count), as ``summarize`` takes it.
+    For Adam-style state, η/(√(v/(1 − β2ᵗ)) + ε) decreases with v, so its min, lower median and max are the
+    map of v's max, upper median and min: two reductions over v instead of a parameter-sized temporary.
     Other optimizers with an ``effective_lr`` method (RMSprop) are summarised from the full tensor.
     """
     state = optimizer.state.get(param, {})
@@ -120,7 +130,8 @@ def effective_lr_summary(
         if v.numel() == 0:
             return {"min": math.nan, "median": math.nan, "max": math.nan}
         lo, hi = torch.aminmax(v)
-        middle = sampled(v.flatten()).median()  # the median is the effective lr at v's median
+        flat = sampled(v.flatten())
+        middle = torch.kthvalue(flat, flat.numel() // 2 + 1).values  # v's upper median (0-based n//2)
         return {"min": eff(float(hi)), "median": eff(float(middle)), "max": eff(float(lo))}
     values = effective_lr(optimizer, param)
     return None if values is None else summarize(values)

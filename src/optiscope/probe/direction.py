@@ -14,14 +14,14 @@ state are left exactly as they were.
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict, defaultdict
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..checks import require_optimizer
+from ..checks import is_optimizer, positive
 from ..curvature import loss_fault, require_optimizer_of, rng_forked, running_statistics_kept
 from ..monitor import own_names
 from ..optim import clip_grad_norm
@@ -51,22 +51,79 @@ def gradients(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Tensor], bat
 
 
 def shadow_optimizer(optimizer: torch.optim.Optimizer, clones: dict[int, Tensor]) -> torch.optim.Optimizer:
-    """A copy of ``optimizer`` over ``clones`` (by id of the original parameter), state deep-copied, no hooks."""
-    # torch.optim's __setstate__ (what copy.copy calls) fills in keys it lacks, e.g. "differentiable", into the
-    # dicts it is given: it gets copies, or the original optimizer's defaults and groups would change
+    """A copy of ``optimizer`` over ``clones`` (by id of the original parameter): its whole ``__dict__`` (state,
+    param groups, defaults, and what a subclass sets in ``__init__``, a step counter say) deep-copied with every
+    parameter, wherever it is referred to, replaced by its clone; no hooks."""
     shadow = type(optimizer).__new__(type(optimizer))
-    shadow.__setstate__(
-        {
-            "defaults": dict(optimizer.defaults),
-            "state": defaultdict(
-                dict, {clones[id(p)]: copy.deepcopy(s) for p, s in optimizer.state.items() if id(p) in clones}
-            ),
-            "param_groups": [{**g, "params": [clones[id(p)] for p in g["params"]]} for g in optimizer.param_groups],
-        }
-    )
-    shadow._optimizer_step_pre_hooks = OrderedDict()
-    shadow._optimizer_step_post_hooks = OrderedDict()
+    memo: dict[int, Any] = {id(optimizer): shadow, **clones}
+    for hooks in hook_dicts(optimizer):
+        # hooks may be bound methods of a monitor holding open files: they are neither copied nor run on the shadow
+        memo[id(hooks)] = type(hooks)()
+    # an LR scheduler puts a wrapper of the class's step() in the instance's __dict__ that steps the original
+    attributes = {k: v for k, v in vars(optimizer).items() if k != "step"}
+    shadow.__dict__.update(copy.deepcopy(attributes, memo))
     return shadow
+
+
+def hook_dicts(optimizer: Any) -> list[dict[Any, Any]]:
+    """The hook registries (``_optimizer_step_pre_hooks``, …) of ``optimizer`` and of the optimizers it wraps."""
+    found = []
+    for name, value in vars(optimizer).items():
+        if name.endswith("_hooks") and isinstance(value, dict):
+            found.append(value)
+        elif is_optimizer(value):
+            found.extend(hook_dicts(value))
+    return found
+
+
+def requires_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the class's ``step()``, which the shadow runs, needs an argument: a closure that re-evaluates the
+    loss (LBFGS)."""
+    step = type(optimizer).step.__get__(optimizer)  # bound to the instance: ``self`` is no argument to give
+    return any(
+        p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        for p in inspect.signature(step).parameters.values()
+    )
+
+
+def check_arguments(model: nn.Module, optimizer: Any, loss_fn: Any, max_grad_norm: Any) -> None:
+    """One-line errors for a ``loss_fn`` that is not callable, a ``max_grad_norm`` that is no threshold, and an
+    ``optimizer`` that is not one of ``model``'s or whose step has no direction."""
+    if max_grad_norm is not None and not positive(max_grad_norm):
+        raise ValueError(
+            f"update_direction: max_grad_norm={max_grad_norm!r}; valid: a finite number > 0, or None for no clipping"
+        )
+    if not callable(loss_fn):
+        raise TypeError(
+            f"update_direction: loss_fn is a {type(loss_fn).__name__}, not callable; give loss_fn(model, batch) "
+            "returning the scalar training loss"
+        )
+    if optimizer is None:
+        return
+    if not is_optimizer(optimizer):
+        raise TypeError(
+            f"update_direction: optimizer is a {type(optimizer).__name__}, not an optimizer; give a "
+            "torch.optim.Optimizer (ours or torch's), or None for v = −∇L"
+        )
+    require_optimizer_of(model, optimizer, [p for g in optimizer.param_groups for p in g["params"]], "update_direction")
+    if requires_closure(optimizer):
+        raise ValueError(
+            f"update_direction: {type(optimizer).__name__}.step() requires a closure; the direction of a "
+            "closure-driven step (the optimizer re-evaluates the loss along its way) is not defined"
+        )
+
+
+def clip_like_the_model(clones: dict[int, Tensor], grads: dict[int, Tensor], max_grad_norm: float) -> None:
+    """Scale the clones' gradients as ``clip_grad_norm(model.parameters(), max_grad_norm)`` would: by the global
+    norm of all of ``grads`` (the model's), those of parameters the optimizer does not hold included."""
+    clip_grad_norm([*clones.values(), *(holding(g) for i, g in grads.items() if i not in clones)], max_grad_norm)
+
+
+def holding(grad: Tensor) -> Tensor:
+    """A zero-memory tensor whose ``.grad`` is ``grad``: how a gradient with no clone enters ``clip_grad_norm``."""
+    holder = grad.new_empty(()).expand(grad.shape)
+    holder.grad = grad
+    return holder
 
 
 def update_direction(
@@ -79,14 +136,13 @@ def update_direction(
     """v = Δθ/η₀ for ``optimizer``'s next step on ``batch``, by parameter name (see module doc).
 
     ``loss_fn(model, batch)`` returns the scalar training loss. With ``optimizer=None`` the direction is
-    the plain negative gradient, v = −∇L. ``max_grad_norm`` clips the gradients first, as a training
-    loop that clips would. Parameters the step does not move are left out (their v is zero).
+    the plain negative gradient, v = −∇L. ``max_grad_norm`` clips the gradients first, as a training loop
+    that calls ``clip_grad_norm_(model.parameters(), max_grad_norm)`` would: by the global norm of all the
+    model's gradients, those of parameters another optimizer steps included. Δθ is taken in float64 and v
+    returned in the parameter's dtype or float32, whichever is wider: a bfloat16 v would be 1e-3 off the
+    step. Parameters the step does not move are left out (their v is zero).
     """
-    if optimizer is not None:
-        require_optimizer(optimizer, "update_direction")
-        require_optimizer_of(
-            model, optimizer, [p for g in optimizer.param_groups for p in g["params"]], "update_direction"
-        )
+    check_arguments(model, optimizer, loss_fn, max_grad_norm)
     named = own_names(model)
     grads = gradients(model, loss_fn, batch)
     params = (
@@ -98,7 +154,7 @@ def update_direction(
     for i, clone in clones.items():
         clone.grad = grads.get(i)
     if max_grad_norm is not None:
-        clip_grad_norm(clones.values(), max_grad_norm)
+        clip_like_the_model(clones, grads, max_grad_norm)
     if optimizer is None:
         return {named[i]: -c.grad for i, c in clones.items() if i in named and c.grad is not None}
     lr = float(optimizer.param_groups[0]["lr"])
@@ -108,7 +164,7 @@ def update_direction(
     direction = {}
     for i, p in params.items():
         if i in named:
-            delta = clones[i].detach() - p.detach()
+            delta = clones[i].detach().double() - p.detach().double()
             if torch.any(delta != 0):
-                direction[named[i]] = delta / lr
+                direction[named[i]] = (delta / lr).to(torch.promote_types(p.dtype, torch.float32))
     return direction

@@ -29,10 +29,12 @@ and, on-policy, ``score`` (s_i): enough to recompute every estimate on any subse
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,7 +46,7 @@ from ..checks import is_count, is_number
 from .calls import call_kwargs, forward_mode_attention, logits_of
 from .functionals import check_logits, per_sequence
 from .norms import composed_norms
-from .terms import along, derivatives, gradient_dot, hessian_quadratic, unwrap
+from .terms import along, derivatives, fixed_state, gradient_dot, hessian_quadratic, unwrap
 
 MODES = ("fixed", "policy")
 
@@ -118,19 +120,29 @@ def probe_step(
 ) -> dict[str, Any]:
     """Probe one step direction on ``sequences`` (E × (T+1) token ids: inputs are [:, :-1], targets [:, 1:]).
 
-    In ``mode="policy"`` the sequences must have been sampled from the model (``sample_sequences``).
-    ``precision="float64"`` evaluates a float64 copy of the model (exact enough to see ΔH of 1e-9);
-    ``"model"`` keeps the model's dtype. A padded batch of a 🤗 model comes with its ``attention_mask``
-    (E × (T+1), 1 for real tokens); ``scored`` (E × T) picks the positions t whose next-token
-    distribution counts — by default those where both x_t and x_{t+1} are real tokens; on-policy with
-    prompts, pass the sampled positions only (their log-probabilities are the importance weights).
-    A 🤗 model is measured with ``eager`` attention (``calls.forward_mode_attention``), then restored.
+    The model is measured in eval mode: no dropout, batch norms on their running statistics (each submodule's
+    own train/eval flag is restored after). In ``mode="policy"`` the sequences must have been sampled from the
+    model (``sample_sequences``); ``log_ratio_clip`` is the c that clips the importance weights' log-ratios
+    there (fixed contexts have no weights). ``precision="float64"`` evaluates a float64 copy of the model
+    (exact enough to see ΔH of 1e-9); ``"model"`` keeps the model's dtype. ``chunk_size`` sequences go through
+    the model at a time, which bounds the memory and changes no result. ``reverse_check=True`` computes H′
+    and H″ again by reverse mode (``approx.reverse``: ∇H·v by backprop, vᵀ(∇²H v) by a Hessian-vector
+    product), for fixed contexts only: in policy mode it is ignored, with a warning. A padded batch of a 🤗
+    model comes with its ``attention_mask`` (E × (T+1), 1 for real tokens); ``scored`` (E × T) picks the
+    positions t whose next-token distribution counts — by default those where both x_t and x_{t+1} are real
+    tokens; on-policy with prompts, pass the sampled positions only (their log-probabilities are the importance
+    weights). A 🤗 model is measured with ``eager`` attention (``calls.forward_mode_attention``), then restored.
     Returns the seed's ``results.json`` layout (module doc).
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}; valid: {', '.join(MODES)}")
     if precision not in ("float64", "model"):
         raise ValueError(f"precision={precision!r}; valid: float64, model")
+    if reverse_check and mode == "policy":
+        warnings.warn(
+            "reverse_check=True is ignored in mode='policy': the reverse-mode check covers fixed contexts only",
+            stacklevel=2,
+        )
     if not isinstance(direction, dict):
         raise TypeError(
             f"direction is a {type(direction).__name__}; give a dict of tensors by parameter name (update_direction's)"
@@ -138,6 +150,10 @@ def probe_step(
     if not direction:
         raise ValueError("the direction is empty: the step moves no parameter")
     etas = check_etas(etas)
+    if not isinstance(sequences, Tensor):
+        raise TypeError(
+            f"sequences is a {type(sequences).__name__}; give a torch.Tensor of token ids of shape (E, T+1)"
+        )
     if sequences.ndim != 2 or sequences.shape[1] < 2:
         raise ValueError(f"sequences must be token ids of shape (E, T+1) with T >= 1, got {tuple(sequences.shape)}")
     if len(sequences) == 0:
@@ -150,6 +166,8 @@ def probe_step(
     net = unwrap(model)
     params = dict(net.named_parameters())
     for name, v in direction.items():
+        if not isinstance(v, Tensor):
+            raise TypeError(f"direction[{name!r}] is a {type(v).__name__}; give a torch.Tensor (update_direction's)")
         if name in params and v.shape != params[name].shape:
             raise ValueError(
                 f"direction[{name!r}] has shape {tuple(v.shape)}; the parameter's is {tuple(params[name].shape)}"
@@ -170,31 +188,41 @@ def probe_step(
     if precision == "float64":
         net = copy.deepcopy(net).double().requires_grad_(False)  # the copy is only evaluated: no graph
         direction = {n: v.double() for n, v in direction.items()}
-    was_training = net.training
+    with evaluating(net), forward_mode_attention(net), composed_norms():
+        check_token_ids(net, sequences)
+        return _probe(
+            net,
+            direction,
+            sequences,
+            etas,
+            mode,
+            functional,
+            chunk_size,
+            log_ratio_clip,
+            reverse_check,
+            attention_mask,
+            scored,
+        )
+
+
+@contextlib.contextmanager
+def evaluating(net: nn.Module) -> Iterator[None]:
+    """Every submodule in eval mode for the duration; each one's own flag restored after (a training model may
+    hold parts in eval mode, a frozen embedding say, which ``net.train()`` would put back in training)."""
+    flags = [(m, m.training) for m in net.modules()]
     net.eval()
     try:
-        with forward_mode_attention(net), composed_norms():
-            check_token_ids(net, sequences)
-            return _probe(
-                net,
-                direction,
-                sequences,
-                etas,
-                mode,
-                functional,
-                chunk_size,
-                log_ratio_clip,
-                reverse_check,
-                attention_mask,
-                scored,
-            )
+        yield
     finally:
-        net.train(was_training)
+        for m, training in flags:
+            m.training = training
 
 
 def check_token_ids(net: nn.Module, sequences: Tensor) -> None:
     """``sequences`` must hold integer ids the model has logits for: an id outside the vocabulary would fail
-    deep inside an embedding or a gather. The vocabulary is read from the logits of one token (id 0)."""
+    deep inside an embedding or a gather. The vocabulary is read from the logits of one sequence of id 0 as long
+    as the inputs (a model may need that much context), computed on copies of the buffers (``fixed_state``): a
+    forward pass that counts its calls leaves the model's count."""
     if sequences.is_floating_point() or sequences.is_complex() or sequences.dtype == torch.bool:
         raise ValueError(f"sequences must be integer token ids, got dtype {sequences.dtype}")
     device = next(net.parameters()).device
@@ -203,8 +231,10 @@ def check_token_ids(net: nn.Module, sequences: Tensor) -> None:
             f"sequences are on {sequences.device} but the model is on {device}: pass sequences.to('{device}')"
         )
     with torch.no_grad():
-        one = torch.zeros((1, 1), dtype=torch.long, device=device)
-        vocabulary = check_logits(net(one, **call_kwargs(net, None))).shape[-1]
+        zeros = torch.zeros_like(sequences[:1, :-1])
+        vocabulary = check_logits(functional_call(net, fixed_state(net, {}), (zeros,), call_kwargs(net, None))).shape[
+            -1
+        ]
     bad = (sequences < 0) | (sequences >= vocabulary)
     if bool(bad.any()):
         i, t = (int(j) for j in bad.nonzero()[0])
@@ -367,11 +397,10 @@ def _reverse_terms(
     total_tokens: float,
 ) -> dict[str, float]:
     """The fixed-context totals again, by reverse mode: ∇H·v and the Hessian-vector product vᵀ(∇²H v)."""
-    others = {k: v.detach() for k, v in net.named_parameters() if k not in direction}
     kwargs = call_kwargs(net, masks)
 
     def total(params: dict[str, Tensor]) -> Tensor:
-        logits = check_logits(functional_call(net, {**others, **params}, (inputs,), kwargs))
+        logits = check_logits(functional_call(net, {**fixed_state(net, direction), **params}, (inputs,), kwargs))
         return per_sequence(functional, logits, targets, scored).sum() / total_tokens
 
     return {"gdotv": gradient_dot(net, direction, total), "vHvv": hessian_quadratic(net, direction, total)}

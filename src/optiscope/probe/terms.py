@@ -7,8 +7,8 @@ summed entropy S_i, and for sampled sequences also log p(x_i)). One nested forwa
     F_i(0),   F_i′(0) = ∇F_i · v,   F_i″(0) = vᵀ ∇²F_i v
 
 at the memory of a forward pass and no backward pass; the model is evaluated with
-``torch.func.functional_call`` and never mutated. ``gradient_dot`` and ``hessian_quadratic`` compute the
-totals the reverse-mode way (∇F·v, and vᵀ(∇²F v) as a Hessian-vector product) as an independent check.
+``torch.func.functional_call`` and never mutated (``fixed_state``). ``gradient_dot`` and ``hessian_quadratic``
+compute the totals the reverse-mode way (∇F·v, and vᵀ(∇²F v) as a Hessian-vector product) as an independent check.
 """
 
 from __future__ import annotations
@@ -34,6 +34,15 @@ def base_parameters(model: nn.Module, direction: dict[str, Tensor]) -> dict[str,
     return {n: params[n] for n in direction}
 
 
+def fixed_state(model: nn.Module, direction: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Everything ``functional_call`` is given besides the moved parameters: the other parameters detached (no
+    autograd graph through the model's own tensors) and copies of the buffers, so that a forward pass that
+    updates one in place (a call counter) updates its copy, never the model's. Made inside the function a
+    transform differentiates, the copies are that transform's own tensors, which it lets the forward mutate."""
+    others = {n: p.detach() for n, p in model.named_parameters() if n not in direction}
+    return {**others, **{n: b.clone() for n, b in model.named_buffers()}}
+
+
 def along(
     model: nn.Module,
     direction: dict[str, Tensor],
@@ -51,7 +60,7 @@ def along(
 
     def f(eta: Tensor) -> tuple[Tensor, ...]:
         params = {n: theta[n] + eta.to(theta[n].dtype) * v for n, v in direction.items()}
-        logits = check_logits(functional_call(model, params, (inputs,), kwargs))
+        logits = check_logits(functional_call(model, {**fixed_state(model, direction), **params}, (inputs,), kwargs))
         out = (per_sequence(functional, logits, targets, scored),)
         if with_log_prob:
             out += (sequence_log_prob(logits, targets, scored),)

@@ -1,0 +1,192 @@
+"""update_direction against the real step: θ + lr·v is what torch.optim (or the optimizer itself) then does to a
+copy of the model, with the training loop's clipping, in half precision, and for optimizers with state of their own."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from optiscope.probe import probe_step, update_direction
+from tiny_lm import VOCAB, T, TinyCausalLM, lm_loss, setup
+
+
+def real_step(model, make_optimizer, state, loss_fn, batch, max_grad_norm=None):
+    """Δθ of one step of a training loop on a copy of ``model``: its optimizers (``make_optimizer(copy)``, a
+    list) loaded with ``state``, ``clip_grad_norm_`` over all the model's parameters, then each one's step()."""
+    moved = copy.deepcopy(model)
+    optimizers = make_optimizer(moved)
+    for opt, s in zip(optimizers, state, strict=True):
+        opt.load_state_dict(copy.deepcopy(s))
+    loss_fn(moved, batch).backward()
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(moved.parameters(), max_grad_norm)
+    for opt in optimizers:
+        opt.step()
+    return {
+        n: q.detach().double() - p.detach().double()
+        for (n, p), (_, q) in zip(model.named_parameters(), moved.named_parameters(), strict=True)
+    }
+
+
+def test_clipping_takes_the_norm_of_all_the_models_gradients():
+    """Two optimizers split the parameters (matrices / the rest, as Muon + AdamW do); the loop clips the
+    gradients of the whole model, so each optimizer's direction is scaled by the norm of all of them."""
+    torch.manual_seed(0)
+    model = TinyCausalLM().double()
+    batch = torch.randint(0, VOCAB, (8, T + 1))
+
+    def make(m):
+        matrices = [p for p in m.parameters() if p.ndim == 2]
+        return [torch.optim.SGD(matrices, lr=0.1), torch.optim.SGD([p for p in m.parameters() if p.ndim < 2], lr=0.1)]
+
+    matrices, rest = make(model)
+    c = 0.05
+    model.zero_grad()
+    lm_loss(model, batch).backward()
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    model.zero_grad()
+    assert norm > 2 * c  # the clipping is active
+    delta = real_step(model, make, [matrices.state_dict(), rest.state_dict()], lm_loss, batch, max_grad_norm=c)
+    v = {**update_direction(model, matrices, lm_loss, batch, c), **update_direction(model, rest, lm_loss, batch, c)}
+    assert sorted(v) == sorted(delta)
+    for name, d in delta.items():
+        torch.testing.assert_close(0.1 * v[name], d, rtol=1e-9, atol=1e-15)
+
+
+def half_model(dtype):
+    torch.manual_seed(0)
+    model = TinyCausalLM().to(dtype)
+    batch = torch.randint(0, VOCAB, (8, T + 1))
+    opt = torch.optim.SGD(model.parameters(), lr=3e-3, momentum=0.9)
+    for _ in range(2):
+        opt.zero_grad()
+        lm_loss(model, batch).float().backward()
+        opt.step()
+    opt.zero_grad()
+    return model, opt, batch
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_models_direction_is_its_step_and_the_probe_takes_it(dtype):
+    """v = Δθ/lr is taken in float64 and kept in float32: in the parameter's dtype it was 1.7e-3 (bfloat16) off
+    the step the optimizer then takes."""
+    model, opt, batch = half_model(dtype)
+    v = update_direction(model, opt, lm_loss, batch)
+    delta = real_step(
+        model, lambda m: [torch.optim.SGD(m.parameters(), lr=3e-3, momentum=0.9)], [opt.state_dict()], lm_loss, batch
+    )
+    assert {t.dtype for t in v.values()} == {torch.float32}
+    for name, d in delta.items():
+        torch.testing.assert_close(3e-3 * v[name].double(), d, rtol=1e-6, atol=0)
+    # the probe's true ΔH at η = lr is that of the real step, measured on a float64 copy
+    sequences = torch.randint(0, VOCAB, (6, T + 1))
+
+    def mean_entropy(step):
+        moved = copy.deepcopy(model).double()
+        with torch.no_grad():
+            for name, p in moved.named_parameters():
+                p.add_(step[name])
+            logp = torch.log_softmax(moved(sequences[:, :-1]), -1)
+            return float(-(logp.exp() * logp).sum(-1).mean())
+
+    result = probe_step(model, v, sequences, [3e-3])
+    true = mean_entropy(delta) - mean_entropy({n: torch.zeros_like(d) for n, d in delta.items()})
+    assert result["true"]["entries"][0]["delta_h_true"] == pytest.approx(true, rel=1e-5)
+    with pytest.raises(ValueError, match=f"precision='model' on a {dtype} model cannot resolve one step"):
+        probe_step(model, v, sequences, [3e-3], precision="model")
+
+
+def test_a_float16_direction_does_not_overflow_for_a_small_lr():
+    """At 8192 float16's spacing is 8: a step of lr·g = 1e-4 · 5e4 = 5 rounds to 8, and v = 8/1e-4 = 8e4 is beyond
+    float16's largest number (65504)."""
+    model = nn.Linear(1, 1, bias=False).half()
+    with torch.no_grad():
+        model.weight.fill_(8192.0)
+
+    def loss_fn(m, batch):
+        return (m.weight.float() * batch).sum()
+
+    def make(m):
+        return [torch.optim.SGD(m.parameters(), lr=1e-4)]
+
+    (opt,) = make(model)
+    v = update_direction(model, opt, loss_fn, torch.tensor(-5e4))
+    delta = real_step(model, make, [opt.state_dict()], loss_fn, torch.tensor(-5e4))
+    assert float(delta["weight"]) == 8.0
+    torch.testing.assert_close(1e-4 * v["weight"].double(), delta["weight"], rtol=1e-7, atol=0)
+
+
+class CountingSGD(torch.optim.SGD):
+    """Sets attributes of its own in __init__: a step counter and the list of its matrices, which each step
+    shrinks by a factor that grows with the count."""
+
+    def __init__(self, params, lr):
+        super().__init__(params, lr=lr)
+        self.k = 0
+        self.matrices = [p for g in self.param_groups for p in g["params"] if p.ndim == 2]
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.k += 1
+        super().step(closure)
+        for p in self.matrices:
+            p.mul_(1 - 0.01 * self.k)
+
+
+def counting_setup():
+    """The tiny LM after two steps of CountingSGD; built afresh each call, the same each time."""
+    model, _, _, batch = setup()
+    opt = CountingSGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        lm_loss(model, batch).backward()
+        opt.step()
+    opt.zero_grad()
+    return model, opt, batch
+
+
+def test_an_optimizer_with_attributes_of_its_own_is_copied_with_them():
+    model, opt, batch = counting_setup()
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    v = update_direction(model, opt, lm_loss, batch)
+    assert opt.k == 2 and all(torch.equal(p, params[n]) for n, p in model.named_parameters())
+    # the same model and optimizer (torch's deepcopy of an optimizer would drop k), stepped for real
+    twin, twin_opt, _ = counting_setup()
+    lm_loss(twin, batch).backward()
+    twin_opt.step()
+    for name, p in twin.named_parameters():
+        torch.testing.assert_close(params[name] + 0.1 * v[name], p.detach(), rtol=1e-12, atol=1e-15)
+
+
+class Recorder:
+    """A hook's owner holding an open file, as a monitor does: it can be neither deep-copied nor run."""
+
+    def __init__(self, path):
+        self.file = open(path, "w")  # noqa: SIM115 (open for the optimizer's lifetime)
+        self.calls = 0
+
+    def hook(self, optimizer, args, kwargs):
+        self.calls += 1
+
+
+def test_hooks_and_a_schedulers_step_wrapper_are_left_to_the_original(tmp_path):
+    model, opt, _, batch = setup(optimizer="sgd")
+    recorder = Recorder(tmp_path / "log")
+    opt.register_step_pre_hook(recorder.hook)
+    torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)  # wraps opt.step in the instance's __dict__
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    state = opt.state_dict()
+    v = update_direction(model, opt, lm_loss, batch)
+    recorder.file.close()
+    assert recorder.calls == 0
+    assert all(torch.equal(p, params[n]) for n, p in model.named_parameters())
+    delta = real_step(model, lambda m: [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)], [state], lm_loss, batch)
+    for name, d in delta.items():
+        torch.testing.assert_close(0.1 * v[name].double(), d, rtol=1e-9, atol=1e-15)
+
+
+def test_a_closure_driven_step_is_refused():
+    model, _, _, batch = setup()
+    with pytest.raises(ValueError, match=r"LBFGS.step\(\) requires a closure; the direction of a closure-driven"):
+        update_direction(model, torch.optim.LBFGS(model.parameters(), lr=0.1), lm_loss, batch)
