@@ -3,6 +3,9 @@ optimizer without a tuned η. The sentences that can be said are, and nothing ra
 
 from __future__ import annotations
 
+import math
+
+from optiscope import runs
 from optiscope.experiments import rare_tokens as rt
 from optiscope.report.headlines import format_number, headlines
 from optiscope.sweep import SweepConfig, run_sweep
@@ -95,3 +98,17 @@ def test_a_number_is_not_rounded_onto_a_whole_number_it_is_not():
         "1000.4",
         "3",
     ]
+
+
+def test_an_lm_runs_spearman_is_said_only_of_the_runs_that_did_not_diverge(tiny_runs):
+    """A diverged run's embedding rows moved by its exploding last steps: its correlation is not stated."""
+    results = runs.read_json(tiny_runs["lm"] / "results.json")
+    name = next(iter(results["runs"]))
+    assert math.isfinite(results["runs"][name]["embedding_rows"]["spearman"])  # stated while the run is ok
+
+    def spearman():
+        return next((text(s) for s in headlines(results) if text(s).startswith("Spearman")), "")
+
+    assert f"{name} <" in spearman()
+    results["runs"][name].update(status="diverged", divergence={"step": 3, "reason": "loss is nan"})
+    assert f"{name} <" not in spearman()

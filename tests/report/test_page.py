@@ -108,6 +108,31 @@ def test_a_legend_click_hides_that_run(shown):
     page.wait_for_function(f"() => ({VISIBLE})(['{name}', 'adamw'])[0]")
 
 
+SPAN = """([name, label]) => {
+  const chart = Bokeh.documents[0].get_model_by_name(name);
+  const ys = (keep) => chart.renderers.filter(keep).flatMap(r => [...r.data_source.data.y]);
+  const others = ys(r => r.visible && r.name !== label), hidden = ys(r => r.name === label);
+  return {start: chart.y_range.start, end: chart.y_range.end, low: Math.min(...others), high: Math.max(...others),
+          hiddenLow: Math.min(...hidden), hiddenHigh: Math.max(...hidden)};
+}"""
+
+
+def test_hiding_a_run_rescales_the_chart_to_the_runs_still_shown(shown):
+    """A diverged run's huge loss flattens the others to a line; hidden by its legend entry, it must leave the
+    scale to the runs still shown (oracle: their own data's extremes)."""
+    page = shown
+    name = page.evaluate("() => Bokeh.documents[0].roots().map(r => r.name).find(n => n && n.endsWith('-train'))")
+    chart = page.locator(".chart").filter(has_text="Training loss against step").first
+    spans = {run: page.evaluate(SPAN, [name, run]) for run in ("adamw", "sgd")}
+    label = next(run for run, span in spans.items() if span["hiddenLow"] < span["low"])  # hiding it can narrow
+    before = page.evaluate(SPAN, [name, label])
+    chart.get_by_text(label, exact=True).first.click()
+    page.wait_for_function(f"() => ({SPAN})(['{name}', '{label}']).start > {before['start']}", timeout=10_000)
+    after = page.evaluate(SPAN, [name, label])
+    assert before["hiddenLow"] < after["start"] <= after["low"] and after["end"] >= after["high"]
+    chart.get_by_text(label, exact=True).first.click()
+
+
 def test_one_directory_gets_its_own_page_and_several_their_common_parent(tiny_runs):
     assert report.default_out([tiny_runs["lm"]]) == tiny_runs["lm"] / "report.html"
     assert report.default_out(list(tiny_runs.values())) == tiny_runs["lm"].resolve().parent / "report.html"

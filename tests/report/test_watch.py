@@ -91,3 +91,33 @@ def test_a_chart_or_a_divergence_that_appears_mid_run_reloads_the_page(page, tmp
         assert page.errors == [] and page.external == [], page.errors
     finally:
         server.shutdown()
+
+
+def test_a_run_that_logs_at_every_step_gets_the_page_rebuilt_at_most_once_per_four_builds_time(tmp_path, monkeypatch):
+    """A run logging at every step changes metrics.jsonl before each poll: the page (a rebuild taking 1 s on the
+    fake clock here) is rebuilt at most once per 4 s of polls, the polls in between answered as last built;
+    oracle: the builds counted, and the clock."""
+    clock = [0.0]
+    builds = []
+
+    def slow_build(run_dirs, watch, interval_ms):
+        builds.append(clock[0])
+        clock[0] += 1.0
+        return watch_page(len(builds))
+
+    def watch_page(n):
+        return watch.Page(f"page {n}", {}, str(n))
+
+    monkeypatch.setattr(watch.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(watch, "build", slow_build)
+    live = tmp_path / "live"
+    live.mkdir()
+    report = watch.Report([live])
+    served = []
+    for i in range(40):  # a poll every 0.25 s for 10 s, the file changed before each
+        (live / "metrics.jsonl").write_text("x" * (i + 1))
+        served.append(report.page().html)
+        clock[0] += 0.25
+    gaps = [b - a for a, b in zip(builds, builds[1:], strict=False)]
+    assert len(builds) >= 2 and all(gap >= 5.0 for gap in gaps), builds  # 1 s building, 4 s resting
+    assert served[-1] == f"page {len(builds)}"  # each poll got the page as last built

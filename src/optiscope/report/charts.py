@@ -90,6 +90,8 @@ def _figure(name: str, title: str, x_label: str, y_label: str, *, x_log=False, y
         **kw,
     )
     p.toolbar.logo = None
+    for axis in (p.x_range, p.y_range):  # a run hidden by its legend entry (a diverged one's 1e30) leaves the scale
+        axis.only_visible = True
     return p
 
 

@@ -245,7 +245,12 @@ def lm(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
             ]
         else:
             yield lambda name=name: [f"{name}: diverged at step ", n("runs", name, "divergence", "step"), "."]
-    rows = [name for name, run in r["runs"].items() if math.isfinite(run["embedding_rows"]["spearman"])]
+    # a diverged run's rows moved by its last, exploding steps: their order says nothing of token frequency
+    rows = [
+        name
+        for name, run in r["runs"].items()
+        if run["status"] == "ok" and math.isfinite(run["embedding_rows"]["spearman"])
+    ]
     if rows:
         yield lambda: [
             "Spearman correlation of a token's frequency with how far its embedding row moves: ",

@@ -12,6 +12,7 @@ import json
 import math
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,15 +28,23 @@ from .rundir import read_run
 HOST = "127.0.0.1"
 
 
+#: A rebuild of the page is followed by at least this many times its own duration without one: a run that logs
+#: at every step changes metrics.jsonl before each chart's poll, and a rebuild at each (0.6–0.8 s for a page of
+#: a few runs) kept a core busy beside the training run and every poll waiting 10 s and more behind the lock.
+REBUILD_SPACING = 4
+
+
 class Report:
-    """The page of ``dirs``, rebuilt only when one of their files has changed since the last request, or a run
-    in them has started or stopped."""
+    """The page of ``dirs``, rebuilt when one of their files has changed since the last request, or a run in them
+    has started or stopped — at most once in ``REBUILD_SPACING`` times the last rebuild's duration: in between,
+    requests get the page as last built (its charts then lag the run by about that long)."""
 
     def __init__(self, dirs: Sequence[Path], interval_ms: int = 1000) -> None:
         self.dirs, self.interval_ms = [Path(d) for d in dirs], interval_ms
         self._lock = threading.Lock()
         self._stamp: Any = None
         self._page = Page("")
+        self._next_look = -math.inf  # when files are next looked at
 
     def stamp(self) -> tuple:
         out = []
@@ -52,10 +61,15 @@ class Report:
 
     def page(self) -> Page:
         with self._lock:
+            if time.monotonic() < self._next_look:
+                return self._page
             stamp = self.stamp()
             if stamp != self._stamp:
+                started = time.monotonic()
                 self._page = build([read_run(d) for d in self.dirs], watch=True, interval_ms=self.interval_ms)
                 self._stamp = stamp
+                done = time.monotonic()
+                self._next_look = done + REBUILD_SPACING * (done - started)
             return self._page
 
 
