@@ -133,12 +133,10 @@ def evaluating(model: nn.Module) -> Iterator[None]:
     synchronise over a process group is put in eval mode instead (its running statistics), as its
     synchronising backward pass has no second derivative (one in a group of one process does not
     synchronise, and measures like a batch norm)."""
-    flags = [(m, m.training) for m in model.modules()]
     batch_norms = [m for m in model.modules() if batch_statistics(m)]
-    model.eval()
-    for m in batch_norms:
-        m.training = True
-    try:
+    with in_eval_mode(model):
+        for m in batch_norms:
+            m.training = True
         with (
             running_statistics_kept(model),
             weight_norms_composed(model),
@@ -146,6 +144,16 @@ def evaluating(model: nn.Module) -> Iterator[None]:
             sdpa_kernel(SDPBackend.MATH),
         ):
             yield
+
+
+@contextlib.contextmanager
+def in_eval_mode(model: nn.Module) -> Iterator[None]:
+    """``model.eval()`` for the duration; after, every submodule's own flag as it was (a training model may hold
+    parts in eval mode, a frozen embedding say, which ``model.train()`` would put back in training)."""
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
     finally:
         for m, flag in flags:
             m.training = flag

@@ -29,12 +29,11 @@ and, on-policy, ``score`` (s_i): enough to recompute every estimate on any subse
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,6 +42,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..checks import is_count, is_number
+from ..curvature import in_eval_mode
 from .calls import call_kwargs, forward_mode_attention, logits_of
 from .functionals import check_logits, per_sequence
 from .norms import composed_norms
@@ -188,7 +188,7 @@ def probe_step(
     if precision == "float64":
         net = copy.deepcopy(net).double().requires_grad_(False)  # the copy is only evaluated: no graph
         direction = {n: v.double() for n, v in direction.items()}
-    with evaluating(net), forward_mode_attention(net), composed_norms():
+    with in_eval_mode(net), forward_mode_attention(net), composed_norms():
         check_token_ids(net, sequences)
         return _probe(
             net,
@@ -205,19 +205,6 @@ def probe_step(
         )
 
 
-@contextlib.contextmanager
-def evaluating(net: nn.Module) -> Iterator[None]:
-    """Every submodule in eval mode for the duration; each one's own flag restored after (a training model may
-    hold parts in eval mode, a frozen embedding say, which ``net.train()`` would put back in training)."""
-    flags = [(m, m.training) for m in net.modules()]
-    net.eval()
-    try:
-        yield
-    finally:
-        for m, training in flags:
-            m.training = training
-
-
 def check_token_ids(net: nn.Module, sequences: Tensor) -> None:
     """``sequences`` must hold integer ids the model has logits for: an id outside the vocabulary would fail
     deep inside an embedding or a gather. The vocabulary is read from the logits of one sequence of id 0 as long
@@ -232,9 +219,8 @@ def check_token_ids(net: nn.Module, sequences: Tensor) -> None:
         )
     with torch.no_grad():
         zeros = torch.zeros_like(sequences[:1, :-1])
-        vocabulary = check_logits(functional_call(net, fixed_state(net, {}), (zeros,), call_kwargs(net, None))).shape[
-            -1
-        ]
+        logits = functional_call(net, fixed_state(net, {}), (zeros,), call_kwargs(net, None))
+        vocabulary = check_logits(logits).shape[-1]
     bad = (sequences < 0) | (sequences >= vocabulary)
     if bool(bad.any()):
         i, t = (int(j) for j in bad.nonzero()[0])
