@@ -224,8 +224,16 @@ def test_divergence_raises_with_step_and_culprits():
             monitor.step(loss)
     record = info.value.record
     assert record["step"] == monitor.step_count and record["diverged"] is True
-    assert record["exploded_first"] and {"name", "first_step", "growth"} <= set(record["exploded_first"][0])
     assert rec.records[-1] is record and f"diverged at step {record['step']}" in str(info.value)
+    # a culprit is named only where its u/w exploded; the others are ranked by growth over the recorded u/w
+    assert all(row["first_step"] is not None for row in record["exploded_first"])
+    assert record["exploded_first"] or record["grew_most"]
+    measured = [r for r in rec.records if "params" in r]
+    for row in record["grew_most"]:
+        ratios = [r["params"][row["name"]]["u_over_w"] for r in measured]
+        assert row["first_step"] is None and row["growth"] == pytest.approx(ratios[-1] / sorted(ratios[:3])[1])
+    growths = [row["growth"] for row in record["grew_most"]]
+    assert growths == sorted(growths, reverse=True)
 
 
 def test_divergence_record_mode_and_nonfinite_weights():
@@ -286,7 +294,7 @@ def test_adam_at_sgds_learning_rate_trips_the_default_guard_on_a_word_level_lm()
         torch.set_num_threads(threads)
     record = info.value.record
     assert 20 < record["step"] < 150 and record["loss"] > 4 * math.log(2000)
-    assert "4 x its lowest value" in record["reason"] and record["exploded_first"]
+    assert "4 x its lowest value" in record["reason"] and record["grew_most"], record
 
 
 def nan_at(step, monitor, model, opt, x, y, steps=30):
@@ -313,7 +321,7 @@ def test_a_large_first_update_that_settles_is_no_explosion():
     record = nan_at(25, monitor, model, opt, x, x @ torch.randn(16, 1))
     ratios = [r["params"]["weight"]["u_over_w"] for r in rec.records if "params" in r]
     assert ratios[0] > 10 * ratios[1] > 100 * ratios[2]  # the premise: u/w falls steeply
-    assert all(row["first_step"] is None for row in record["exploded_first"])
+    assert record["exploded_first"] == [] and {row["name"] for row in record["grew_most"]} == {"weight", "bias"}
     assert "no parameter's u/w exploded" in str(Diverged(record))
 
 
@@ -428,6 +436,18 @@ def test_a_scalar_may_not_overwrite_a_record_or_context_field():
         with pytest.raises(ValueError, match=rf"scalars \['{name}'\] would overwrite"):
             monitor.step(1.0, **{name: 2.0})
     assert monitor.step_count == 0  # refused before anything was counted
+    for value in ("0.5", [0.5], torch.ones(2), None):
+        with pytest.raises(TypeError, match=r"Monitor.step: acc=.* must be a number or a one-element tensor"):
+            monitor.step(1.0, acc=value)
+    assert monitor.step_count == 0
+
+
+def test_rewinding_the_sinks_takes_a_checkpoints_step():
+    model, _ = tiny_lm()
+    monitor = Monitor(model, SGD(model.parameters(), lr=0.1))
+    for step, error in (("3", TypeError), (2.0, TypeError), (True, TypeError), (-1, ValueError)):
+        with pytest.raises(error, match=rf"rewind_sinks: step={step!r} must be an integer >= 0"):
+            monitor.rewind_sinks(step)
 
 
 def test_safe_perplexity_never_raises():
@@ -554,14 +574,17 @@ def test_the_divergence_message_names_only_parameters_whose_update_ratio_explode
         "step": 23,
         "loss": 2.8,
         "reason": "loss 2.8 > 4 x its lowest value",
-        "exploded_first": calm,
+        "exploded_first": [],
+        "grew_most": calm,
         "curvature_diagnosis": "diverged at step 23; sharpness 1.1× its 3.8/η threshold since step 20",
     }
     message = str(Diverged(record))
     assert message.count("diverged at step 23") == 1 and "sharpness 1.1× its 3.8/η threshold since step 20" in message
     assert "no parameter's u/w exploded (the most: 0.weight, 1x)" in message and "exploded first in" not in message
-    record["exploded_first"] = [{"name": "2.weight", "first_step": 18, "growth": 40.0}, *calm]
+    record["exploded_first"] = [{"name": "2.weight", "first_step": 18, "growth": 40.0}]
     assert "u/w exploded first in: 2.weight;" in str(Diverged(record))
+    record["exploded_first"], record["grew_most"] = [], []
+    assert "u/w: none measured" in str(Diverged(record))
 
 
 def plain(value):
@@ -993,7 +1016,7 @@ def test_record_mode_keeps_the_first_divergence_and_writes_it_once():
     assert [r["step"] for r in sink.records if r.get("diverged")] == [3]
 
 
-def test_step_scalars_reach_tensorboard(tmp_path):
+def test_step_scalars_reach_tensorboard_as_numbers(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     model = mlp()
@@ -1003,9 +1026,9 @@ def test_step_scalars_reach_tensorboard(tmp_path):
     for s in range(3):
         opt.zero_grad()
         model(torch.randn(2, 6)).sum().backward()
-        before = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1))
+        before = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)  # a tensor, as a loop has it
         opt.step()
-        given.append((before, 0.5 + s / 10))
+        given.append((float(before), 0.5 + s / 10))
         monitor.step(1.0, grad_norm_before_clip=before, val_acc=0.5 + s / 10)
     monitor.close()
     events = EventAccumulator(str(tmp_path))

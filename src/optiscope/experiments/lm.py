@@ -124,7 +124,10 @@ class Config:
     sample_tokens: int = 100
     prompts: tuple[str, ...] = field(
         default=("ROMEO:", "First Citizen:", "To be, or not"),
-        metadata={"help": "greedy-sample prompts, separated by | (a prompt may hold commas)", "separator": "|"},
+        metadata={
+            "help": "greedy-sample prompts, separated by | (a prompt may hold commas; '' for no samples)",
+            "separator": "|",
+        },
     )
     seed: int = 1337
     checkpoint_every: int = field(default=250, metadata={"help": "checkpoint every N steps", **NO_EFFECT})

@@ -39,7 +39,7 @@ class Diverged(RuntimeError):
         diagnosis = curvature_finding(record)
         super().__init__(
             f"diverged at step {record['step']}: {record['reason']} (loss {record['loss']}); "
-            f"{exploded_summary(record.get('exploded_first', []))}{f'; {diagnosis}' if diagnosis else ''}"
+            f"{exploded_summary(record)}{f'; {diagnosis}' if diagnosis else ''}"
         )
 
 
@@ -49,18 +49,19 @@ def curvature_finding(record: dict[str, Any]) -> str:
     return (record.get("curvature_diagnosis") or "").removeprefix(_diverged_at(record.get("step")))
 
 
-def exploded_summary(rows: list[dict[str, Any]]) -> str:
-    """Which parameters' u/w exploded first (``Monitor.exploded_first``), or that none did: a parameter whose
-    u/w never left its early level is not named as a culprit."""
-    if not rows:
-        return "u/w: none measured"
-    exploded = [r["name"] for r in rows if r.get("first_step") is not None]
+def exploded_summary(record: dict[str, Any]) -> str:
+    """Which parameters' u/w exploded first (a divergence record's ``exploded_first``), or that none did and
+    which grew the most (its ``grew_most``)."""
+    exploded = [r["name"] for r in record.get("exploded_first", [])]
     if exploded:
         return f"u/w exploded first in: {', '.join(exploded[:3])}"
-    top = rows[0]
+    grew = record.get("grew_most", [])
+    if not grew:
+        return "u/w: none measured"
+    top = grew[0]
     growth = top.get("growth")
-    grew = f" (the most: {top['name']}, {growth:.2g}x)" if isinstance(growth, int | float) else ""
-    return f"no parameter's u/w exploded{grew}"
+    most = f" (the most: {top['name']}, {growth:.2g}x)" if isinstance(growth, int | float) else ""
+    return f"no parameter's u/w exploded{most}"
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,16 @@ def check_schedule(every: Any, curvature: Any, guard: Any, who: str) -> None:
 #: the fields the monitor's own records (measured steps, a divergence) hold; a context may not reuse them
 RECORD_FIELDS = frozenset(
     {"step", "loss", "grad_norm", "lr", "tokens_per_s", "params", "groups", "total", "embedding", "curvature"}
-    | {"context", "diverged", "reason", "exploded_first", "last_measured_step", "curvature_diagnosis", *KEYS}
+    | {
+        "context",
+        "diverged",
+        "reason",
+        "exploded_first",
+        "grew_most",
+        "last_measured_step",
+        "curvature_diagnosis",
+        *KEYS,
+    }
 )
 
 
@@ -383,6 +392,9 @@ class Monitor:
         taken = sorted(self._taken_names.intersection(scalars))
         if taken:
             raise ValueError(f"Monitor.step: scalars {taken} would overwrite the record's own or the context's fields")
+        for name, value in scalars.items():
+            if not (is_number(value) or (isinstance(value, Tensor) and value.numel() == 1)):
+                raise TypeError(f"Monitor.step: {name}={value!r} must be a number or a one-element tensor")
         if not self._stepped:
             self.skip(loss=loss)
             return None
@@ -417,7 +429,8 @@ class Monitor:
                 "loss": loss_value,
                 "grad_norm": measured["total"]["g"],
                 **self._scalars(step),
-                **scalars,
+                # read on measured steps only: .item() waits for the GPU; TensorBoard and JSON take numbers
+                **{name: float(v) if isinstance(v, Tensor) else v for name, v in scalars.items()},
                 **measured,
             }
             if self._curvature_due(step):
@@ -483,10 +496,24 @@ class Monitor:
             self._ratio_history.setdefault(name, []).append((step, entry["u_over_w"]))
 
     def exploded_first(self, limit: int = 5) -> list[dict[str, Any]]:
-        """Parameters ordered by the first measured step at which u/w was not finite or exceeded ``alarm_growth``
-        times its level before (the median of its first three measurements, of those before it while there are
-        fewer: a large first step that settles is no explosion); those that never did follow, by growth since
-        that early level."""
+        """The parameters whose u/w exploded, by the first measured step at which it was not finite or exceeded
+        ``alarm_growth`` times its level before (the median of its first three measurements, of those before it
+        while there are fewer: a large first step that settles is no explosion); ties by growth since that early
+        level. Only those that did: a parameter named here is a culprit (``grew_most`` lists the others)."""
+        rows = [r for r in self._ratio_rows() if r["first_step"] is not None]
+        rows.sort(key=lambda r: (r["first_step"], -_finite_or_big(r["growth"])))
+        return rows[:limit]
+
+    def grew_most(self, limit: int = 3) -> list[dict[str, Any]]:
+        """The parameters whose u/w never exploded, by growth since their early level (largest first): where a
+        run that diverged without any explosion moved most."""
+        rows = [r for r in self._ratio_rows() if r["first_step"] is None]
+        rows.sort(key=lambda r: -_finite_or_big(r["growth"]))
+        return rows[:limit]
+
+    def _ratio_rows(self) -> list[dict[str, Any]]:
+        """Each parameter's u/w history judged: ``first_step`` it exploded (None if never), the latest u/w, its
+        ``early`` level and ``growth`` since."""
         rows = []
         for name, history in self._ratio_history.items():
             early = _median([r for _, r in history if math.isfinite(r)][:3])
@@ -500,8 +527,7 @@ class Monitor:
             latest = history[-1][1]
             growth = stats.safe_ratio(latest, early) if math.isfinite(latest) else math.inf
             rows.append({"name": name, "first_step": first, "u_over_w": latest, "early": early, "growth": growth})
-        rows.sort(key=lambda r: (r["first_step"] is None, r["first_step"] or 0, -_finite_or_big(r["growth"])))
-        return rows[:limit]
+        return rows
 
     def _context_fields(self) -> dict[str, Any]:
         """The context's fields, and under ``context`` their names: what tells this run's records apart from
@@ -523,6 +549,7 @@ class Monitor:
             "loss": loss,
             "reason": reason,
             "exploded_first": self.exploded_first(),
+            "grew_most": self.grew_most(),
             "last_measured_step": self.last_measured_step,
         }
         diagnosis = curvature_diagnosis(step, self._curvature_history)
@@ -611,6 +638,9 @@ class Monitor:
     def rewind_sinks(self, step: int) -> None:
         """After resuming from a checkpoint at ``step``: sinks drop what this run logged after it
         (``JSONLSink`` rewrites its file, ``TensorBoardSink`` purges later events)."""
+        if not is_count(step, 0):
+            error = ValueError if is_count(step, -math.inf) else TypeError
+            raise error(f"Monitor.rewind_sinks: step={step!r} must be an integer >= 0 (the checkpoint's step)")
         for sink in self.sinks:
             if hasattr(sink, "rewind"):
                 sink.rewind(step, self.context)

@@ -143,8 +143,9 @@ class ConsoleSink:
         )
         if record.get("curvature_diagnosis"):
             self.console.print(f"  {escape(record['curvature_diagnosis'])}", highlight=False, soft_wrap=True)
-        for row in record.get("exploded_first", []):
-            when = f"from step {row['first_step']}" if row["first_step"] is not None else "no alarm"
+        exploded = record.get("exploded_first", [])
+        for row in exploded or record.get("grew_most", []):
+            when = f"from step {row['first_step']}" if exploded else "no alarm"
             self.console.print(
                 f"  {escape(row['name'])}: u/w {_e(row['u_over_w'])} = {_e(row['growth'])} x its early level ({when})",
                 highlight=False,
