@@ -17,7 +17,7 @@ import lightning  # noqa: E402
 
 import optiscope.optim  # noqa: E402
 from optiscope.integrations.lightning import OptiscopeCallback  # noqa: E402
-from optiscope.monitor import DivergenceGuard  # noqa: E402
+from optiscope.monitor import ConsoleSink, DivergenceGuard  # noqa: E402
 
 ACCUMULATE, CLIP = 2, 0.05
 
@@ -590,3 +590,101 @@ def test_fit_again_on_the_same_trainer_goes_on_with_the_monitor(tmp_path, caplog
     assert callback.monitor.state_dict()["first_loss"] == first["first_loss"] == module.losses[0]
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_callback_reused_for_a_new_run_in_its_directory_is_refused_and_the_first_runs_records_kept(tmp_path):
+    """A second Trainer's fit with the same callback starts a new run at step 0: into the folder the callback
+    wrote the first run's records to it is refused in one line, before anything is written (the file on disk
+    still holds the first fit's steps and losses); into another folder it records its own run there."""
+    x = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    callback, module = OptiscopeCallback(every=1), Regression(automatic=True)
+    quiet_trainer(tmp_path, 3, [callback]).fit(module, data)
+    first = (tmp_path / "metrics.jsonl").read_text()
+    with pytest.raises(ValueError, match=r"^OptiscopeCallback: this callback has recorded a run of 3 steps into .*$"):
+        quiet_trainer(tmp_path, 3, [callback]).fit(Regression(automatic=True), data)
+    assert (tmp_path / "metrics.jsonl").read_text() == first
+    assert [json.loads(line)["loss"] for line in first.splitlines()] == pytest.approx(module.losses, rel=1e-6)
+    other = Regression(automatic=True)
+    quiet_trainer(tmp_path / "other", 2, [callback]).fit(other, data)
+    records = [json.loads(line) for line in (tmp_path / "other" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in records] == pytest.approx(other.losses, rel=1e-6)
+    assert (tmp_path / "metrics.jsonl").read_text() == first
+    printing = OptiscopeCallback(every=1, sinks=[ConsoleSink()])  # keeps nothing that a new run could overwrite
+    for steps in (2, 3):
+        quiet_trainer(tmp_path / "printed", steps, [printing]).fit(Regression(automatic=True), data)
+        assert printing.monitor.step_count == steps
+
+
+class ClippingOracle(Regression):
+    """Records the gradients' total norm, computed apart in float64, where Lightning clips them, then clips."""
+
+    def __init__(self):
+        super().__init__(automatic=True)
+        self.norms = []
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        grads = torch.cat([p.grad.double().flatten() for p in self.parameters()])
+        self.norms.append(float(grads.norm()))
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+
+@pytest.mark.parametrize("clip", [CLIP, None], ids=["clipping", "no-clipping"])
+def test_the_norm_before_clipping_is_recorded_beside_the_clipped_one(clip, tmp_path):
+    """With ``gradient_clip_val`` each record holds ``grad_norm_before_clip``, the accumulated gradients' norm
+    where Lightning clips them, beside the clipped ``grad_norm`` the optimizer used; without clipping there is
+    nothing before it, and no such field."""
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    module = ClippingOracle()
+    options = {"accumulate_grad_batches": ACCUMULATE, "gradient_clip_val": clip}
+    quiet_trainer(tmp_path, 2, [OptiscopeCallback(every=1)], **options).fit(module, data)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == len(module.norms) == 2
+    if clip:
+        assert [r["grad_norm_before_clip"] for r in records] == pytest.approx(module.norms, rel=1e-5)
+        assert [r["grad_norm"] for r in records] == pytest.approx([CLIP] * 2, rel=1e-4)
+        assert min(module.norms) > CLIP  # clipping was active
+    else:
+        assert not any("grad_norm_before_clip" in r for r in records)
+        assert [r["grad_norm"] for r in records] == pytest.approx(module.norms, rel=1e-5)
+
+
+def test_a_run_diverging_from_its_first_steps_stops_at_the_first_judged_step(tmp_path):
+    """Adam at η = 10 on the regression: the loss ``training_step`` returns runs up at once and stays finite. The
+    default guard judges from the 9th step, where the median of the 9 losses is above 4x the first (computed here
+    from the module's own losses), and the fit stops there, long before its 20 steps (a 20-step warm-up let it
+    run to the end)."""
+    import statistics
+
+    class Exploding(Regression):
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=10.0)
+
+    x = torch.randn(80, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    callback, module = OptiscopeCallback(every=1), Exploding(automatic=True)
+    trainer = quiet_trainer(tmp_path, 20, [callback])
+    trainer.fit(module, data)
+    assert trainer.global_step == callback.diverged["step"] == len(module.losses) == 9
+    assert statistics.median(module.losses) > 4 * module.losses[0] and all(map(math.isfinite, module.losses))
+
+
+def test_a_module_with_two_optimizers_is_refused_in_one_line(tmp_path):
+    """A GAN-style module (manual optimisation, one optimizer per network) is refused when training starts, in
+    one line that names the count, and the optimizers keep no hook of the monitor's."""
+
+    class TwoOptimizers(Regression):
+        def configure_optimizers(self):
+            return [
+                torch.optim.SGD(self.net[0].parameters(), lr=0.1),
+                torch.optim.SGD(self.net[2].parameters(), lr=0.1),
+            ]
+
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    trainer = quiet_trainer(tmp_path, 2, [OptiscopeCallback(every=1)])
+    with pytest.raises(ValueError, match=r"^OptiscopeCallback: the module has 2 optimizers; it monitors exactly one$"):
+        trainer.fit(TwoOptimizers(automatic=False), data)
+    assert not any(opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks for opt in trainer.optimizers)
+    assert not (tmp_path / "metrics.jsonl").exists()

@@ -501,3 +501,125 @@ def test_a_foreign_monitor_state_runs_no_code_and_is_not_taken(tmp_path, caplog)
         assert "resuming at step 2 without the monitor's state" in said and f"({why}" in said, (name, said)
         assert monitor.step_count == 2 and math.isnan(monitor.first_loss)
     assert not marker.exists()
+
+
+def test_a_callback_reused_for_a_new_run_in_its_directory_is_refused_and_the_first_runs_records_kept(tmp_path):
+    """``train()`` again starts a new run at step 0: with the callback that recorded the first run into the same
+    ``output_dir`` it is refused in one line before anything is written, and the file on disk keeps the first
+    run's records (their losses the ones the Trainer logged); a new callback into another folder records."""
+    model = tiny_hf.model("gpt2")
+    callback = OptiscopeCallback(every=1)
+    trainer = Trainer(model=model, args=arguments(tmp_path), train_dataset=dataset(), callbacks=[callback])
+    trainer.train()
+    first = (tmp_path / "metrics.jsonl").read_text()
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    with pytest.raises(ValueError, match=r"^OptiscopeCallback: this callback has recorded a run of 2 steps into .*$"):
+        trainer.train()
+    assert (tmp_path / "metrics.jsonl").read_text() == first
+    assert [json.loads(line)["loss"] for line in first.splitlines()] == pytest.approx(logged, rel=1e-5)
+    again = Trainer(
+        model=model, args=arguments(tmp_path / "again"), train_dataset=dataset(), callbacks=[OptiscopeCallback(every=1)]
+    )
+    again.train()
+    assert [r["step"] for r in read_records(tmp_path / "again")] == [1, 2]
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.05, 0.0], ids=["clipping", "no-clipping"])
+def test_the_norm_before_clipping_is_the_one_the_trainer_logs(max_grad_norm, tmp_path):
+    """With clipping, each record holds ``grad_norm_before_clip``, the ``grad_norm`` the Trainer itself logs (the
+    total norm before clipping), beside the clipped ``grad_norm`` the optimizer used; without clipping there is
+    nothing before it, and no such field. The accelerator is left as it was."""
+    model = tiny_hf.model("gpt2")
+    args = arguments(tmp_path, max_steps=3, max_grad_norm=max_grad_norm)
+    trainer = Trainer(model=model, args=args, train_dataset=dataset(n=12), callbacks=[OptiscopeCallback(every=1)])
+    trainer.train()
+    records = read_records(tmp_path)
+    logged = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
+    assert len(records) == len(logged) == 3
+    if max_grad_norm:
+        assert [r["grad_norm_before_clip"] for r in records] == pytest.approx(logged, rel=1e-5)
+        assert [r["grad_norm"] for r in records] == pytest.approx([max_grad_norm] * 3, rel=1e-4)
+        assert min(logged) > max_grad_norm  # clipping was active
+    else:
+        assert not any("grad_norm_before_clip" in r for r in records)
+        assert [r["grad_norm"] for r in records] == pytest.approx(logged, rel=1e-5)
+    assert "clip_grad_norm_" not in vars(trainer.accelerator)
+
+
+def noisy_classification(n, seed, noise=0.3):
+    """Sequences whose class is their first token mod 4, with a share ``noise`` of the labels drawn at random."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, tiny_hf.VOCAB, (n, 12), generator=generator)
+    labels = torch.where(
+        torch.rand(n, generator=generator) < noise, torch.randint(0, 4, (n,), generator=generator), ids[:, 0] % 4
+    )
+    return [{"input_ids": x, "labels": y} for x, y in zip(ids, labels, strict=True)]
+
+
+def test_a_run_diverging_from_its_first_steps_stops_at_the_first_judged_step(tmp_path, caplog):
+    """AdamW at η = 10 (the Trainer's own) on a tiny GPT-2: the loss the Trainer logs runs up from 4.5 at once. The
+    default guard judges from the 9th step, where the median of the 9 logged losses is above 4x the lowest of the
+    first loss and those medians (computed here from the Trainer's log); the run stops there, long before its 20
+    steps (a 20-step warm-up let it run to the end)."""
+    import statistics
+
+    callback = OptiscopeCallback(every=1)
+    args = arguments(tmp_path, max_steps=20, gradient_accumulation_steps=1, max_grad_norm=1.0, learning_rate=10.0)
+    trainer = Trainer(model=tiny_hf.model("gpt2"), args=args, train_dataset=dataset(n=40), callbacks=[callback])
+    with caplog.at_level(logging.WARNING, logger="optiscope"):
+        trainer.train()
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert trainer.state.global_step == callback.diverged["step"] == len(logged) == 9
+    assert statistics.median(logged) > 4 * logged[0] and all(math.isfinite(x) for x in logged)
+    assert "diverged at step 9" in caplog.text
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_healthy_runs_on_small_noisy_batches_are_not_stopped(seed, tmp_path):
+    """A classifier on batches of one with 30 % random labels, at η = 3e-2: a batch's loss jumps from near 0 to
+    more than 4x the lowest so far and above the first within the first 25 steps (a rule judging each step's loss
+    would stop it there), and the default guard, judging the median of 9 from the 9th step, lets all 100 run."""
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=tiny_hf.VOCAB, n_positions=64, n_embd=16, n_layer=1, n_head=2, num_labels=4)
+    model = GPT2ForSequenceClassification(config)
+    callback = OptiscopeCallback(every=10)
+    options = dict(max_steps=100, per_device_train_batch_size=1, gradient_accumulation_steps=1, learning_rate=3e-2)
+    args = arguments(tmp_path, **options, max_grad_norm=1.0, seed=seed, data_seed=seed)
+    trainer = Trainer(model=model, args=args, train_dataset=noisy_classification(100, seed), callbacks=[callback])
+    trainer.train()
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert trainer.state.global_step == 100 and callback.diverged is None
+    jumps = [i for i in range(1, 25) if logged[i] > 4 * min(logged[:i]) and logged[i] > logged[0]]
+    assert jumps  # noisy enough that one step's loss looks like divergence, early on
+
+
+class OutOfMemoryOnce(torch.nn.Module):
+    """A model whose forward raises the CPU allocator's out-of-memory error once, at the ``at``-th training call."""
+
+    def __init__(self, model, at):
+        super().__init__()
+        self.model, self.at, self.calls = model, at, 0
+
+    def forward(self, input_ids, labels, **kwargs):
+        self.calls += 1
+        if self.calls == self.at:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes.")
+        return self.model(input_ids=input_ids, labels=labels, **kwargs)
+
+
+def test_training_started_again_after_running_out_of_memory_is_recorded(tmp_path):
+    """``auto_find_batch_size``: 🤗 starts training again from step 0 with half the batch when it runs out of
+    memory, here at the 4th forward pass (after 3 recorded steps). That new start is the run (not a second run
+    refused): its records are the steps and losses the Trainer logs for it, at the smaller batch."""
+    callback = OptiscopeCallback(every=1)
+    args = arguments(tmp_path, max_steps=4, gradient_accumulation_steps=1, auto_find_batch_size=True)
+    model = OutOfMemoryOnce(tiny_hf.model("gpt2"), at=4)
+    trainer = Trainer(model=model, args=args, train_dataset=dataset(n=16), callbacks=[callback])
+    trainer.train()
+    assert trainer.state.train_batch_size == 1 and model.calls == 8
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    records = read_records(tmp_path)
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert [r["loss"] for r in records] == pytest.approx(logged, rel=1e-5)

@@ -13,6 +13,7 @@ optimizer with a closure that runs forward and backward) and in manual optimisat
 calls ``opt.step()`` itself, at most once per ``training_step``: the callback records once per batch).
 The loss of a step is the mean of what ``training_step`` returned for the batches since the previous step
 (in automatic optimisation Lightning divides each by ``accumulate_grad_batches``, which is undone).
+With ``gradient_clip_val``, records in automatic optimisation also hold ``grad_norm_before_clip``.
 A divergence sets ``trainer.should_stop``, logs the diagnosis as a warning,
 writes it to ``metrics.jsonl`` and keeps ``ModelCheckpoint`` from saving the diverged model. Ranks other
 than 0 measure but write nothing. The monitor's state (the divergence guard, the curvature warm start and
@@ -28,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from lightning.pytorch.callbacks import Callback
 
 from .attach import MonitorCallback
@@ -46,6 +48,7 @@ class OptiscopeCallback(MonitorCallback, Callback):
         self._saved: dict[str, Any] | None = None  # the monitor's state from the checkpoint resumed, until attached
         # the ModelCheckpoints held from saving a diverged model, with what they held before (``_hold_checkpoints``)
         self._held: list[tuple[Any, Any, Any]] = []
+        self._norm_before_clip: torch.Tensor | None = None  # of the step being taken, until it is recorded
 
     def state_dict(self) -> dict[str, Any]:
         return {} if self.monitor is None else {"monitor": self.monitor.state_dict()}
@@ -79,6 +82,17 @@ class OptiscopeCallback(MonitorCallback, Callback):
             scaled,
         )
 
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        # In automatic optimisation Lightning calls this after the backward passes (and a GradScaler's unscaling)
+        # and before it clips: the norm here is the one that shows a gradient exploding (the monitor's grad_norm
+        # is the clipped one the optimizer used). In manual optimisation the module has clipped already.
+        if self.attachment is None or not pl_module.automatic_optimization or not trainer.gradient_clip_val:
+            return
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if grads:  # ‖g‖ = ‖(‖g_i‖)_i‖, as torch's clip_grad_norm_ computes it (its get_total_norm is torch ≥ 2.6)
+            norms = [torch.linalg.vector_norm(g).to(grads[0].device) for g in grads]
+            self._norm_before_clip = torch.linalg.vector_norm(torch.stack(norms))
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.attachment is None:
             return
@@ -88,8 +102,12 @@ class OptiscopeCallback(MonitorCallback, Callback):
             # window: undone, so that a step's loss is the mean of its batches' however many there were
             loss = loss * trainer.accumulate_grad_batches
         self.attachment.add_loss(loss)
+        norm, self._norm_before_clip = self._norm_before_clip, None
+        # a tensor as it comes: the monitor reads it on measured steps only (float() here would wait for a GPU)
+        scalars = {} if norm is None else {"grad_norm_before_clip": norm}
         # again at every batch: Lightning sets should_stop back to False while min_steps / min_epochs are not met
-        if self.stepped("mean", trainer.global_step, trainer.is_global_zero) or self.diverged is not None:
+        stop = self.stepped("mean", trainer.global_step, trainer.is_global_zero, **scalars)
+        if stop or self.diverged is not None:
             trainer.should_stop = True
         self._hold_checkpoints(trainer)
 
@@ -101,7 +119,7 @@ class OptiscopeCallback(MonitorCallback, Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._hold_checkpoints(trainer, at_end=True)
-        self.detach()
+        self.detach(finished=True)
 
     def on_fit_end(self, trainer, pl_module) -> None:
         self._release_checkpoints()

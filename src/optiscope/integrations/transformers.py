@@ -10,7 +10,8 @@
 The monitor's hooks sit on the optimizer the Trainer steps (unwrapped from Accelerate's wrapper), so u
 is the real update: after gradient accumulation and gradient clipping, once per update step, whatever
 the optimizer (the Trainer's own, ``optimizers=(optiscope.optim.AdamW(...), None)``, or
-``optimizer_cls_and_kwargs=(optiscope.optim.AdamW, {...})``). The loss of an update step is the one the
+``optimizer_cls_and_kwargs=(optiscope.optim.AdamW, {...})``); with ``max_grad_norm`` records also hold
+``grad_norm_before_clip``, the ``grad_norm`` the Trainer logs. The loss of an update step is the one the
 Trainer logs: the model's loss of each micro-batch, combined as the Trainer combines them. A divergence
 sets ``control.should_training_stop`` (and ``should_save`` off, so a good checkpoint is not replaced by
 a diverged one), logs the diagnosis as a warning and writes it to ``metrics.jsonl``. Ranks other than 0
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,8 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self._loss_hook = None
         self._items_given = False
         self._said_no_loss = False  # warned that the model's forward gives no loss
+        self._unwrap_clip = None  # takes the wrapper off the accelerator's clip_grad_norm_ (``noting_norms``)
+        self._norm_before_clip: Any = None  # the norm the Trainer's clipping returned at this step
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
@@ -65,6 +69,10 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero, saved, where)
         self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
         trainer = calling_trainer()
+        # DeepSpeed clips inside its engine's step, after this one's clip_grad_norm_ call, which returns the norm
+        # the engine computed at the step before
+        if trainer is not None and args.max_grad_norm > 0 and not getattr(trainer, "is_deepspeed_enabled", False):
+            self._unwrap_clip = noting_norms(trainer.accelerator, self._note_norm)
         if (
             trainer is not None
             and type(trainer).compute_loss is not Trainer.compute_loss
@@ -98,6 +106,9 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
             )
         self.attachment.add_loss(loss)
 
+    def _note_norm(self, norm: Any) -> None:
+        self._norm_before_clip = norm
+
     def on_optimizer_step(self, args, state, control, **kwargs):
         # Right after optimizer.step(), before the scheduler moves the learning rate on. With
         # num_items_in_batch the model normalises each micro-batch by the whole step's token count, so the
@@ -107,8 +118,14 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
             return control
         if self._items_given and getattr(args, "average_tokens_across_devices", False):
             self.attachment.losses = [loss * args.world_size for loss in self.attachment.losses]
+        # the norm before clipping is the one that shows a gradient exploding (the monitor's grad_norm is the
+        # clipped one the optimizer used)
+        norm, self._norm_before_clip = self._norm_before_clip, None
+        # a tensor as it comes: the monitor reads it on measured steps only (float() here would wait for a GPU)
+        scalars = {} if norm is None else {"grad_norm_before_clip": norm}
         # the Trainer counts this update step (global_step + 1 once this hook returns), taken or skipped
-        if self.stepped("sum" if self._items_given else "mean", state.global_step + 1, state.is_world_process_zero):
+        reduce = "sum" if self._items_given else "mean"
+        if self.stepped(reduce, state.global_step + 1, state.is_world_process_zero, **scalars):
             control.should_training_stop = True
         return control
 
@@ -129,13 +146,16 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         return self.on_step_end(args, state, control)
 
     def on_train_end(self, args, state, control, **kwargs):
-        self._release()
+        self._release(finished=True)
 
-    def _release(self) -> None:
+    def _release(self, finished: bool = False) -> None:
+        if self._unwrap_clip is not None:
+            self._unwrap_clip()
+            self._unwrap_clip = None
         if self._loss_hook is not None:
             self._loss_hook.remove()
             self._loss_hook = None
-        self.detach()
+        self.detach(finished)
 
 
 def calling_trainer() -> Trainer | None:
@@ -150,6 +170,31 @@ def calling_trainer() -> Trainer | None:
                 return candidate
         frame = frame.f_back
     return None
+
+
+def noting_norms(accelerator: Any, note: Callable[[Any], None]) -> Callable[[], None]:
+    """Have ``accelerator.clip_grad_norm_`` hand ``note`` the norm it returns, and return what undoes that. The
+    Trainer clips through it and keeps the returned norm, the gradients' total norm before clipping, for its
+    log (``grad_norm``) only: no callback is given it, and none runs between the last backward pass and the
+    clipping. (A path that does not clip through it — SageMaker's, gradients on several device meshes — leaves
+    the records without it.)"""
+    clip = accelerator.clip_grad_norm_
+    own = vars(accelerator).get("clip_grad_norm_")  # someone else's wrapper, put back afterwards
+
+    def clipping(*args: Any, **kwargs: Any) -> Any:
+        norm = clip(*args, **kwargs)
+        note(norm)
+        return norm
+
+    accelerator.clip_grad_norm_ = clipping
+
+    def undo() -> None:
+        if own is not None:
+            accelerator.clip_grad_norm_ = own
+        else:
+            vars(accelerator).pop("clip_grad_norm_", None)
+
+    return undo
 
 
 def checkpoint_dir(args: Any, state: Any) -> Path:
