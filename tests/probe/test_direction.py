@@ -190,3 +190,50 @@ def test_a_closure_driven_step_is_refused():
     model, _, _, batch = setup()
     with pytest.raises(ValueError, match=r"LBFGS.step\(\) requires a closure; the direction of a closure-driven"):
         update_direction(model, torch.optim.LBFGS(model.parameters(), lr=0.1), lm_loss, batch)
+
+
+@pytest.mark.parametrize("context", ["no_grad", "inference_mode"])
+def test_a_direction_taken_from_an_evaluation_loop_is_the_step(context):
+    """Under ``torch.no_grad`` or ``inference_mode`` (an evaluation callback), with a batch made there too, the
+    gradient pass was refused as if ``loss_fn`` had detached its loss; now v is the step the optimizer takes."""
+    model, opt, _, _ = setup(optimizer="sgd")
+    state = opt.state_dict()
+    with getattr(torch, context)():
+        batch = torch.randint(0, VOCAB, (8, T + 1), generator=torch.Generator().manual_seed(7))
+        v = update_direction(model, opt, lm_loss, batch)
+    assert not any(t.is_inference() for t in v.values())
+    delta = real_step(
+        model, lambda m: [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)], [state], lm_loss, batch.clone()
+    )
+    for name, d in delta.items():
+        torch.testing.assert_close(0.1 * v[name].double(), d, rtol=1e-9, atol=1e-15)
+
+
+def test_a_learnable_weight_of_the_loss_keeps_its_gradient_and_stays_out_of_the_clipping():
+    """The optimizer also trains a temperature that ``loss_fn`` holds, outside the model: the probe's backward pass
+    left a gradient on it (accumulated into the training loop's next one). Now its ``.grad`` is as it was, and with
+    clipping θ + lr·v is the loop's step, whose ``clip_grad_norm_(model.parameters(), c)`` leaves it out."""
+    torch.manual_seed(0)
+    model = TinyCausalLM().double()
+    temperature = nn.Parameter(torch.tensor(1.5, dtype=torch.float64))
+
+    def loss_fn(m, batch):
+        logits = m(batch[:, :-1]) / temperature
+        return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), batch[:, 1:].reshape(-1))
+
+    opt = torch.optim.SGD([*model.parameters(), temperature], lr=0.1, momentum=0.9)
+    batch = torch.randint(0, VOCAB, (8, T + 1))
+    for _ in range(2):
+        opt.zero_grad()
+        loss_fn(model, batch).backward()
+        opt.step()
+    opt.zero_grad()
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    c = 0.05
+    v = update_direction(model, opt, loss_fn, batch, max_grad_norm=c)
+    assert temperature.grad is None
+    loss_fn(model, batch).backward()
+    assert torch.nn.utils.clip_grad_norm_(model.parameters(), c) > 2 * c  # the clipping is active
+    opt.step()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), params[n] + 0.1 * v[n], rtol=1e-12, atol=1e-15)

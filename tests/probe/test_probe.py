@@ -285,7 +285,9 @@ def test_subsets_rescore_like_the_whole_batch(mode):
     d_entry = direct["true"]["entries"][0]
     direct_error = (direct["approx"]["delta_h_per_lr"] * eta - d_entry["delta_h_true"]) / abs(d_entry["delta_h_true"])
     assert part["errors"][0] == pytest.approx(direct_error, rel=1e-8)
-    with pytest.raises(ValueError, match="subset size=99 must be between 1 and the number of sequences E=9"):
+    with pytest.raises(
+        ValueError, match=r"subset_errors: size=99; valid: an integer from 1 to the number of sequences E=9"
+    ):
         subset_errors(result, eta, size=99, count=1, seed=0)
 
 
@@ -454,3 +456,136 @@ def test_the_vocabulary_check_runs_on_inputs_as_long_as_the_sequences():
     v = {n: torch.randn_like(p) for n, p in model.named_parameters()}
     result = probe_step(model, v, data, [1e-3])
     assert result["base_value"] == pytest.approx(mean_entropy_at(model, v, 0.0, data), rel=1e-12)
+
+
+def test_bad_sampling_and_subset_counts_are_named_in_one_line():
+    """Before: length=-1 returned the starts unsampled, count=0 gave NaN statistics, size=0 or a size as a
+    float failed deep in torch; each is now a one-line error naming the value and what is valid."""
+    from optiscope.probe import subset_errors
+
+    model, opt, data, batch = setup()
+    generator = torch.Generator().manual_seed(0)
+    starts = data[:, 0]
+    bad_sampling = [
+        (dict(length=-1), r"length=-1; valid: the number of tokens to sample, an integer >= 1"),
+        (dict(length=0), r"length=0; valid"),
+        (dict(length=2.0), r"length=2.0; valid"),
+        (dict(length=True), r"length=True; valid"),
+        (dict(block_size=0), r"block_size=0; valid: the model's context in tokens, an integer >= 1"),
+        (dict(starts=starts[:0]), r"starts is \(0,\); give token ids of one start token per sequence \(E,\)"),
+        (dict(starts=starts.float()), r"starts must be integer token ids, got dtype torch.float32"),
+        (dict(attention_mask=torch.ones(3, 2)), r"attention_mask is \(3, 2\); give None or a tensor of the prompts'"),
+    ]
+    for change, message in bad_sampling:
+        arguments = dict(starts=starts, length=T, block_size=T, generator=generator) | change
+        with pytest.raises(ValueError, match="^sample_sequences: " + message):
+            sample_sequences(model, **arguments)
+    with pytest.raises(TypeError, match=r"^sample_sequences: generator is a int; give a torch.Generator"):
+        sample_sequences(model, starts, T, T, 0)
+    v = update_direction(model, opt, lm_loss, batch)
+    result = probe_step(model, v, data, [1e-3, 1e-2])
+    bad_subsets = [
+        (dict(size=0), r"size=0; valid: an integer from 1 to the number of sequences E=9"),
+        (dict(size=E + 1), r"size=10; valid: an integer from 1 to the number of sequences E=9"),
+        (dict(size=2.5), r"size=2.5; valid"),
+        (dict(count=0), r"count=0; valid: the number of subsets to draw, an integer >= 1"),
+        (dict(count=-3), r"count=-3; valid"),
+        (dict(seed=0.5), r"seed=0.5; valid: an integer from -2\*\*63 to 2\*\*64 - 1"),
+        (dict(eta=3e-3), r"eta=0.003 is not on the probed grid; valid: one of \[0.001, 0.01\]"),
+        (dict(eta="0.01"), r"eta='0.01' is not on the probed grid"),
+    ]
+    for change, message in bad_subsets:
+        arguments = dict(eta=1e-2, size=4, count=2, seed=0) | change
+        with pytest.raises(ValueError, match="^subset_errors: " + message):
+            subset_errors(result, **arguments)
+
+
+class DropoutCountingLM(CountingLM):
+    """The counting LM with dropout on its logits: in training mode it samples from another distribution."""
+
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, idx):
+        return self.drop(super().forward(idx))
+
+
+def test_sampling_draws_from_the_distribution_the_probe_scores_and_leaves_the_model():
+    """A training model was sampled with dropout on (not the p_θ whose importance weights the policy probe takes,
+    and a draw from the global random stream) and counted its calls; now it is sampled in eval mode on copies of
+    its buffers, each module's flag restored."""
+    torch.manual_seed(0)
+    model = DropoutCountingLM().double().train()
+    model.lm.embed.eval()
+    flags = {n: m.training for n, m in model.named_modules()}
+    starts = torch.randint(0, VOCAB, (E,))
+    rng = torch.get_rng_state()
+    sequences = sample_sequences(model, starts, T, T, torch.Generator().manual_seed(4))
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert int(model.calls) == 0
+    assert {n: m.training for n, m in model.named_modules()} == flags
+    evaluated, generator = copy.deepcopy(model).eval(), torch.Generator().manual_seed(4)
+    expected = starts.view(-1, 1)
+    with torch.no_grad():
+        for _ in range(T):
+            p = torch.softmax(evaluated(expected[:, -T:])[:, -1].double(), -1)
+            expected = torch.cat([expected, torch.multinomial(p, 1, generator=generator)], 1)
+    assert torch.equal(sequences, expected)
+
+
+def test_a_model_calling_fused_attention_is_probed_as_its_plain_twin():
+    """``F.scaled_dot_product_attention`` picked a fused CPU kernel without forward-mode rules, and the probe
+    refused a GPT with ``attention="auto"``; now it runs the math backend and measures what the same weights in a
+    ``attention="math"`` GPT (softmax and matmuls written out) give, and central differences."""
+    import dataclasses
+
+    from optiscope.models import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=11, n_layer=1, n_head=2, n_embd=8, block_size=T, attention="auto", bias=True)
+    fused = GPT(config).double()
+    plain = GPT(dataclasses.replace(config, attention="math")).double()
+    plain.load_state_dict(fused.state_dict())
+    v = {n: torch.randn_like(p) for n, p in fused.named_parameters()}
+    data = torch.randint(0, 11, (4, T + 1))
+    result, twin = (probe_step(m, v, data, [1e-3], reverse_check=True) for m in (fused, plain))
+    for key in ("delta_h_per_lr", "reverse"):
+        assert result["approx"][key] == pytest.approx(twin["approx"][key], rel=1e-9)
+    assert result["approx"]["quadratic"]["vHvv"] == pytest.approx(twin["approx"]["quadratic"]["vHvv"], rel=1e-9)
+    h = 2e-6  # v is a random direction of all the parameters: its third derivative is large
+    up, down = (mean_entropy_at(plain, v, e, data) for e in (h, -h))
+    assert result["approx"]["delta_h_per_lr"] == pytest.approx((up - down) / (2 * h), rel=1e-6)
+
+
+class EncoderLM(nn.Module):
+    """A causal LM on torch's own ``nn.TransformerEncoderLayer``, which in eval mode takes a fused fast path."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 8)
+        self.layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, activation="gelu", batch_first=True)
+        self.head = nn.Linear(8, VOCAB)
+
+    def forward(self, idx):
+        mask = nn.Transformer.generate_square_subsequent_mask(idx.shape[1], dtype=self.head.weight.dtype)
+        return self.head(self.layer(self.embed(idx), src_mask=mask, is_causal=True))
+
+
+def test_a_model_on_torchs_transformer_layers_is_probed():
+    """The layer's fused inference path (``_transformer_encoder_layer_fwd``) has no forward-mode rule, and the probe
+    refused the model; now it runs the layer's ordinary path and agrees with central differences."""
+    torch.manual_seed(0)
+    model = EncoderLM().double()
+    v = {n: 0.1 * torch.randn_like(p) for n, p in model.named_parameters()}
+    data = torch.randint(0, VOCAB, (4, T + 1))
+    fast_path = torch.backends.mha.get_fastpath_enabled()
+    result = probe_step(model, v, data, [1e-3])
+    assert torch.backends.mha.get_fastpath_enabled() == fast_path
+    h = 1e-4
+    up, mid, down = (mean_entropy_at(model.eval(), v, e, data) for e in (h, 0.0, -h))
+    assert result["base_value"] == pytest.approx(mid, rel=1e-12)
+    assert result["approx"]["delta_h_per_lr"] == pytest.approx((up - down) / (2 * h), rel=1e-6)
+    h = 1e-3
+    up, down = (mean_entropy_at(model.eval(), v, e, data) for e in (h, -h))
+    assert result["approx"]["quadratic"]["vHvv"] == pytest.approx((up - 2 * mid + down) / h**2, rel=1e-5)

@@ -5,9 +5,11 @@ padded batches through ``attention_mask``, a PEFT wrapper around it).
 A padded batch is called with its attention mask and position ids that count real tokens only
 (``cumsum(mask) − 1``), so a left-padded sequence sees the same positions as the sequence alone; with
 causal attention, right padding changes nothing before it either. The probe's forward-mode derivatives
-need an attention implementation with forward-mode (JVP) rules: 🤗's fused ``sdpa``/flash kernels have
-none on the CPU, its ``eager`` attention (matmul, softmax) does; ``forward_mode_attention`` switches a 🤗
-model to it for the measurement and back afterwards.
+need an attention implementation with forward-mode (JVP) rules: the fused kernels behind
+``F.scaled_dot_product_attention`` (flash, memory-efficient) and the inference fast path of
+``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer`` have none; the math backend (matmul, softmax), the
+modules' ordinary path and 🤗's ``eager`` attention have. ``forward_mode_attention`` selects those for the
+measurement only.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 #: the attention implementation the probe measures 🤗 models with (forward-mode AD rules for every op)
 FORWARD_MODE_ATTENTION = "eager"
@@ -56,6 +60,27 @@ def call_kwargs(model: nn.Module, attention_mask: Tensor | None) -> dict[str, An
 
 @contextlib.contextmanager
 def forward_mode_attention(model: nn.Module) -> Iterator[None]:
+    """Within the block ``F.scaled_dot_product_attention`` runs its math backend (the same attention, in plain ops),
+    ``nn.MultiheadAttention`` and ``nn.Transformer*Layer`` their ordinary path, and a 🤗 model ``eager`` attention;
+    each setting is restored after."""
+    with sdpa_kernel(SDPBackend.MATH), native_attention_off(), huggingface_eager_attention(model):
+        yield
+
+
+@contextlib.contextmanager
+def native_attention_off() -> Iterator[None]:
+    """torch's fused inference path for ``nn.MultiheadAttention`` and the transformer layers off for the duration
+    (a global flag, put back as it was)."""
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+@contextlib.contextmanager
+def huggingface_eager_attention(model: nn.Module) -> Iterator[None]:
     """Within the block a 🤗 model uses ``eager`` attention; its own implementation is restored after."""
     current = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if not is_transformers_model(model) or current in (None, FORWARD_MODE_ATTENTION):

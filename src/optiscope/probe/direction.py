@@ -6,37 +6,50 @@ rate of its first param group,
     v = (θ⁺ − θ) / η₀            so that θ + η₀ v is exactly the step the optimizer would take.
 
 Momentum, Adam's moments, bias correction and weight decay are all in v, because v comes from running
-the real optimizer's ``step()`` — on a shadow copy of its state and of the parameters. The model (batch
-norms' running statistics included), its gradients, the optimizer's state and the global random-number
-state are left exactly as they were.
+the real optimizer's ``step()`` — on a shadow copy of its state and of the parameters. The gradient pass
+runs the model's forward on copies of its buffers, so that what a forward pass updates in place (a batch
+norm's running statistics, a call counter, a quantisation observer's range) is updated there; the model,
+its gradients, the optimizer's state and the global random-number state are left exactly as they were. (An
+embedding with ``max_norm`` rescales rows of its weight in place as it looks them up: v includes that, as
+the step's Δθ does, and the weight is put back.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.func import functional_call
 
 from ..checks import is_optimizer, positive
-from ..curvature import loss_fault, require_optimizer_of, rng_forked, running_statistics_kept
+from ..curvature import loss_fault, map_tensors, require_optimizer_of, rng_forked, tensors_in
+from ..curvature.hvp import _Loss, gradients_on
 from ..monitor import own_names
 from ..optim import clip_grad_norm
 
 
-def gradients(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Tensor], batch: Any) -> dict[int, Tensor]:
-    """∇L(θ) on ``batch`` by id of parameter; the parameters' own ``.grad`` fields are restored after."""
-    params = [p for p in model.parameters() if p.requires_grad]
+def gradients(
+    model: nn.Module, loss_fn: Callable[[nn.Module, Any], Tensor], batch: Any, held: list[Tensor]
+) -> dict[int, Tensor]:
+    """∇L(θ) on ``batch`` by id of parameter, for the model's parameters and the tensors ``held`` (an optimizer's,
+    a learnable weight of the loss among them); their own ``.grad`` fields are restored after. The forward pass
+    sees the model's own parameters (their ``.grad`` is what backward fills) and copies of its buffers."""
+    params = list({id(p): p for p in [*model.parameters(), *held] if p.requires_grad}.values())
     saved = [p.grad for p in params]
+    # a forward pass that updates a buffer in place or assigns it anew (a batch norm in training mode, a call
+    # counter, an observer) updates its copy; functional_call puts the model's own back after
+    buffers = {"model." + n: b.clone() for n, b in model.named_buffers()}
     try:
         for p in params:
             p.grad = None
-        # dropout here must not shift the training run's RNG, nor a batch norm its running statistics
-        with rng_forked(model), running_statistics_kept(model):
-            loss = loss_fn(model, batch)
+        # dropout here must not shift the training run's RNG
+        with rng_forked(model):
+            loss = functional_call(_Loss(model, loss_fn), buffers, (saveable(batch),))
             fault = loss_fault(loss)
             if fault is not None:
                 raise ValueError(
@@ -48,6 +61,32 @@ def gradients(model: nn.Module, loss_fn: Callable[[nn.Module, Any], Tensor], bat
     finally:
         for p, g in zip(params, saved, strict=True):
             p.grad = g
+
+
+@contextlib.contextmanager
+def renormalisations_undone(model: nn.Module) -> Iterator[dict[int, Tensor]]:
+    """Within the block the weights of embeddings with ``max_norm`` may change (their forward pass rescales the rows
+    it looks up, in place, before the step); after it they are as they were, and the dict yielded holds by id what
+    the block left them at: the weights the step starts from."""
+    weights = [m.weight for m in model.modules() if isinstance(m, nn.Embedding | nn.EmbeddingBag) and m.max_norm]
+    kept = [w.detach().clone() for w in weights]
+    renormalised: dict[int, Tensor] = {}
+    try:
+        yield renormalised
+    finally:
+        with torch.no_grad():
+            for w, k in zip(weights, kept, strict=True):
+                renormalised[id(w)] = w.detach().clone()
+                w.copy_(k)
+
+
+def saveable(batch: Any) -> Any:
+    """``batch`` with copies, made outside inference mode, of the tensors made inside it (autograd cannot save an
+    inference tensor for the backward pass, an embedding's indices say); ``batch`` itself when it holds none."""
+    if not any(t.is_inference() for t in tensors_in(batch)):
+        return batch
+    with torch.inference_mode(False):
+        return map_tensors(lambda t: t.clone() if t.is_inference() else t, batch)
 
 
 def shadow_optimizer(optimizer: torch.optim.Optimizer, clones: dict[int, Tensor]) -> torch.optim.Optimizer:
@@ -113,19 +152,22 @@ def check_arguments(model: nn.Module, optimizer: Any, loss_fn: Any, max_grad_nor
         )
 
 
-def clip_like_the_model(clones: dict[int, Tensor], grads: dict[int, Tensor], max_grad_norm: float) -> None:
-    """Scale the clones' gradients as ``clip_grad_norm(model.parameters(), max_grad_norm)`` would: by the global
-    norm of all of ``grads`` (the model's), those of parameters the optimizer does not hold included."""
-    clip_grad_norm([*clones.values(), *(holding(g) for i, g in grads.items() if i not in clones)], max_grad_norm)
+def clip_like_the_model(model: nn.Module, grads: dict[int, Tensor], max_grad_norm: float) -> None:
+    """Scale ``grads`` in place (the clones' gradients are these tensors) as ``clip_grad_norm(model.parameters(),
+    max_grad_norm)`` would: the model's by the global norm of them all, those of parameters another optimizer
+    steps included; a tensor outside the model that the optimizer holds is neither counted nor scaled."""
+    own = {id(p) for p in model.parameters()}
+    clip_grad_norm([holding(g) for i, g in grads.items() if i in own], max_grad_norm)
 
 
 def holding(grad: Tensor) -> Tensor:
-    """A zero-memory tensor whose ``.grad`` is ``grad``: how a gradient with no clone enters ``clip_grad_norm``."""
+    """A zero-memory tensor whose ``.grad`` is ``grad``: how a gradient enters ``clip_grad_norm``."""
     holder = grad.new_empty(()).expand(grad.shape)
     holder.grad = grad
     return holder
 
 
+@gradients_on()  # a measurement taken from an evaluation loop, under no_grad or inference_mode, too
 def update_direction(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None,
@@ -144,17 +186,20 @@ def update_direction(
     """
     check_arguments(model, optimizer, loss_fn, max_grad_norm)
     named = own_names(model)
-    grads = gradients(model, loss_fn, batch)
+    held = [] if optimizer is None else [p for g in optimizer.param_groups for p in g["params"]]
+    with renormalisations_undone(model) as renormalised:
+        grads = gradients(model, loss_fn, batch, held)
     params = (
         {id(p): p for g in optimizer.param_groups for p in g["params"]}
         if optimizer is not None
         else {i: p for i, p in ((id(p), p) for p in model.parameters()) if i in grads}
     )
-    clones = {i: p.detach().clone().requires_grad_(p.requires_grad) for i, p in params.items()}
+    # the step starts from the parameters as the forward pass left them: θ + η₀v is where it lands
+    clones = {i: renormalised.get(i, p).detach().clone().requires_grad_(p.requires_grad) for i, p in params.items()}
     for i, clone in clones.items():
         clone.grad = grads.get(i)
     if max_grad_norm is not None:
-        clip_like_the_model(clones, grads, max_grad_norm)
+        clip_like_the_model(model, grads, max_grad_norm)
     if optimizer is None:
         return {named[i]: -c.grad for i, c in clones.items() if i in named and c.grad is not None}
     lr = float(optimizer.param_groups[0]["lr"])

@@ -41,8 +41,9 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from ..checks import is_count, is_number
+from ..checks import is_count, is_number, is_seed
 from ..curvature import in_eval_mode
+from ..curvature.hvp import weight_norms_composed
 from .calls import call_kwargs, forward_mode_attention, logits_of
 from .functionals import check_logits, per_sequence
 from .norms import composed_norms
@@ -79,19 +80,63 @@ def sample_sequences(
 
     ``starts`` holds one start token per sequence (E,) or left-padded prompts (E, P) with their
     ``attention_mask``; the sampled tokens are all real, so the mask of the result is the prompts' mask
-    followed by ones."""
+    followed by ones. The model is sampled as ``probe_step`` scores it, whose importance weights assume as
+    much: in eval mode (no dropout, which would also draw from the global random stream; each module's own
+    flag is restored after), on copies of its buffers (a forward pass that counts its calls leaves the count), with
+    the probe's normalisations (``norms``: an embedding's ``max_norm`` rescales a copy of its weight)."""
+    check_sampling(starts, length, block_size, generator, attention_mask)
+    net = unwrap(model)
     seq = starts.reshape(len(starts), -1)
     mask = None if attention_mask is None else attention_mask.reshape(seq.shape)
-    for _ in range(length):
-        window = None if mask is None else mask[:, -block_size:]
-        logits = logits_of(model(seq[:, -block_size:], **call_kwargs(model, window)))
-        probs = torch.softmax(logits[:, -1].double(), dim=-1)
-        # drawn where the generator lives: a CPU generator draws the same sequences for a model on any device
-        drawn = torch.multinomial(probs.to(generator.device), 1, generator=generator)
-        seq = torch.cat([seq, drawn.to(seq.device)], dim=1)
-        if mask is not None:
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    with in_eval_mode(net), composed_norms():
+        for _ in range(length):
+            window = None if mask is None else mask[:, -block_size:]
+            kwargs = call_kwargs(net, window)
+            logits = logits_of(functional_call(net, fixed_state(net, {}), (seq[:, -block_size:],), kwargs))
+            seq, mask = _extended(seq, mask, logits, generator)
     return seq
+
+
+def _extended(
+    seq: Tensor, mask: Tensor | None, logits: Tensor, generator: torch.Generator
+) -> tuple[Tensor, Tensor | None]:
+    """``seq`` with one token drawn from the last position's logits at temperature 1, and its mask with a 1."""
+    probs = torch.softmax(logits[:, -1].double(), dim=-1)
+    # drawn where the generator lives: a CPU generator draws the same sequences for a model on any device
+    drawn = torch.multinomial(probs.to(generator.device), 1, generator=generator)
+    seq = torch.cat([seq, drawn.to(seq.device)], dim=1)
+    return seq, None if mask is None else torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+
+
+def check_sampling(starts: Any, length: Any, block_size: Any, generator: Any, attention_mask: Any) -> None:
+    """One-line errors for ``sample_sequences``' arguments that would fail deep inside the model, or sample nothing."""
+    if not isinstance(starts, Tensor) or starts.ndim not in (1, 2) or len(starts) == 0 or starts.shape[-1] == 0:
+        shape = tuple(starts.shape) if isinstance(starts, Tensor) else type(starts).__name__
+        raise ValueError(
+            f"sample_sequences: starts is {shape}; give token ids of one start token per sequence (E,) or of "
+            "prompts (E, P), E and P >= 1"
+        )
+    if starts.is_floating_point() or starts.is_complex() or starts.dtype == torch.bool:
+        raise ValueError(f"sample_sequences: starts must be integer token ids, got dtype {starts.dtype}")
+    if not is_count(length):
+        raise ValueError(f"sample_sequences: length={length!r}; valid: the number of tokens to sample, an integer >= 1")
+    if not is_count(block_size):
+        raise ValueError(
+            f"sample_sequences: block_size={block_size!r}; valid: the model's context in tokens, an integer >= 1"
+        )
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"sample_sequences: generator is a {type(generator).__name__}; give a torch.Generator, e.g. "
+            "torch.Generator().manual_seed(0)"
+        )
+    if attention_mask is not None and (
+        not isinstance(attention_mask, Tensor) or attention_mask.numel() != starts.numel()
+    ):
+        shape = tuple(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
+        raise ValueError(
+            f"sample_sequences: attention_mask is {shape}; give None or a tensor of the prompts' shape "
+            f"{tuple(starts.shape)}"
+        )
 
 
 def _chunks(n: int, size: int) -> list[slice]:
@@ -131,7 +176,8 @@ def probe_step(
     model comes with its ``attention_mask`` (E × (T+1), 1 for real tokens); ``scored`` (E × T) picks the
     positions t whose next-token distribution counts — by default those where both x_t and x_{t+1} are real
     tokens; on-policy with prompts, pass the sampled positions only (their log-probabilities are the importance
-    weights). A 🤗 model is measured with ``eager`` attention (``calls.forward_mode_attention``), then restored.
+    weights). ``F.scaled_dot_product_attention`` runs its math backend and a 🤗 model uses ``eager`` attention meanwhile
+    (``calls.forward_mode_attention``): the fused attention kernels have no forward-mode rules.
     Returns the seed's ``results.json`` layout (module doc).
     """
     if mode not in MODES:
@@ -186,9 +232,9 @@ def probe_step(
             f"precision='model' on a {', '.join(half)} model cannot resolve one step; use precision='float64'"
         )
     if precision == "float64":
-        net = copy.deepcopy(net).double().requires_grad_(False)  # the copy is only evaluated: no graph
+        net = float64_copy(net)
         direction = {n: v.double() for n, v in direction.items()}
-    with in_eval_mode(net), forward_mode_attention(net), composed_norms():
+    with in_eval_mode(net), forward_mode_attention(net), composed_norms(), weight_norms_composed(net):
         check_token_ids(net, sequences)
         return _probe(
             net,
@@ -203,6 +249,15 @@ def probe_step(
             attention_mask,
             scored,
         )
+
+
+def float64_copy(net: nn.Module) -> nn.Module:
+    """A float64 copy of ``net``, only evaluated (no graph). A tensor a module computes from its parameters and
+    keeps as a plain attribute (the hook-based weight norm's ``weight``, recomputed before every forward pass)
+    has no deep copy in torch: the copy holds it detached."""
+    computed = [t for m in net.modules() for t in vars(m).values() if isinstance(t, Tensor) and t.grad_fn is not None]
+    memo: dict[int, Any] = {id(t): t.detach().clone() for t in computed}
+    return copy.deepcopy(net, memo).double().requires_grad_(False)
 
 
 def check_token_ids(net: nn.Module, sequences: Tensor) -> None:
@@ -291,7 +346,7 @@ def _probe(
         except NotImplementedError as e:
             raise ValueError(
                 "the model's forward pass does not support forward-mode AD, which the probe needs "
-                f"({str(e).splitlines()[0]}); use plain tensor ops there, e.g. GPTConfig(attention='math')"
+                f"({str(e).splitlines()[0]}); use plain tensor ops there"
             ) from e
     value, first, second = (_concat(parts, k) for k in range(3))
     seconds_terms = time.perf_counter() - started
@@ -410,12 +465,19 @@ def subset_errors(result: dict[str, Any], eta: float, size: int, count: int, see
     """Relative error (linear − true)/|true| of the linear prediction on ``count`` random subsets of
     ``size`` sequences at step size ``eta`` (one of the probed η): how far a smaller evaluation batch
     can be trusted. Each subset is scored as if it were the whole batch (its own H, weights and N)."""
-    entry = next((e for e in result["true"]["entries"] if math.isclose(e["eta"], eta, rel_tol=1e-9)), None)
+    grid = [e["eta"] for e in result["true"]["entries"]]
+    entry = next(
+        (e for e in result["true"]["entries"] if is_number(eta) and math.isclose(e["eta"], eta, rel_tol=1e-9)), None
+    )
     if entry is None:
-        raise ValueError(f"eta={eta} is not on the probed grid {[e['eta'] for e in result['true']['entries']]}")
+        raise ValueError(f"subset_errors: eta={eta!r} is not on the probed grid; valid: one of {grid}")
     total = len(result["approx"]["per_sequence"])
-    if not 1 <= size <= total:
-        raise ValueError(f"subset size={size} must be between 1 and the number of sequences E={total}")
+    if not (is_count(size) and size <= total):
+        raise ValueError(f"subset_errors: size={size!r}; valid: an integer from 1 to the number of sequences E={total}")
+    if not is_count(count):
+        raise ValueError(f"subset_errors: count={count!r}; valid: the number of subsets to draw, an integer >= 1")
+    if not is_seed(seed):
+        raise ValueError(f"subset_errors: seed={seed!r}; valid: an integer from -2**63 to 2**64 - 1")
     seqs = result["approx"]["per_sequence"]
     base = torch.tensor([r["h_base"] for r in seqs], dtype=torch.float64)
     d_sum = torch.tensor([r["d_sum"] for r in seqs], dtype=torch.float64)
