@@ -3,11 +3,12 @@ optimizer without a tuned η. The sentences that can be said are, and nothing ra
 
 from __future__ import annotations
 
+import copy
 import math
 
 from optiscope import runs
 from optiscope.experiments import rare_tokens as rt
-from optiscope.report.headlines import format_number, headlines
+from optiscope.report.headlines import Number, format_number, headlines
 from optiscope.sweep import SweepConfig, run_sweep
 
 
@@ -112,3 +113,24 @@ def test_an_lm_runs_spearman_is_said_only_of_the_runs_that_did_not_diverge(tiny_
     assert f"{name} <" in spearman()
     results["runs"][name].update(status="diverged", divergence={"step": 3, "reason": "loss is nan"})
     assert f"{name} <" not in spearman()
+
+
+def test_numbers_that_are_not_finite_are_said_in_words():
+    """NaN and ±inf read as a reader says them, never Python's "nan" and "inf"."""
+    assert [format_number(x) for x in (math.nan, math.inf, -math.inf)] == ["not a number (NaN)", "∞", "−∞"]
+
+
+def test_an_edge_of_stability_run_that_diverged_says_whether_it_reached_its_edge_first(tiny_results):
+    """A diverged run's edge is stated only where it came before the divergence (oracle: the steps set here)."""
+    results = copy.deepcopy(tiny_results["edge-of-stability"])
+    first, second = results["runs"][:2]
+    first.update(status="diverged", divergence={"step": 30, "reason": "loss is nan"}, edge_step=10)
+    second.update(status="diverged", divergence={"step": 30, "reason": "loss is nan"}, edge_step=30)
+    first["max_ratio"], second["max_ratio"] = math.inf, math.nan
+    said = {s.split(":")[0]: s for s in map(text, headlines(results))}
+    assert said[first["label"]].endswith(
+        ": reached <0.9>× at step <10>, then diverged at step <30>, at most <inf>× it."
+    )
+    assert said[second["label"]].endswith(": diverged at step <30>, at most <nan>× it.")
+    shown = [part.text for s in headlines(results) for part in s if isinstance(part, Number)]
+    assert "∞" in shown and "not a number (NaN)" in shown and "inf" not in shown and "nan" not in shown

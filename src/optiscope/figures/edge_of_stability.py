@@ -4,12 +4,15 @@
   run's threshold (2/η, 3.8/η) dashed in its colour, and the training loss below.
 * ``preconditioned.png`` — runs judged by λ₁(P⁻¹H) (Adam): the same with 38/η.
 
-Titles carry the measured equilibrium ratio (median sharpness/threshold after a run first reached its edge),
-or say where a run diverged.
+Titles name the panel's optimizers and account for every run: the measured equilibrium ratio (median
+sharpness/threshold after a run first reached its edge), the largest ratio of a run that never reached its edge,
+or where a run diverged (and whether it had reached its edge before). A thin vertical line marks where a run
+reached its edge (never for a diverged run that got there only by blowing up), a dotted one where it diverged.
 """
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import TYPE_CHECKING, Any
 
@@ -24,22 +27,66 @@ if TYPE_CHECKING:
 
 
 def _title(runs: list[RunResults], what: str, edge: float) -> str:
+    """What every run did, none left out: the equilibrium ratio of those that reached ``edge`` × their threshold,
+    the largest ratio of those that never did, and where each diverged run did (after its edge, if it got there)."""
     if not runs:
         return f"{what}: no run of this kind in these results"
-    parts = []
-    for r in runs:
-        if r["equilibrium"] is not None:
-            parts.append(f"{r['label']} {style.fmt(r['equilibrium'], '.2f')}×")
-        elif r["status"] == "diverged":
-            parts.append(f"{r['label']}{_status(r)}")
-    if not parts:
-        return f"{what}: no run reached {edge:g}× its threshold"
-    lines = textwrap.wrap(f"median sharpness/threshold once at {edge:g}× or more: {', '.join(parts)}", 110)
-    return "\n".join([f"{what} against its threshold", *lines])
+    reached = [f"{r['label']} {_ratio(r['equilibrium'])}×" for r in runs if r["equilibrium"] is not None]
+    short = [
+        f"{r['label']} (at most {_ratio(r['max_ratio'])}×)"
+        for r in runs
+        if r["equilibrium"] is None and r["status"] != "diverged"
+    ]
+    diverged = [f"{r['label']}{_diverged_at(r, edge)}" for r in runs if r["status"] == "diverged"]
+    clauses = [
+        *([f"median sharpness/threshold once at {edge:g}× or more: {', '.join(reached)}"] if reached else []),
+        *([f"never reached {edge:g}× its threshold: {', '.join(short)}"] if short else []),
+        *([", ".join(diverged)] if diverged else []),
+    ]
+    return "\n".join([f"{what} against each run's threshold", *textwrap.wrap("; ".join(clauses), 110)])
 
 
-def _panel(results: Results, preconditioned: bool, what: str) -> Figure:
+def _ratio(x: Any) -> str:
+    """A ratio to two decimals, in words where it is no number (NaN, ∞), as the report says them."""
+    if x is None:
+        return "—"
+    if math.isnan(x):
+        return "NaN"
+    return "∞" if math.isinf(x) and x > 0 else "−∞" if math.isinf(x) else f"{x:.2f}"
+
+
+def _diverged_at(run: RunResults, edge: float) -> str:
+    before = f", which had reached {edge:g}× at step {run['edge_step']}" if _edge_before_divergence(run) else ""
+    return _status(run) + before
+
+
+def _divergence_step(run: RunResults) -> Any:
+    return (run["divergence"] or {}).get("step") if run["status"] == "diverged" else None
+
+
+def _edge_before_divergence(run: RunResults) -> bool:
+    """Whether the run reached its edge and, if it diverged, did so before the step it diverged at: a diverged
+    run's blow-up is no edge reached."""
+    if run["edge_step"] is None:
+        return False
+    if run["status"] != "diverged":
+        return True
+    step = _divergence_step(run)
+    return isinstance(step, int | float) and run["edge_step"] < step
+
+
+def _what(runs: list[RunResults], preconditioned: bool) -> str:
+    """The optimizers of the panel's runs, by name, and the sharpness they are judged by; for a panel without
+    runs, the kind of optimizer it would draw."""
+    if not runs:
+        return "Adam: preconditioned sharpness" if preconditioned else "Full-batch GD and momentum: sharpness"
+    names = ", ".join(dict.fromkeys(r["optimizer"] for r in runs))
+    return f"{names}: {'preconditioned sharpness λ₁(P⁻¹H)' if preconditioned else 'sharpness λ₁(H)'}"
+
+
+def _panel(results: Results, preconditioned: bool) -> Figure:
     chosen = [r for r in results["runs"] if r["preconditioned"] is preconditioned]
+    what = _what(chosen, preconditioned)
     fig, (top, bottom) = plt.subplots(
         2,
         1,
@@ -75,12 +122,24 @@ def _panel(results: Results, preconditioned: bool, what: str) -> Figure:
                 va="center",
             )
             sharp_values.append([run["threshold"]])
-        if run["edge_step"] is not None:
+        if _edge_before_divergence(run):
             top.axvline(run["edge_step"], color=color, lw=0.6, alpha=0.4)
+        if isinstance(_divergence_step(run), int | float):
+            for ax in (top, bottom):
+                ax.axvline(_divergence_step(run), color=color, ls=":", lw=1.2)
     top.set_ylabel("preconditioned sharpness λ₁(P⁻¹H)" if preconditioned else "sharpness λ₁(H)")
     style.log_scale(top, "y", *sharp_values)
     # above the panel, clear of the curves and the dashed thresholds
     top.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(len(chosen), 4), frameon=False, fontsize=8)
+    top.text(
+        0.01,
+        0.01,
+        f"thin line: where a run first reached {results['edge']:g}× its threshold; dotted: where it diverged",
+        transform=top.transAxes,
+        fontsize=7,
+        color="0.4",
+        va="bottom",
+    )
     bottom.set_ylabel("training loss (full batch)")
     bottom.set_xlabel("step")
     style.log_scale(bottom, "y", *[r["loss"] for r in chosen])
@@ -100,17 +159,17 @@ def _shades(runs: list[RunResults]) -> list[Any]:
 
 def _status(run: RunResults) -> str:
     if run["status"] == "diverged":
-        step = (run["divergence"] or {}).get("step")
-        return f" (diverged at step {step})"
+        step = _divergence_step(run)
+        return f" (diverged at step {step})" if step is not None else " (diverged)"
     return ""
 
 
 def sharpness(results: Results) -> Figure:
-    return _panel(results, False, "Full-batch GD and momentum: sharpness")
+    return _panel(results, False)
 
 
 def preconditioned(results: Results) -> Figure:
-    return _panel(results, True, "Adam: preconditioned sharpness")
+    return _panel(results, True)
 
 
 FIGURES = {"sharpness.png": sharpness, "preconditioned.png": preconditioned}

@@ -95,11 +95,18 @@ def _figure(name: str, title: str, x_label: str, y_label: str, *, x_log=False, y
     return p
 
 
-def _legend_outside(p: Any) -> None:
-    """The legend right of the plot; a click on an entry hides (or shows again) that run's lines."""
+#: Pixels per legend entry (8pt labels, no spacing) and around the entries: a chart is as tall as its legend,
+#: which Bokeh would otherwise cut off at the plot's edge.
+LEGEND_ROW, LEGEND_MARGIN = 20, 70
+
+
+def _legend_outside(p: Any, entries: int, hide: bool = True) -> None:
+    """The legend right of the plot, the plot as tall as its ``entries`` need; with ``hide``, a click on an
+    entry hides (or shows again) that run's lines."""
     if p.legend:
         legend = p.legend[0]
-        legend.click_policy = "hide"
+        p.height = max(p.height, LEGEND_ROW * entries + LEGEND_MARGIN)
+        legend.click_policy = "hide" if hide else "none"
         legend.label_text_font_size = "8pt"
         legend.spacing = 0
         if legend in p.center:
@@ -138,7 +145,7 @@ def lines(
         if markers or not line or len(pts["x"]) == 1:
             p.scatter("x", "y", source=source, color=c, size=5, legend_label=label, name=label)
     p.add_tools(HoverTool(tooltips=[("", "$name"), (x_label, "@x{0.[000]}"), (y_label, "@y{0.[0000]}")]))
-    _legend_outside(p)
+    _legend_outside(p, len(series))
     return p
 
 
@@ -155,7 +162,9 @@ def many_lines(
 ) -> Any | None:
     """Many lines (one per parameter) as one glyph, each named on hover: one renderer keeps a page with
     hundreds of parameters light. Each line's last point is marked (``ends``), so that a line of one point
-    (a run of one recorded step) shows."""
+    (a run of one recorded step) shows. A line's colour follows its place in ``series``, lines without points
+    counted, so that charts given the same names in the same order colour each name alike."""
+    colors = {label: _cycle(i) for i, label in enumerate(series)}
     series = {label: pts for label, pts in series.items() if pts["x"]}
     if not series:
         return None
@@ -163,14 +172,16 @@ def many_lines(
         "xs": [pts["x"] for pts in series.values()],
         "ys": [pts["y"] for pts in series.values()],
         "label": list(series),
-        "color": [_cycle(i) for i in range(len(series))],
+        "color": [colors[label] for label in series],
     }
     data.update(ends(data["xs"], data["ys"]))
     p = _figure(name, title, x_label, y_label, y_log=y_log)
     source = sources.make(data, live=live, key=name)
-    p.multi_line("xs", "ys", source=source, line_color="color", line_width=1.4)
+    # the legend names each line (one entry per label of the one glyph); a click would hide them all, so none does
+    p.multi_line("xs", "ys", source=source, line_color="color", line_width=1.4, legend_field="label")
     p.scatter("end_x", "end_y", source=source, color="color", size=4)
     p.add_tools(HoverTool(tooltips=[("", "@label"), (x_label, "$x{0}"), (y_label, "$y")]))
+    _legend_outside(p, len(series), hide=False)
     return p
 
 
@@ -192,9 +203,10 @@ def bands(sources: Sources, name: str, title: str, series: dict[str, dict[str, l
     p = _figure(name, title, "step", "η/(√v̂ + ε)", y_log=True)
     source = sources.make(data, live=live, key=name)
     p.patches("xs", "ys", source=source, fill_color="color", fill_alpha=0.12, line_alpha=0)
-    p.multi_line("mx", "my", source=source, line_color="color", line_width=1.4)
+    p.multi_line("mx", "my", source=source, line_color="color", line_width=1.4, legend_field="label")
     p.scatter("end_x", "end_y", source=source, color="color", size=4)
     p.add_tools(HoverTool(tooltips=[("", "@label"), ("step", "$x{0}"), ("η_eff", "$y")]))
+    _legend_outside(p, len(series), hide=False)
     return p
 
 
@@ -223,7 +235,7 @@ def heatmap(sources: Sources, name: str, title: str, cells: dict[str, Any] | Non
     data = {
         "x": (steps[cols] + widths[cols] / 2).astype(np.float32),
         "w": widths[cols].astype(np.float32),
-        "y": (rows + 0.5).astype(np.float32),
+        "y": (len(params) - rows - 0.5).astype(np.float32),  # the first parameter on top, as a list reads
         "v": image[rows, cols],
     }
     mapper = LogColorMapper(palette=PALETTE, low=float(data["v"].min()), high=float(data["v"].max()))
@@ -239,7 +251,7 @@ def heatmap(sources: Sources, name: str, title: str, cells: dict[str, Any] | Non
     )
     p.x_range.range_padding = p.y_range.range_padding = 0
     p.yaxis.ticker = FixedTicker(ticks=[i + 0.5 for i in range(len(params))])
-    p.yaxis.major_label_overrides = {i + 0.5: label for i, label in enumerate(params)}
+    p.yaxis.major_label_overrides = {len(params) - i - 0.5: label for i, label in enumerate(params)}
     p.yaxis.major_label_text_font_size = "7pt"
     p.add_layout(ColorBar(color_mapper=mapper, title="u/w"), "right")
     p.add_tools(HoverTool(tooltips=[("step", "$x{0}"), ("u/w", "@v")]))
@@ -281,5 +293,5 @@ def bars(sources: Sources, name: str, title: str, series: dict[str, dict[str, li
             name=label,
         )
     p.add_tools(HoverTool(tooltips=[("", "$name"), (x_label, "@at"), (y_label, "@y")]))
-    _legend_outside(p)
+    _legend_outside(p, len(series))
     return p

@@ -31,13 +31,17 @@ class Number:
 Sentence = list[str | Number]
 
 
+#: How a value that is no finite number reads on the page: in words, not Python's "nan" and "inf".
+NON_FINITE = {"nan": "not a number (NaN)", "inf": "∞", "-inf": "−∞"}
+
+
 def format_number(value: float) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int):
         return str(value)
     if not math.isfinite(value):
-        return str(value)
+        return NON_FINITE["nan" if math.isnan(value) else "inf" if value > 0 else "-inf"]
     # four significant digits, unless they round a value onto a whole number it is not: a sharpness/threshold
     # of 1.00012 (past its threshold) or 0.99997 (short of it) must not read "1"
     for digits in range(4, 9):
@@ -329,7 +333,10 @@ def edge_of_stability(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     for i, run in enumerate(r["runs"]):
         what = "preconditioned sharpness λ₁(P⁻¹H)" if run["preconditioned"] else "sharpness λ₁(H)"
         at = ("runs", i)  # the pieces after the threshold: text, or the path of a number in results.json
-        if run["status"] != "ok":
+        if run["status"] != "ok" and reached_before_divergence(run):
+            tail = [": reached ", ("edge",), "× at step ", (*at, "edge_step"), ", then diverged at step "]
+            tail += [(*at, "divergence", "step"), ", at most ", (*at, "max_ratio"), "× it."]
+        elif run["status"] != "ok":
             tail = [": diverged at step ", (*at, "divergence", "step"), ", at most ", (*at, "max_ratio"), "× it."]
         elif run["edge_step"] is None:
             tail = [": at most ", (*at, "max_ratio"), f"× it, short of the edge ({r['edge']:g}×) in ", ("steps",)]
@@ -343,6 +350,12 @@ def edge_of_stability(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
             n(*at, "threshold"),
             *(n(*piece) if isinstance(piece, tuple) else piece for piece in tail),
         ]
+
+
+def reached_before_divergence(run: dict[str, Any]) -> bool:
+    """Whether a diverged run reached its edge before the step it diverged at (not by blowing up)."""
+    edge, step = run.get("edge_step"), (run.get("divergence") or {}).get("step")
+    return all(isinstance(x, int | float) for x in (edge, step)) and edge < step
 
 
 # ------------------------------------------------------------------------------------------------- sweep

@@ -164,8 +164,26 @@ def section_head(experiment: str | None, group: list[RunDir]) -> str:
             '<section><h2>Monitored training</h2><p class="muted">metrics.jsonl written by a Monitor\'s sinks or '
             "the 🤗 Trainer / Lightning callbacks: the monitor's charts, no experiment results</p>"
         )
-    summary = sweep.results_contract(experiment)[1]
+    describe = SUMMARIES.get(experiment)
+    summary = describe(group) if describe is not None else sweep.results_contract(experiment)[1]
     return f'<section><h2>{html.escape(experiment)}</h2><p class="muted">{html.escape(summary)}</p>'
+
+
+def edge_of_stability_summary(group: list[RunDir]) -> str:
+    """What the section's runs measured against what: each optimizer's sharpness and threshold as its results
+    name them (``threshold_label``), not a fixed list of optimizers the runs may not have."""
+    judged: dict[str, None] = {}
+    for run in group:
+        for r in (run.results or {}).get("runs", []):
+            measure = "λ₁(P⁻¹H)" if r.get("preconditioned") else "λ₁(H)"
+            judged[f"{r.get('optimizer')} {measure} against {r.get('threshold_label')}"] = None
+    head = "Full-batch training: each run's (preconditioned) sharpness against its optimizer's stability threshold"
+    return f"{head}{': ' + ', '.join(judged) if judged else ''} (edge of stability)"
+
+
+#: Section descriptions drawn from the section's own results where the experiment's fixed summary would name
+#: things its runs may not have.
+SUMMARIES = {"edge-of-stability": edge_of_stability_summary}
 
 
 def run_summary(run: RunDir) -> str:
@@ -202,11 +220,14 @@ def status_line(run: RunDir) -> str:
     if run.results is not None:
         status = str(run.results.get("status", "ok"))
         css = "status-ok" if status == "ok" else "status-bad"
+        diverged, total, what = diverged_runs(run.results)
+        some = f"{diverged} of {total} {what} diverged" if 0 < diverged < total else ""
+        some = f', <span class="status-bad">{html.escape(some)}</span>' if some else ""
         took = run.results.get("wall_seconds")
         extra = f" in {took:.0f} s" if isinstance(took, int | float) else ""
         extra += " since it was resumed" if extra and run.results.get("resumed") else ""
         quick = " (--quick)" if run.results.get("quick") else ""
-        return f'<p>Status: <span class="{css}">{html.escape(status)}</span>{quick}{extra}.</p>'
+        return f'<p>Status: <span class="{css}">{html.escape(status)}</span>{some}{quick}{extra}.</p>'
     if runs_seen and section_of(run) == MONITORED:
         return f"<p>Status: monitored; last logged: {html.escape(progress)}.</p>"
     logged = f"; last logged: {html.escape(progress)}" if runs_seen else "; nothing logged yet"
@@ -219,6 +240,30 @@ def status_line(run: RunDir) -> str:
         stopped = "stopped before its results (interrupted or failed)"
         return f'<p>Status: <span class="status-bad">{stopped}</span>{logged}.</p>'
     return '<p>Status: <span class="status-bad">no results</span>.</p>'
+
+
+def diverged_runs(results: dict[str, Any]) -> tuple[int, int, str]:
+    """(how many diverged, of how many, of what) among the runs a results.json records: an experiment's status
+    is "ok" unless every run diverged, so the ones that did are counted here. Runs are ``runs`` (a list or a
+    dict; lm, adder, edge-of-stability) with their ``status``, ``optimizers`` with their ``diverged_at``
+    (rare-tokens), each η of each optimizer on each surface (landscapes), or a sweep's ``trials``."""
+    entries, what = [], "runs"
+    if isinstance(results.get("runs"), list | dict):
+        runs_ = results["runs"]
+        entries = [r.get("status") == "diverged" for r in (runs_.values() if isinstance(runs_, dict) else runs_)]
+    elif isinstance(results.get("trials"), list):
+        entries, what = [t.get("status") == "diverged" for t in results["trials"]], "trials"
+    elif isinstance(results.get("surfaces"), dict):
+        entries, what = _landscape_points(results["surfaces"]), "runs of the η grids (one per optimizer, surface and η)"
+    elif isinstance(results.get("optimizers"), dict):
+        entries = [o.get("diverged_at") is not None for o in results["optimizers"].values() if isinstance(o, dict)]
+    return sum(entries), len(entries), what
+
+
+def _landscape_points(surfaces: dict[str, Any]) -> list[bool]:
+    """Whether each η tried by each optimizer on each surface diverged."""
+    runs_ = [opt for surface in surfaces.values() for opt in surface.get("runs", {}).values()]
+    return [point.get("diverged_at") is not None for opt in runs_ for point in opt.get("grid", [])]
 
 
 def divergence_lines(run: RunDir) -> list[str]:

@@ -164,6 +164,10 @@ Labelled = list[tuple[Callable[[str], str], RunDir]]
 
 def lm_charts(sources: Sources, group: Labelled, key: str) -> Charts:
     train, timed, val, rows = {}, {}, {}, {}
+    # every run's layers in one order (an optimizer may list its parameter groups in another): a layer has one
+    # colour in every run's per-layer chart
+    every = [r["update_ratio"].get("layers", {}) for _, run in group for r in run.results["runs"].values()]
+    layers = list(dict.fromkeys(layer for found in every for layer in found))
     for f, run in group:
         for name, r in run.results["runs"].items():
             train[f(name)] = series.thin(r["train"]["step"], r["train"]["loss"])
@@ -204,10 +208,7 @@ def lm_charts(sources: Sources, group: Labelled, key: str) -> Charts:
                     sources,
                     f"{key}-layers-{i}-{j}",
                     f"u/w per layer, {f(name)}",
-                    {
-                        layer: series.thin(r["update_ratio"]["step"], v, positive=True)
-                        for layer, v in r["update_ratio"].get("layers", {}).items()
-                    },
+                    {layer: layer_points(r["update_ratio"], layer) for layer in layers},
                     "step",
                     "u/w",
                     y_log=True,
@@ -218,6 +219,11 @@ def lm_charts(sources: Sources, group: Labelled, key: str) -> Charts:
             for j, (name, r) in enumerate(run.results["runs"].items())
         ],
     ]
+
+
+def layer_points(update_ratio: dict[str, Any], layer: str) -> dict[str, list]:
+    """One layer's u/w against step (none where the run has no such layer)."""
+    return series.thin(update_ratio["step"], update_ratio.get("layers", {}).get(layer, []), positive=True)
 
 
 def rare_tokens_charts(sources: Sources, group: Labelled, key: str) -> Charts:
