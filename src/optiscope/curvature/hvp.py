@@ -103,7 +103,7 @@ def cast_floats(obj: Any, dtype: torch.dtype) -> Any:
     return map_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, obj)
 
 
-class _Loss(nn.Module):
+class LossModule(nn.Module):
     """``loss_fn(model, batch)`` as a module's forward, so that ``functional_call`` can swap the
     parameters that ``loss_fn`` sees through ``model``."""
 
@@ -265,7 +265,7 @@ class HessianOperator:
         if not callable(loss_fn):
             raise TypeError(f"curvature: loss_fn={loss_fn!r} is not a function loss_fn(model, batch) -> loss")
         self.model = unwrap(model)
-        self.module = _Loss(self.model, loss_fn)
+        self.module = LossModule(self.model, loss_fn)
         self.cast = dtype
         self.batch = self.prepare(batch)
         if any(t.ndim >= 1 and t.shape[0] == 0 for t in tensors_in(self.batch)):

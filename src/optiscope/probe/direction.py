@@ -28,7 +28,7 @@ from torch.func import functional_call
 
 from ..checks import is_optimizer, positive
 from ..curvature import loss_fault, map_tensors, require_optimizer_of, rng_forked, tensors_in
-from ..curvature.hvp import _Loss, gradients_on
+from ..curvature.hvp import LossModule, gradients_on
 from ..monitor import own_names
 from ..optim import clip_grad_norm
 
@@ -49,7 +49,7 @@ def gradients(
             p.grad = None
         # dropout here must not shift the training run's RNG
         with rng_forked(model):
-            loss = functional_call(_Loss(model, loss_fn), buffers, (saveable(batch),))
+            loss = functional_call(LossModule(model, loss_fn), buffers, (saveable(batch),))
             fault = loss_fault(loss)
             if fault is not None:
                 raise ValueError(
