@@ -37,7 +37,7 @@ OPTIMIZER_COLORS = {
     "adam-no-bc": "#8fb3cf",
     "lion": "#c2478f",
     "muon": "#3b3b3b",
-    "muon+adamw": "#8c564b",
+    "muon+adamw": "#6b8e23",  # olive: the brown it had read as sgd's red beside it
 }
 
 RC = {

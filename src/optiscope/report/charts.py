@@ -12,6 +12,8 @@ data; under ``optiscope report --watch`` the sources of charts drawn from ``metr
 from __future__ import annotations
 
 import itertools
+import math
+import statistics
 from typing import Any
 from urllib.parse import quote
 
@@ -134,19 +136,40 @@ def lines(
     if not series:
         return None
     p = _figure(name, title, x_label, y_label, x_log=x_log, y_log=y_log)
+    hidden = set() if y_log else off_the_scale(series)
     seen: dict[str, int] = {}
     for i, (label, pts) in enumerate(series.items()):
         c = color(label, i)
         dash = DASHES[seen.get(c, 0) % len(DASHES)]
         seen[c] = seen.get(c, 0) + 1
         source = sources.make(pts, live=live, key=f"{name}/{label}")
+        shown = {"legend_label": f"{label} {OFF_SCALE_NOTE}" if label in hidden else label, "name": label}
+        shown["visible"] = label not in hidden
         if line:
-            p.line("x", "y", source=source, color=c, line_dash=dash, line_width=1.8, legend_label=label, name=label)
+            p.line("x", "y", source=source, color=c, line_dash=dash, line_width=1.8, **shown)
         if markers or not line or len(pts["x"]) == 1:
-            p.scatter("x", "y", source=source, color=c, size=5, legend_label=label, name=label)
+            p.scatter("x", "y", source=source, color=c, size=5, **shown)
     p.add_tools(HoverTool(tooltips=[("", "$name"), (x_label, "@x{0.[000]}"), (y_label, "@y{0.[0000]}")]))
     _legend_outside(p, len(series))
     return p
+
+
+#: A line whose largest |y| exceeds the lines' typical largest |y| this many times starts hidden (``off_the_scale``).
+OFF_SCALE = 100
+OFF_SCALE_NOTE = "(off the scale, hidden: click to show)"
+
+
+def off_the_scale(series: dict[str, dict[str, list]]) -> set[str]:
+    """The labels of the lines that would flatten the others on a linear axis: those whose largest finite |y|
+    exceeds ``OFF_SCALE`` times the lower median of the lines' largest |y| (a diverged run's loss of 1e12
+    among losses near 3). They start hidden, their legend entries saying so; a click shows them."""
+    peaks = {label: max((abs(y) for y in pts["y"] if _finite(y)), default=0.0) for label, pts in series.items()}
+    typical = statistics.median_low(peaks.values()) if len(peaks) > 1 else 0.0
+    return {label for label, peak in peaks.items() if peak > OFF_SCALE * typical} if typical > 0 else set()
+
+
+def _finite(y: Any) -> bool:
+    return isinstance(y, int | float) and math.isfinite(y)
 
 
 def many_lines(
