@@ -218,3 +218,24 @@ def test_a_pretrained_model_missing_or_whose_text_is_too_short_or_untokenised_is
         assert cli.main([*args, "--quiet"]) == cli.EXIT_BAD_INPUT
         lines = capsys.readouterr().err.strip().splitlines()  # --quiet: no 🤗 loading bars either
         assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_sampling_on_policy_leaves_the_models_train_flags_as_they_were():
+    """A pretrained 🤗 model arrives in eval mode; sampling for the policy probe used to switch it to training
+    (dropout on) for the steps after. Oracle: every module's flag before and after."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from optiscope.models.gpt import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8, dropout=0.1, attention="math"))
+    model.eval()
+    model.blocks[0].train()  # a mix, as a partly frozen model has
+    flags = {name: m.training for name, m in model.named_modules()}
+    held_out = torch.randint(0, 11, (3, 4))
+    sequences, masks = entropy.on_policy(
+        model, SimpleNamespace(prompts=None, context=8), held_out, 4, torch.Generator().manual_seed(0)
+    )
+    assert sequences.shape == (3, 5) and masks == {}
+    assert {name: m.training for name, m in model.named_modules()} == flags

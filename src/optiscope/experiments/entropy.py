@@ -231,7 +231,8 @@ def trained_model(config: Config, run_dir: Path, console: Console) -> tuple[GPT,
     if label not in labels:
         raise ConfigError(f"--checkpoint-run={label!r}; the runs in {source} are {', '.join(labels)}")
     data = lm.load_data(lm_config)
-    # the math attention path: forward-mode AD has no rule for the fused CPU/GPU attention kernels
+    # the plain-ops attention: the probe would run fused attention on its math backend anyway (forward-mode AD
+    # has no rule for the fused kernels), and this is the path the probe's tests check against
     model = GPT(replace(lm.model_config(lm_config, data.tokenizer.vocab_size), attention="math"))
     saved = train.load(lm.checkpoint_path(source, label), label)
     if saved["training"] is None:
@@ -433,8 +434,8 @@ def on_policy(
     """``length`` tokens sampled after each prompt (the subject's, or each held-out window's first token),
     and for padded prompts the probe's ``attention_mask`` and ``scored`` (the sampled positions only)."""
     starts, mask = (held_out[:, 0], None) if subject.prompts is None else subject.prompts
-    sequences = sample_sequences(model.eval(), starts, length, subject.context, generator, attention_mask=mask)
-    model.train()
+    # sample_sequences samples in eval mode itself and restores each module's own flag
+    sequences = sample_sequences(model, starts, length, subject.context, generator, attention_mask=mask)
     if mask is None:
         return sequences, {}
     attention = torch.cat([mask, torch.ones(len(mask), length, dtype=mask.dtype)], dim=1)
