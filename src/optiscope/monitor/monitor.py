@@ -253,7 +253,7 @@ class Monitor:
             return RankNoise(model, curvature.rank_batch_size, due)
         if curvature.accumulation_batch_size is not None:
             params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-            named = [(self.names.get(id(p), f"param{i}"), p) for i, p in enumerate(params)]
+            named = [(self.names[id(p)], p) for p in params]  # named when the monitor was built
             return AccumulationNoise(model, named, curvature.accumulation_batch_size, due)
         return None
 
