@@ -195,34 +195,3 @@ def test_the_gradient_norm_chart_draws_the_norm_before_clipping_beside_the_clipp
     assert lines["a"] == [1.0, 1.0, 1.0] and lines["a before clipping"] == [3.0, 9.0, 27.0]
     assert page.errors == []
     context.close()
-
-
-SCALE = """(title) => {
-  const chart = [...document.querySelectorAll('.chart')].find(c => c.querySelector('h4').textContent === title);
-  const root = Bokeh.documents[0].get_model_by_id(chart.querySelector('[data-root-id]').dataset.rootId);
-  const legend = root.right.find(m => m.click_policy !== undefined);
-  return {end: root.y_range.end, start: root.y_range.start,
-          visible: Object.fromEntries(root.renderers.map(r => [r.name, r.visible])),
-          labels: legend.items.flatMap(i => i.get_labels_list_from_label_prop())};
-}"""
-
-
-def test_a_run_off_the_scale_starts_hidden_and_says_so(page, tmp_path):
-    """A diverged run's loss of 1e12 would flatten the others' to a line at 0: it starts hidden, its legend
-    entry saying so, and the axis fits the runs shown (oracle: their losses as written to metrics.jsonl)."""
-    run_dir = tmp_path / "monitored"
-    run_dir.mkdir()
-    calm = {step: 3.0 - 0.1 * step for step in range(1, 11)}
-    blown = {step: (3.0 - 0.1 * step if step < 8 else 1e12) for step in range(1, 11)}
-    with (run_dir / "metrics.jsonl").open("w") as f:
-        for run, losses in (("calm", calm), ("blown", blown)):
-            for step, loss in losses.items():
-                record = {"run": run, "context": ["run"], "step": step, "loss": loss, "grad_norm": 1.0, "params": {}}
-                f.write(json.dumps(record) + "\n")
-    assert cli.main(["report", str(run_dir)]) == 0
-    load(page, (run_dir / "report.html").as_uri())
-    assert page.errors == []
-    chart = page.evaluate(SCALE, "Loss at each logged step")
-    assert chart["visible"] == {"calm": True, "blown": False}
-    assert chart["labels"] == ["calm", "blown (off the scale, hidden: click to show)"]
-    assert chart["start"] <= min(calm.values()) and max(calm.values()) <= chart["end"] < 10

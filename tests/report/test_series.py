@@ -57,3 +57,18 @@ def test_curvature_keys_get_their_charts_when_recorded(tmp_path):
     without = [{k: v for k, v in r.items() if "sharp" not in k and k != "threshold"} for r in rows]
     titles = {title for title, chart in metrics_charts(Sources(), [RunDir(tmp_path, metrics=without)], "k") if chart}
     assert not any("harpness" in t for t in titles)
+
+
+def test_a_chart_of_many_parameters_names_them_on_hover_not_in_a_legend_taller_than_a_page():
+    """GPT-2 small has 148 parameter tensors: a legend of each made a chart 3,000 px tall. Up to LEGEND_MAX
+    lines get a legend entry each; more are named by hover only, and the chart keeps its usual height."""
+    from optiscope.report.charts import HEIGHT, LEGEND_MAX, Sources, many_lines
+
+    def chart(lines):
+        series = {f"blocks.{i}.weight": {"x": [1, 2], "y": [0.1, 0.2]} for i in range(lines)}
+        return many_lines(Sources(), "k", "u/w", series, "step", "u/w")
+
+    few, many = chart(LEGEND_MAX), chart(148)
+    assert few.legend and few.height > HEIGHT  # one entry per label of the glyph, drawn by the browser
+    assert not many.legend and many.height == HEIGHT
+    assert [t.tooltips[0] for t in many.tools if type(t).__name__ == "HoverTool"] == [("", "@label")]

@@ -12,8 +12,6 @@ data; under ``optiscope report --watch`` the sources of charts drawn from ``metr
 from __future__ import annotations
 
 import itertools
-import math
-import statistics
 from typing import Any
 from urllib.parse import quote
 
@@ -102,6 +100,16 @@ def _figure(name: str, title: str, x_label: str, y_label: str, *, x_log=False, y
 LEGEND_ROW, LEGEND_MARGIN = 20, 70
 
 
+#: The most lines one glyph names in a legend: a model of hundreds of parameter tensors (GPT-2 small has 148)
+#: would make each chart thousands of pixels tall; beyond this, hovering a line names it.
+LEGEND_MAX = 40
+
+
+def _named(series: dict[str, Any]) -> dict[str, str]:
+    """The glyph's legend argument: one entry per label, unless there are more than ``LEGEND_MAX``."""
+    return {"legend_field": "label"} if len(series) <= LEGEND_MAX else {}
+
+
 def _legend_outside(p: Any, entries: int, hide: bool = True) -> None:
     """The legend right of the plot, the plot as tall as its ``entries`` need; with ``hide``, a click on an
     entry hides (or shows again) that run's lines."""
@@ -136,40 +144,19 @@ def lines(
     if not series:
         return None
     p = _figure(name, title, x_label, y_label, x_log=x_log, y_log=y_log)
-    hidden = set() if y_log else off_the_scale(series)
     seen: dict[str, int] = {}
     for i, (label, pts) in enumerate(series.items()):
         c = color(label, i)
         dash = DASHES[seen.get(c, 0) % len(DASHES)]
         seen[c] = seen.get(c, 0) + 1
         source = sources.make(pts, live=live, key=f"{name}/{label}")
-        shown = {"legend_label": f"{label} {OFF_SCALE_NOTE}" if label in hidden else label, "name": label}
-        shown["visible"] = label not in hidden
         if line:
-            p.line("x", "y", source=source, color=c, line_dash=dash, line_width=1.8, **shown)
+            p.line("x", "y", source=source, color=c, line_dash=dash, line_width=1.8, legend_label=label, name=label)
         if markers or not line or len(pts["x"]) == 1:
-            p.scatter("x", "y", source=source, color=c, size=5, **shown)
+            p.scatter("x", "y", source=source, color=c, size=5, legend_label=label, name=label)
     p.add_tools(HoverTool(tooltips=[("", "$name"), (x_label, "@x{0.[000]}"), (y_label, "@y{0.[0000]}")]))
     _legend_outside(p, len(series))
     return p
-
-
-#: A line whose largest |y| exceeds the lines' typical largest |y| this many times starts hidden (``off_the_scale``).
-OFF_SCALE = 100
-OFF_SCALE_NOTE = "(off the scale, hidden: click to show)"
-
-
-def off_the_scale(series: dict[str, dict[str, list]]) -> set[str]:
-    """The labels of the lines that would flatten the others on a linear axis: those whose largest finite |y|
-    exceeds ``OFF_SCALE`` times the lower median of the lines' largest |y| (a diverged run's loss of 1e12
-    among losses near 3). They start hidden, their legend entries saying so; a click shows them."""
-    peaks = {label: max((abs(y) for y in pts["y"] if _finite(y)), default=0.0) for label, pts in series.items()}
-    typical = statistics.median_low(peaks.values()) if len(peaks) > 1 else 0.0
-    return {label for label, peak in peaks.items() if peak > OFF_SCALE * typical} if typical > 0 else set()
-
-
-def _finite(y: Any) -> bool:
-    return isinstance(y, int | float) and math.isfinite(y)
 
 
 def many_lines(
@@ -201,7 +188,7 @@ def many_lines(
     p = _figure(name, title, x_label, y_label, y_log=y_log)
     source = sources.make(data, live=live, key=name)
     # the legend names each line (one entry per label of the one glyph); a click would hide them all, so none does
-    p.multi_line("xs", "ys", source=source, line_color="color", line_width=1.4, legend_field="label")
+    p.multi_line("xs", "ys", source=source, line_color="color", line_width=1.4, **_named(series))
     p.scatter("end_x", "end_y", source=source, color="color", size=4)
     p.add_tools(HoverTool(tooltips=[("", "@label"), (x_label, "$x{0}"), (y_label, "$y")]))
     _legend_outside(p, len(series), hide=False)
@@ -226,7 +213,7 @@ def bands(sources: Sources, name: str, title: str, series: dict[str, dict[str, l
     p = _figure(name, title, "step", "η/(√v̂ + ε)", y_log=True)
     source = sources.make(data, live=live, key=name)
     p.patches("xs", "ys", source=source, fill_color="color", fill_alpha=0.12, line_alpha=0)
-    p.multi_line("mx", "my", source=source, line_color="color", line_width=1.4, legend_field="label")
+    p.multi_line("mx", "my", source=source, line_color="color", line_width=1.4, **_named(series))
     p.scatter("end_x", "end_y", source=source, color="color", size=4)
     p.add_tools(HoverTool(tooltips=[("", "@label"), ("step", "$x{0}"), ("η_eff", "$y")]))
     _legend_outside(p, len(series), hide=False)
