@@ -17,7 +17,7 @@ import lightning  # noqa: E402
 
 import optiscope.optim  # noqa: E402
 from optiscope.integrations.lightning import OptiscopeCallback  # noqa: E402
-from optiscope.monitor import ConsoleSink, DivergenceGuard  # noqa: E402
+from optiscope.monitor import DivergenceGuard  # noqa: E402
 
 ACCUMULATE, CLIP = 2, 0.05
 
@@ -590,30 +590,6 @@ def test_fit_again_on_the_same_trainer_goes_on_with_the_monitor(tmp_path, caplog
     assert callback.monitor.state_dict()["first_loss"] == first["first_loss"] == module.losses[0]
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
-
-
-def test_a_callback_reused_for_a_new_run_in_its_directory_is_refused_and_the_first_runs_records_kept(tmp_path):
-    """A second Trainer's fit with the same callback starts a new run at step 0: into the folder the callback
-    wrote the first run's records to it is refused in one line, before anything is written (the file on disk
-    still holds the first fit's steps and losses); into another folder it records its own run there."""
-    x = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
-    callback, module = OptiscopeCallback(every=1), Regression(automatic=True)
-    quiet_trainer(tmp_path, 3, [callback]).fit(module, data)
-    first = (tmp_path / "metrics.jsonl").read_text()
-    with pytest.raises(ValueError, match=r"^OptiscopeCallback: this callback has recorded a run of 3 steps into .*$"):
-        quiet_trainer(tmp_path, 3, [callback]).fit(Regression(automatic=True), data)
-    assert (tmp_path / "metrics.jsonl").read_text() == first
-    assert [json.loads(line)["loss"] for line in first.splitlines()] == pytest.approx(module.losses, rel=1e-6)
-    other = Regression(automatic=True)
-    quiet_trainer(tmp_path / "other", 2, [callback]).fit(other, data)
-    records = [json.loads(line) for line in (tmp_path / "other" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["loss"] for r in records] == pytest.approx(other.losses, rel=1e-6)
-    assert (tmp_path / "metrics.jsonl").read_text() == first
-    printing = OptiscopeCallback(every=1, sinks=[ConsoleSink()])  # keeps nothing that a new run could overwrite
-    for steps in (2, 3):
-        quiet_trainer(tmp_path / "printed", steps, [printing]).fit(Regression(automatic=True), data)
-        assert printing.monitor.step_count == steps
 
 
 class ClippingOracle(Regression):

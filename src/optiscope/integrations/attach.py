@@ -72,14 +72,6 @@ def build_monitor(
     return monitor
 
 
-def kept_in(out_dir: Any, sinks: Sequence[Any] | None) -> str | None:
-    """Where a run's records are kept, which a new run there from step 0 would overwrite: ``out_dir`` (resolved)
-    for the default files, "the sinks given" when one of them can be rewound (a file's), else None."""
-    if sinks is not None:
-        return "the sinks given" if any(hasattr(sink, "rewind") for sink in sinks) else None
-    return str(Path(out_dir).resolve()) if out_dir else None
-
-
 def check_options(out_dir: Any, every: Any, sinks: Any, curvature: Any, guard: Any) -> list[Any] | None:
     """The callback's arguments, checked when it is built rather than when training starts (where the
     ``Monitor`` would say the same, later); returns ``sinks`` as a list (an iterator would serve one fit only)."""
@@ -135,8 +127,6 @@ class MonitorCallback:
         sinks = check_options(out_dir, every, sinks, curvature, guard)
         self.out_dir, self.every, self.sinks, self.curvature, self.guard = out_dir, every, sinks, curvature, guard
         self.attachment: Attachment | None = None
-        self.destination: str | None = None  # where the last run's records are kept (``kept_in``)
-        self.finished = False  # the last run reached its end (``refuse_second_run``)
         self.diverged: dict[str, Any] | None = None
 
     @property
@@ -157,15 +147,11 @@ class MonitorCallback:
         """Build the monitor for a run that starts at ``start_step``; a resumed run (``start_step`` > 0) gets the
         first of ``saved`` (what was found where its checkpoint may be, None where nothing was; ``where`` says
         where they were looked for) that is a monitor's state of that step. ``scaled``: a loss scaler may skip
-        steps (see ``Attachment``). A new run from step 0 where this callback has recorded one already is
-        refused (``refuse_second_run``)."""
-        out_dir = self.out_dir if self.out_dir is not None else default_dir
-        destination = kept_in(out_dir, self.sinks)
-        self.refuse_second_run(destination, start_step)
+        steps (see ``Attachment``)."""
         monitor = build_monitor(
             model,
             optimizer,
-            out_dir=out_dir,
+            out_dir=self.out_dir if self.out_dir is not None else default_dir,
             every=self.every,
             sinks=self.sinks,
             curvature=self.curvature,
@@ -177,24 +163,7 @@ class MonitorCallback:
         if start_step > 0:
             resume(monitor, saved, start_step, where, rank_zero)
         self.attachment = Attachment(monitor, scaled)
-        self.destination, self.finished = destination, False
         self.diverged = None
-
-    def refuse_second_run(self, destination: str | None, start_step: int) -> None:
-        """A one-line error when this callback, having recorded a run to its end into ``destination``
-        (``kept_in``), is attached to a new run that starts at step 0 there: that run would rewind the sinks to
-        step 0 and so drop every record of the first (a run directory holds one run, and no run loses its
-        records). Going on (the same Lightning Trainer fitted again) and a resume from a checkpoint start past 0;
-        a run cut short by an exception and started again from 0 is rewritten, as a script run again would be
-        (🤗's ``auto_find_batch_size`` starts training again after running out of memory)."""
-        recorded = 0 if self.monitor is None else self.monitor.step_count
-        again = start_step == 0 and self.finished and recorded > 0
-        if again and destination is not None and destination == self.destination:
-            raise ValueError(
-                f"OptiscopeCallback: this callback has recorded a run of {recorded} steps into {destination}; a new "
-                "run from step 0 there would overwrite its records: give the new run its own "
-                "OptiscopeCallback(out_dir=...) (or a Trainer with another output directory)"
-            )
 
     def stepped(self, reduce: str, counted: int, rank_zero: bool, **scalars: float) -> bool:
         """After the library may have stepped the optimizer (see ``Attachment.after_optimizer``): True when
@@ -209,12 +178,10 @@ class MonitorCallback:
             log.warning(diagnosis(record))
         return True
 
-    def detach(self, finished: bool = False) -> None:
-        """Remove the monitor's hooks and close its sinks; ``callback.monitor`` keeps its records. ``finished``:
-        the library's training has reached its end (not an exception)."""
+    def detach(self) -> None:
+        """Remove the monitor's hooks and close its sinks; ``callback.monitor`` keeps its records."""
         if self.attachment is not None:
             self.attachment.close()
-            self.finished = self.finished or finished
 
 
 def resume(monitor: Monitor, saved: Sequence[Any], step: int, where: str, rank_zero: bool) -> None:

@@ -88,6 +88,9 @@ class OptiscopeCallback(MonitorCallback, Callback):
         # is the clipped one the optimizer used). In manual optimisation the module has clipped already.
         if self.attachment is None or not pl_module.automatic_optimization or not trainer.gradient_clip_val:
             return
+        monitor = self.attachment.monitor
+        if not monitor.is_measured(monitor.step_count + 1):  # a pass over every gradient, for measured steps only
+            return
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if grads:  # ‖g‖ = ‖(‖g_i‖)_i‖, as torch's clip_grad_norm_ computes it (its get_total_norm is torch ≥ 2.6)
             norms = [torch.linalg.vector_norm(g).to(grads[0].device) for g in grads]
@@ -119,7 +122,7 @@ class OptiscopeCallback(MonitorCallback, Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._hold_checkpoints(trainer, at_end=True)
-        self.detach(finished=True)
+        self.detach()
 
     def on_fit_end(self, trainer, pl_module) -> None:
         self._release_checkpoints()

@@ -146,16 +146,16 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         return self.on_step_end(args, state, control)
 
     def on_train_end(self, args, state, control, **kwargs):
-        self._release(finished=True)
+        self._release()
 
-    def _release(self, finished: bool = False) -> None:
+    def _release(self) -> None:
         if self._unwrap_clip is not None:
             self._unwrap_clip()
             self._unwrap_clip = None
         if self._loss_hook is not None:
             self._loss_hook.remove()
             self._loss_hook = None
-        self.detach(finished)
+        self.detach()
 
 
 def calling_trainer() -> Trainer | None:
@@ -177,22 +177,36 @@ def noting_norms(accelerator: Any, note: Callable[[Any], None]) -> Callable[[], 
     Trainer clips through it and keeps the returned norm, the gradients' total norm before clipping, for its
     log (``grad_norm``) only: no callback is given it, and none runs between the last backward pass and the
     clipping. (A path that does not clip through it — SageMaker's, gradients on several device meshes — leaves
-    the records without it.)"""
+    the records without it.)
+
+    Undone, the wrapper notes nothing more and, while it is the accelerator's attribute, gives way to what it
+    wrapped, passing over wrappers of this kind undone already: callbacks may undo theirs in any order (two on
+    one Trainer are released in the order they were added) and leave the accelerator as they found it. One
+    left on the accelerator by a training that raised (🤗 calls no callback then) goes on noting until the
+    callback's next ``on_train_begin`` undoes it."""
+    below = vars(accelerator).get("clip_grad_norm_")  # another wrapper, or None: the class's own method
     clip = accelerator.clip_grad_norm_
-    own = vars(accelerator).get("clip_grad_norm_")  # someone else's wrapper, put back afterwards
 
     def clipping(*args: Any, **kwargs: Any) -> Any:
         norm = clip(*args, **kwargs)
-        note(norm)
+        if clipping.live:
+            note(norm)
         return norm
 
+    clipping.live, clipping.below = True, below
     accelerator.clip_grad_norm_ = clipping
 
     def undo() -> None:
-        if own is not None:
-            accelerator.clip_grad_norm_ = own
-        else:
+        clipping.live = False
+        if vars(accelerator).get("clip_grad_norm_") is not clipping:
+            return  # wrapped again since: the wrapper above passes over this one when it is undone
+        restore = clipping.below
+        while restore is not None and getattr(restore, "live", True) is False:
+            restore = restore.below
+        if restore is None:
             vars(accelerator).pop("clip_grad_norm_", None)
+        else:
+            accelerator.clip_grad_norm_ = restore
 
     return undo
 
