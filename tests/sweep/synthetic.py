@@ -4,14 +4,20 @@
 
 with η* the optimizer's optimum (``--sgd-optimum``, ``--adam-optimum``), so the tuned learning rate of a
 √10 grid is the grid point nearest η* in log space, known in advance. A run diverges above
-``--diverge-above`` and raises at exactly ``--crash-at``; ``--text`` names a file it refuses when it runs
-(as ``lm`` refuses a corpus file that is not there).
+``--diverge-above``, raises at exactly ``--crash-at`` and kills the process running it at exactly ``--die-at``
+(as the kernel kills one whose memory ran out: for Ray's workers only); ``--text`` names a file it refuses when it runs
+(as ``lm`` refuses a corpus file that is not there). With ``--hold DIR`` trials meet in DIR before that
+refusal, so that trials run side by side refuse at known moments: a run above ``--slow-above`` says it has
+started and refuses ``SLOW`` seconds later, one at or below it refuses once such a run has started.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypedDict
 
 import torch
@@ -30,7 +36,10 @@ class Config:
     adam_optimum: float = 0.01
     diverge_above: float = math.inf
     crash_at: float = 0.0
+    die_at: float = 0.0
     text: str = ""
+    hold: str = ""
+    slow_above: float = math.inf
     quiet: bool = field(default=False, metadata={"affects_results": False})
 
     def __post_init__(self) -> None:
@@ -54,11 +63,32 @@ def objective(lr: float, optimum: float, seed: int) -> float:
     return (math.log10(lr) - math.log10(optimum)) ** 2 + seed / 1000
 
 
+#: seconds a run above ``--slow-above`` takes to refuse (with ``--hold``); at most a minute waited for it
+SLOW = 3.0
+
+
+def meet(config) -> None:
+    """The trials' meeting in ``config.hold`` before a refusal: the slow run marks its start and waits ``SLOW``
+    seconds, the others wait for that mark."""
+    started = Path(config.hold) / "slow-started"
+    if runs_of(config)[0].lr > config.slow_above:
+        started.touch()
+        time.sleep(SLOW)
+        return
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def run(config, run_dir):
+    if config.hold:
+        meet(config)
     if config.text:
         raise ConfigError(f"corpus file {config.text} does not exist")
     out = {}
     for spec in runs_of(config):
+        if spec.lr == config.die_at:
+            os._exit(1)
         if spec.lr == config.crash_at:
             raise RuntimeError(f"trial at {spec.lr} crashed on purpose")
         optimum = config.sgd_optimum if spec.optimizer == "sgd" else config.adam_optimum

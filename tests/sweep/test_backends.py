@@ -1,12 +1,14 @@
 """The local process pool and Ray run the same trials into the same files: the results equal those of
 one in-process worker (wall times aside)."""
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
 from optiscope import runs
+from optiscope.errors import ConfigError
 from optiscope.sweep import SweepConfig, run_sweep, trial
 
 from .synthetic import without_wall_times
@@ -14,8 +16,8 @@ from .synthetic import without_wall_times
 TESTS = str(Path(__file__).resolve().parents[1])
 
 
-def small(**kwargs):
-    options = {"sgd_optimum": 0.02, "diverge_above": 0.05}
+def small(options=None, **kwargs):
+    options = {"sgd_optimum": 0.02, "diverge_above": 0.05} if options is None else options
     return SweepConfig(
         experiment="synthetic", optimizers=("sgd",), seeds=2, lrs=(0.01, 0.03, 0.1), options=options, **kwargs
     )
@@ -40,3 +42,47 @@ def test_pool_and_ray_give_the_results_of_one_worker(synthetic, tmp_path, monkey
     # torch's results depend on its thread count: every trial, wherever it ran, ran on the same one
     seen = {runs.read_json(p)["torch_threads"] for p in tmp_path.glob("*/trials/*/*/results.json")}
     assert seen == {trial.TRIAL_THREADS} and len(list(tmp_path.glob("*/trials/*/*/results.json"))) >= 9
+
+
+def test_a_refusal_on_ray_leaves_the_directory_to_the_corrected_command(synthetic, tmp_path, monkeypatch):
+    """A trial refused (bad input that every trial meets) stops the sweep. On Ray the trial running beside it was
+    killed half-way, its folder left holding its config.json, so the sweep's stayed too and the corrected command
+    was refused without --force; the local pool waits for it. Now every backend waits: nothing is left."""
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
+    (tmp_path / "hold").mkdir()
+    # sgd@0.01 refuses as soon as sgd@0.1 has started, which refuses 3 s later (synthetic.meet)
+    options = {"text": "nofile.txt", "hold": str(tmp_path / "hold"), "slow_above": 0.05}
+    refused = SweepConfig("synthetic", ("sgd",), seeds=1, lrs=(0.01, 0.1), options=options, backend="ray", workers=2)
+    out = tmp_path / "s"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        with pytest.raises(ConfigError, match="corpus file nofile.txt does not exist"):
+            run_sweep(refused, out)
+        assert [p.name for p in out.rglob("*") if p.is_file() and p.name != runs.LOCK] == []
+        corrected = dataclasses.replace(refused, options={})
+        assert run_sweep(corrected, out)["optimizers"]["sgd"]["tuned_lr"] == 0.01
+    finally:
+        ray.shutdown()
+
+
+def test_a_trial_whose_ray_worker_died_is_its_crash(synthetic, tmp_path, monkeypatch):
+    """A Ray worker killed while running a trial (for its memory, or its node lost) is that trial's crash, as a
+    MemoryError raised in it is: the sweep records it and goes on to the results of one in which the trial raised
+    (errors aside). It had stopped the sweep with Ray's WorkerCrashedError."""
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
+    options = {"sgd_optimum": 0.01}
+    raised = run_sweep(small(options={**options, "crash_at": 0.1}), tmp_path / "raised")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        died = run_sweep(small(options={**options, "die_at": 0.1}, backend="ray", workers=2), tmp_path / "died")
+    finally:
+        ray.shutdown()
+    (record,) = [t for t in died["trials"] if t["status"] == "crashed"]
+    assert record["lr"] == 0.1 and record["error"].startswith("WorkerCrashedError: The worker died")
+    assert (tmp_path / "died" / record["dir"] / "error.log").is_file()
+    assert died["optimizers"] == raised["optimizers"] and died["ranking"] == raised["ranking"]
+    assert [(t["lr"], t["seed"], t["status"]) for t in died["trials"]] == [
+        (t["lr"], t["seed"], t["status"]) for t in raised["trials"]
+    ]

@@ -22,7 +22,18 @@ def test_the_interval_of_a_mean_is_students():
     assert stats.mean_interval(values) == pytest.approx((1.97333 - half, 1.97333 + half), abs=2e-4)
     assert stats.mean_interval([2.0, 2.0, 2.0]) == (2.0, 2.0)
     assert all(math.isnan(v) for v in stats.mean_interval([2.0]))  # one seed: no spread, no interval
-    assert stats.mean_interval([1.0, math.inf]) == (math.inf, math.inf)
+
+
+@pytest.mark.parametrize("worst", [math.inf, -math.inf])
+def test_a_failed_seed_leaves_no_interval(worst):
+    """A failed trial's worst value (+inf minimising, −inf maximising) has no spread to measure: no interval,
+    as for one seed. An interval had been (+inf, +inf) either way: for a maximised objective it lay entirely
+    above its own mean, −inf, printed as "-inf ± nan (95% CI inf … inf)"."""
+    values = [2.0, worst, 2.1]
+    mean = stats.mean_std(values)[0]
+    assert mean == worst == statistics.fmean(values)
+    low, high = stats.mean_interval(values)
+    assert math.isnan(low) and math.isnan(high)
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,14 @@
 diverged or crashed trial is recorded and the sweep goes on, a killed sweep resumes to the results of
 an uninterrupted one without re-running finished trials."""
 
+import json
 import math
 
 import pytest
 
 from optiscope import experiments, figures, runs
-from optiscope.sweep import SweepConfig, backends, run_sweep
+from optiscope.errors import ConfigError
+from optiscope.sweep import SweepConfig, backends, run_sweep, what_trials_did
 
 from .synthetic import without_wall_times
 
@@ -140,3 +142,58 @@ def test_rare_tokens_trials_read_the_experiments_own_numbers(tmp_path):
         assert trial["objective"] == pytest.approx(expected, rel=1e-12)
     one = runs.read_json(tmp_path / "s" / results["trials"][0]["dir"] / "results.json")
     assert not figures.draw(one, tmp_path / "figures").failures  # a run of one optimizer draws (no SGD vs Adam)
+
+
+def test_an_optimizer_without_a_tuned_lr_is_told_which_trials_finished(synthetic, tmp_path, monkeypatch):
+    """Seed 1 diverges at every lr, seed 0 at none: no lr has a value for both tuning seeds, so no tuned lr. Seed 0's
+    trials reached their values (on disk): they had been said to have "missed the target"."""
+    module = experiments.load("synthetic")
+    honest = module.run
+
+    def seed_one_diverges(settings, run_dir):
+        results = honest(settings, run_dir)
+        return {**results, "status": "diverged"} if settings.seed == 1 else results
+
+    monkeypatch.setattr(module, "run", seed_one_diverges)
+    results = run_sweep(config(optimizers=("sgd",), seeds=2, lrs=(0.01, 0.1)), tmp_path / "s")
+    assert results["optimizers"]["sgd"]["tuned_lr"] is None
+    on_disk = [runs.read_json(tmp_path / "s" / t["dir"] / "results.json") for t in results["trials"]]
+    finished = sum(r["status"] == "ok" and all(math.isfinite(v["value"]) for v in r["runs"].values()) for r in on_disk)
+    assert finished == 2
+    assert what_trials_did(results, "sgd") == f"of its 4 trials 2 diverged, {finished} finished"
+
+
+def test_a_record_cut_short_does_not_damage_the_next(synthetic, tmp_path):
+    """A sweep stopped while appending a record (a full disk) leaves a last line cut short, which a reader skips.
+    The resumed sweep appended its next record to that line, making one line of two that no JSON reader parses:
+    the sweep resumed once, and the file was unreadable (to the next --resume) from then on."""
+    whole = run_sweep(config(seeds=2), tmp_path / "whole")
+    seen = []
+
+    def kill_after_three(record):
+        seen.append(record)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "part"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(config(seeds=2), out, report=kill_after_three)
+    with (out / "trials.jsonl").open("a") as f:
+        f.write(json.dumps(whole["trials"][-1])[:40])
+    resumed = run_sweep(config(seeds=2), out, resume=True)
+    assert without_wall_times(resumed) == without_wall_times(whole)
+    lines = (out / "trials.jsonl").read_text().splitlines()
+    assert len([json.loads(line) for line in lines]) == len(whole["trials"])
+
+
+@pytest.mark.parametrize(
+    ("optimizers", "says"),
+    [((" sgd",), "--optimizers ' sgd' has spaces around the name; give 'sgd'"), ("sgd", "optimizers='sgd': give a")],
+)
+def test_optimizers_named_with_spaces_or_as_a_string_are_refused_in_one_line(synthetic, tmp_path, optimizers, says):
+    """' sgd' passed the checks (stripped) and then failed inside as a KeyError; a string, checked letter by
+    letter, was refused as "unknown optimizer 's'"."""
+    with pytest.raises(ConfigError) as refused:
+        run_sweep(config(optimizers=optimizers, seeds=1, lrs=(0.01, 0.1)), tmp_path / "s")
+    assert str(refused.value).startswith(says) and "\n" not in str(refused.value)
+    assert not (tmp_path / "s").exists()

@@ -13,6 +13,7 @@ scheduler, not ours.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ from multiprocessing import get_context
 from typing import Any
 
 from ..errors import UserError
-from .trial import Trial, run_trial
+from .trial import Trial, crashed, run_trial
 
 BACKENDS = ("local", "ray")
 
@@ -72,11 +73,21 @@ class Ray:
         self.task = ray.remote(num_cpus=1)(run_trial)
 
     def run(self, trials: Sequence[Trial]) -> Iterator[dict[str, Any]]:
-        pending = [self.task.remote(trial) for trial in trials]
+        submitted = time.perf_counter()  # a trial whose worker died is timed from here: its own start is unknown
+        pending = {self.task.remote(trial): trial for trial in trials}
+        # a worker that died (killed for its memory, its node lost) is its trial's crash, as a MemoryError
+        # raised in it is; an exception that ``run_trial`` raised is optiscope's own and stops the sweep
+        errors = self.ray.exceptions
+        died = (errors.WorkerCrashedError, errors.OutOfMemoryError, errors.NodeDiedError, errors.LocalRayletDiedError)
         try:
             while pending:
-                done, pending = self.ray.wait(pending, num_returns=1)
-                yield self.ray.get(done[0])
+                (ref,), _ = self.ray.wait(list(pending), num_returns=1)
+                trial = pending.pop(ref)
+                try:
+                    record = self.ray.get(ref)
+                except died as e:
+                    record = crashed(trial, e, f"{type(e).__name__}: {e}\n", time.perf_counter() - submitted)
+                yield record
         except BaseException:
             for ref in pending:
                 self.ray.cancel(ref, force=True)

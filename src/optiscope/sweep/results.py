@@ -99,7 +99,7 @@ def tuned(
     values = [t["objective"] for t in at]
     mean, std = mean_std(values) if values else (math.nan, math.nan)
     lrs = [p["lr"] for p in points]
-    return {
+    found: Tuned = {
         "centre_lr": centre,
         "tuned_lr": best,
         "interior": best is not None and min(lrs) < best < max(lrs),
@@ -110,6 +110,21 @@ def tuned(
         "tuning_mean": next((p["mean"] for p in points if p["lr"] == best), math.nan),
         "sensitivity": points,
     }
+    if len(values) > 1 and len(set(values)) == 1 and not seed_free(found):
+        # fresh seeds that tie by chance (a coarse objective) while the seed matters elsewhere measured no spread:
+        # Student's interval of zero width would call the mean exact
+        found["interval"] = [math.nan, math.nan]
+    return found
+
+
+def seed_free(t: Tuned) -> bool:
+    """Whether the seed changed nothing measured for this optimizer: its fresh seeds, its tuning seeds at every
+    lr and the two at the tuned lr each gave one value. (Fresh seeds alone that tie prove little: an objective
+    read at evaluations, such as steps to a target, ties seeds that differ.)"""
+    fresh = set(t["values"])
+    points = t.get("sensitivity", [])
+    at = [set(p["values"]) for p in points if p["lr"] == t.get("tuned_lr")]
+    return len(fresh) == 1 and all(len(set(p["values"])) == 1 for p in points) and all(s == fresh for s in at)
 
 
 def pair(optimizers: dict[str, Tuned], better: str, worse: str) -> dict[str, Any]:
@@ -126,11 +141,17 @@ def pair(optimizers: dict[str, Tuned], better: str, worse: str) -> dict[str, Any
     elif min(len(v) for v in values) < 2:  # one seed measures no seed noise: claim nothing
         differ = False
         verdict = f"{better} vs {worse}: Δ = {difference:.3g} from one seed — the seed noise is not measured"
-    elif all(len(set(v)) == 1 for v in values):  # the seed changes nothing here (landscapes' surfaces)
+    elif all(seed_free(optimizers[name]) for name in (better, worse)):  # landscapes' surfaces
         differ = difference != 0
         verdict = (
             f"{better} vs {worse}: Δ = {difference:.3g} — every seed gave the same value, so the objective does "
             "not depend on the seed and the difference is exact"
+        )
+    elif all(len(set(v)) == 1 for v in values):  # a coarse objective (steps at the evaluations) may tie by chance
+        differ, low, high = False, math.nan, math.nan  # Welch's interval of zero width would call Δ exact
+        verdict = (
+            f"{better} vs {worse}: Δ = {difference:.3g} — the fresh seeds of each gave one value, but the seed "
+            "changes the value elsewhere in the sweep: the seed noise is not measured"
         )
     else:
         differ = not (low <= 0 <= high) if math.isfinite(low) else False
@@ -208,11 +229,18 @@ def steps_to_target(
     return {"target": target, "slowest": slowest, "optimizers": found}
 
 
+def _ended(trial: dict[str, Any]) -> str:
+    if trial["status"] != "ok":
+        return trial["status"]
+    return "finished" if math.isfinite(trial["objective"]) else "missed the target"
+
+
 def what_trials_did(results: dict[str, Any], optimizer: str) -> str:
     """How ``optimizer``'s trials ended, for one without a tuned lr: e.g. "of its 3 trials 2 diverged, 1 missed
-    the target" (a trial that ran and is +∞ missed its target)."""
+    the target" (a trial that ran and is ±∞ missed its target; one with a value finished, yet no lr has a value
+    for every tuning seed)."""
     trials = [t for t in results["trials"] if t["optimizer"] == optimizer]
-    ended = Counter("missed the target" if t["status"] == "ok" else t["status"] for t in trials)
+    ended = Counter(_ended(t) for t in trials)
     said = ", ".join(f"{count} {what}" for what, count in sorted(ended.items()))
     return f"of its {len(trials)} trial{'s' if len(trials) != 1 else ''} {said}"
 

@@ -37,12 +37,11 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, float]:
-    """Student's t 95 % interval of the mean of ``values``: (+inf, +inf) if any is +inf, (nan, nan) for
-    fewer than two (one seed measures no spread), the mean itself when they are all equal."""
+    """Student's t 95 % interval of the mean of ``values``: (nan, nan) — no interval — if one is not finite
+    (a failed trial's worst value, +inf or −inf, has no spread to measure) or for fewer than two (one seed
+    measures no spread), the mean itself when they are all equal."""
     x = np.asarray(values, dtype=np.float64)
-    if not np.isfinite(x).all():
-        return math.inf, math.inf
-    if len(x) < 2:
+    if not np.isfinite(x).all() or len(x) < 2:
         return math.nan, math.nan
     if np.all(x == x[0]):  # no spread: scipy's interval would be nan
         return float(x[0]), float(x[0])

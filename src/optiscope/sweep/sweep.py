@@ -14,6 +14,10 @@ The protocol (``grid``) decides the next trials from the records alone, so a kil
 ``--resume`` re-plans the same trials, skips those recorded, continues a half-finished one from its
 checkpoints, and ends with the results an uninterrupted sweep would have (wall times aside). A trial
 recorded as crashed is run again by ``--resume`` (its new record supersedes the old one in trials.jsonl).
+
+A trial whose experiment refuses its options (a ``ConfigError``, which every trial meets) stops the sweep with
+that error once the other trials of its round have ended by themselves, whatever the backend: a refused trial
+leaves nothing behind, so the corrected command needs no ``--force``; a trial that finished is recorded.
 """
 
 from __future__ import annotations
@@ -88,7 +92,12 @@ def check(config: SweepConfig) -> Plan:
         raise ConfigError(f"--lrs {config.lrs!r}: give auto or finite numbers > 0, e.g. 1e-3,3e-3,1e-2")
     if config.lrs is not None and len(set(config.lrs)) != len(config.lrs):
         raise ConfigError(f"--lrs {config.lrs!r} names a learning rate twice")
-    names = [n.strip() for n in config.optimizers if n.strip()]
+    if isinstance(config.optimizers, str) or not all(isinstance(n, str) for n in config.optimizers):
+        raise ConfigError(f"optimizers={config.optimizers!r}: give a tuple of names, e.g. ('adamw', 'muon+adamw')")
+    spaced = [n for n in config.optimizers if n.strip() and n != n.strip()]
+    if spaced:  # the trials and results.json would name it as given, the checks below as stripped
+        raise ConfigError(f"--optimizers {spaced[0]!r} has spaces around the name; give {spaced[0].strip()!r}")
+    names = [n for n in config.optimizers if n.strip()]
     if not names:
         raise ConfigError("--optimizers is empty; name one or more optimizers, e.g. adamw,muon+adamw")
     if len(names) != len(config.optimizers):
@@ -189,14 +198,23 @@ def run_sweep(
         # a trial that crashed in an earlier invocation is planned again: a crash is no result of the
         # optimizer (memory that ran out, a machine lost), and its run directory continues from its checkpoints
         records = {key: r for key, r in records.items() if r["status"] != "crashed"}
+        if resume:  # a last line cut short (a full disk) would run into the next record appended after it
+            runs.truncate_jsonl(path / RECORDS, lambda record: True)
         while batch := pending(config, plan, path, records):
+            refused = None
             for record in backend.run(batch):
+                # a refusal stops the sweep once the round's other trials have ended by themselves: a trial
+                # stopped half-way (a Ray task killed) would leave its folder behind, and one that finished keeps
+                # its results, recorded
                 if record["status"] == REFUSED:
-                    raise ConfigError(f"{record['error']} (trial {record['label']} seed {record['seed']})")
+                    refused = refused or record
+                    continue
                 record["dir"] = str(trial_dir(Path(), record["optimizer"], record["lr"], record["seed"]))
                 runs.append_jsonl(path / RECORDS, record)
                 records[(record["optimizer"], record["lr"], record["seed"])] = record
                 report(record)
+            if refused is not None:
+                raise ConfigError(f"{refused['error']} (trial {refused['label']} seed {refused['seed']})")
         declared = experiments.objectives(config.experiment)[plan.objective]
         objective = {
             "name": plan.objective,

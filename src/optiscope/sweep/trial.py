@@ -76,6 +76,29 @@ def finished_results(out: Path, config: Any) -> dict[str, Any] | None:
 TRIAL_THREADS = 1
 
 
+def crashed(trial: Trial, error: BaseException, trace: str, seconds: float) -> dict[str, Any]:
+    """The record of ``trial`` that crashed with ``error``: the worst value of every objective, the first line of
+    the error; ``trace`` goes to the trial's ``error.log``."""
+    out = Path(trial.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs.write_error_log(out, f"sweep trial {trial.label} seed {trial.seed}", trace)
+    declared = experiments.objectives(trial.experiment)
+    values = {name: declared[name].worst for name in trial.objectives}
+    return {
+        "optimizer": trial.optimizer,
+        "lr": trial.lr,
+        "seed": trial.seed,
+        "label": trial.label,
+        "status": "crashed",
+        "error": f"{type(error).__name__}: {error}".splitlines()[0],
+        "objective": values[trial.primary or trial.objectives[0]],
+        "objectives": values,
+        "steps": None,
+        "curve": None,
+        "wall_seconds": round(seconds, 3),
+    }
+
+
 def run_trial(trial: Trial) -> dict[str, Any]:
     """Run ``trial`` (or continue it) on ``TRIAL_THREADS`` torch threads and return its record; never raises
     for a failed trial."""
@@ -107,14 +130,10 @@ def _run_trial(trial: Trial) -> dict[str, Any]:
     except ConfigError as e:
         # an option the experiment refused only when it ran (a --text file that is not there): every trial
         # would meet it, so it is the sweep's bad input, not a crash of this trial (the sweep stops, exit 2);
-        # another UserError (this trial's damaged checkpoint, its folder in use) is this trial's: recorded below
+        # another UserError (this trial's damaged checkpoint, its folder in use) is this trial's crash
         return {**record, "status": REFUSED, "error": " ".join(str(e).split())}
     except Exception as e:  # a crash of one trial is recorded; the sweep goes on
-        out.mkdir(parents=True, exist_ok=True)
-        runs.write_error_log(out, f"sweep trial {trial.label} seed {trial.seed}", traceback.format_exc())
-        values = {name: declared[name].worst for name in trial.objectives}
-        curve = None
-        record.update(status="crashed", error=f"{type(e).__name__}: {e}".splitlines()[0])
+        return crashed(trial, e, traceback.format_exc(), time.perf_counter() - started)
     record.update(
         objective=values[trial.primary or trial.objectives[0]],
         objectives=values,
