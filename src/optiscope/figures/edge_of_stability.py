@@ -56,7 +56,7 @@ def _ratio(x: Any) -> str:
 
 
 def _diverged_at(run: RunResults, edge: float) -> str:
-    before = f", which had reached {edge:g}× at step {run['edge_step']}" if _edge_before_divergence(run) else ""
+    before = f", which had reached {edge:g}× at step {run['edge_step']}" if edge_before_divergence(run) else ""
     return _status(run) + before
 
 
@@ -64,15 +64,16 @@ def _divergence_step(run: RunResults) -> Any:
     return (run["divergence"] or {}).get("step") if run["status"] == "diverged" else None
 
 
-def _edge_before_divergence(run: RunResults) -> bool:
+def edge_before_divergence(run: RunResults) -> bool:
     """Whether the run reached its edge and, if it diverged, did so before the step it diverged at: a diverged
-    run's blow-up is no edge reached."""
-    if run["edge_step"] is None:
+    run's blow-up is no edge reached. (The report's headlines read it too.)"""
+    edge = run.get("edge_step")
+    if not isinstance(edge, int | float):
         return False
-    if run["status"] != "diverged":
+    if run.get("status") != "diverged":
         return True
-    step = _divergence_step(run)
-    return isinstance(step, int | float) and run["edge_step"] < step
+    step = (run.get("divergence") or {}).get("step")
+    return isinstance(step, int | float) and edge < step
 
 
 def _what(runs: list[RunResults], preconditioned: bool) -> str:
@@ -122,7 +123,7 @@ def _panel(results: Results, preconditioned: bool) -> Figure:
                 va="center",
             )
             sharp_values.append([run["threshold"]])
-        if _edge_before_divergence(run):
+        if edge_before_divergence(run):
             top.axvline(run["edge_step"], color=color, lw=0.6, alpha=0.4)
         if isinstance(_divergence_step(run), int | float):
             for ax in (top, bottom):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..figures.edge_of_stability import edge_before_divergence
 from ..sweep import what_trials_did
 
 
@@ -333,7 +334,7 @@ def edge_of_stability(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     for i, run in enumerate(r["runs"]):
         what = "preconditioned sharpness λ₁(P⁻¹H)" if run["preconditioned"] else "sharpness λ₁(H)"
         at = ("runs", i)  # the pieces after the threshold: text, or the path of a number in results.json
-        if run["status"] != "ok" and reached_before_divergence(run):
+        if run["status"] != "ok" and edge_before_divergence(run):
             tail = [": reached ", ("edge",), "× at step ", (*at, "edge_step"), ", then diverged at step "]
             tail += [(*at, "divergence", "step"), ", at most ", (*at, "max_ratio"), "× it."]
         elif run["status"] != "ok":
@@ -350,12 +351,6 @@ def edge_of_stability(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
             n(*at, "threshold"),
             *(n(*piece) if isinstance(piece, tuple) else piece for piece in tail),
         ]
-
-
-def reached_before_divergence(run: dict[str, Any]) -> bool:
-    """Whether a diverged run reached its edge before the step it diverged at (not by blowing up)."""
-    edge, step = run.get("edge_step"), (run.get("divergence") or {}).get("step")
-    return all(isinstance(x, int | float) for x in (edge, step)) and edge < step
 
 
 # ------------------------------------------------------------------------------------------------- sweep
