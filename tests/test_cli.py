@@ -3,7 +3,9 @@ classified once (bad input: one line, exit 2; internal: exit 1 with the tracebac
 
 import errno
 import json
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -714,3 +716,22 @@ def test_a_resumed_runs_seconds_are_said_to_be_since_the_resume(fake, tmp_path):
     assert cli.main(["run", "fake", "--out", str(out), "--resume"]) == 0
     assert runs.read_json(out / "results.json")["resumed"] is True
     assert " s since it was resumed." in status_line(read_run(out))
+
+
+@pytest.mark.parametrize(
+    ("values", "mean", "std", "interval", "said"),
+    [
+        ([0.5, 0.7, 0.6], 0.6, 0.1, [0.35, 0.85], "0.6 ± 0.1 (95% CI 0.35 … 0.85)"),
+        ([0.5], 0.5, 0.0, [math.nan, math.nan], "0.5 (one seed: no spread, no interval)"),
+        ([0.5, math.inf, 0.6], math.inf, math.nan, [math.nan, math.nan], "a fresh seed diverged or crashed"),
+        ([-math.inf, 0.5, 0.6], -math.inf, math.nan, [math.nan, math.nan], "a fresh seed diverged or crashed"),
+        ([2000, 2000, 2000], 2000, 0.0, [math.nan, math.nan], "2000 ± 0 (no interval: the seed noise is not"),
+    ],
+    ids=["interval", "one-seed", "failed-seed", "failed-seed-maximised", "tied-by-chance"],
+)
+def test_fresh_seeds_are_said_without_inf_or_nan(values, mean, std, interval, said):
+    """What the console says of an optimizer's fresh seeds: an interval where results.json has one, else why not
+    in words (it printed "inf ± nan (95% CI nan … nan)" for a seed that diverged)."""
+    text = cli.fresh_seeds({"values": values, "mean": mean, "std": std, "interval": interval})
+    assert text.startswith(said), text
+    assert not re.search(r"\b(nan|inf)\b", text), text

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -353,12 +354,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     console.print(f"[bold]sweep {args.name}[/bold] results: {args.out / runs.RESULTS}", highlight=False)
     for name in results["ranking"]:
         t = results["optimizers"][name]
-        low, high = t["interval"]
-        spread = (
-            f"{t['mean']:.4g} ± {t['std']:.2g} (95% CI {low:.4g} … {high:.4g})"
-            if len(t["values"]) > 1
-            else f"{t['mean']:.4g} (one seed: no spread, no interval)"
-        )
+        spread = fresh_seeds(t)
         edge = "" if t["interior"] else " (at an end of the grid that was run: its optimum may lie beyond)"
         chose = f"; the {len(results['seeds'])} tuning seed(s) that chose it: {t['tuning_mean']:.4g}"
         console.print(f"  {name}: tuned lr {t['tuned_lr']:g}{edge}, fresh seeds {spread}{chose}", highlight=False)
@@ -382,6 +378,20 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         console.print("[bold red]every trial diverged or crashed[/bold red]: see trials in results.json")
         return code or EXIT_DIVERGED
     return code
+
+
+def fresh_seeds(tuned: dict[str, Any]) -> str:
+    """An optimizer's fresh seeds at its tuned lr, in words: mean ± std and the 95 % interval, or why there is
+    none (one seed; a seed that diverged or crashed, which makes the mean +∞; seeds that tie by chance, which
+    leave the seed noise unmeasured)."""
+    mean, std, (low, high) = tuned["mean"], tuned["std"], tuned["interval"]
+    if len(tuned["values"]) == 1:
+        return f"{mean:.4g} (one seed: no spread, no interval)"
+    if not math.isfinite(mean):
+        return "a fresh seed diverged or crashed (no mean, no interval)"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{mean:.4g} ± {std:.2g} (no interval: the seed noise is not measured)"
+    return f"{mean:.4g} ± {std:.2g} (95% CI {low:.4g} … {high:.4g})"
 
 
 def add_sweep_parser(sub: Any) -> None:
