@@ -19,7 +19,6 @@ from .hvp import (
     loss_fault,
     map_tensors,
     rng_forked,
-    running_statistics_kept,
     tensors_in,
 )
 from .lanczos import LanczosResult, lanczos
@@ -46,7 +45,6 @@ __all__ = [
     "require_optimizer_of",
     "in_eval_mode",
     "rng_forked",
-    "running_statistics_kept",
     "sharpness",
     "stability_threshold",
     "tensors_in",

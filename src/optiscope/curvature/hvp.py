@@ -146,6 +146,13 @@ def evaluating(model: nn.Module) -> Iterator[None]:
             yield
 
 
+def buffer_copies(model: nn.Module, prefix: str = "") -> dict[str, Tensor]:
+    """Copies of ``model``'s buffers by name (after ``prefix``), for ``functional_call``: a forward pass that
+    updates a buffer in place or assigns it anew (a batch norm's running statistics, a call counter, a
+    quantisation observer's range) updates its copy, never the model's."""
+    return {prefix + n: b.clone() for n, b in model.named_buffers()}
+
+
 @contextlib.contextmanager
 def in_eval_mode(model: nn.Module) -> Iterator[None]:
     """``model.eval()`` for the duration; after, every submodule's own flag as it was (a training model may hold
@@ -294,9 +301,8 @@ class HessianOperator:
         # the other parameters and the floating buffers are constants (cast too, so that float64 is float64
         # throughout)
         self.constants = {"model." + n: cast(p) for n, p in named if "model." + n not in self.theta}
-        # buffers are copied even where no cast copies them: a forward pass that updates one in place (a call
-        # counter, a quantisation observer's range, an instance norm's running statistics) must not reach the model
-        self.constants.update({"model." + n: cast(b.clone()) for n, b in self.model.named_buffers()})
+        # buffers are copied even where no cast copies them (``buffer_copies``)
+        self.constants.update({n: cast(b) for n, b in buffer_copies(self.model, "model.").items()})
         self.shapes = [t.shape for t in self.theta.values()]
         self.sizes = [t.numel() for t in self.theta.values()]
         self.size = sum(self.sizes)

@@ -28,7 +28,7 @@ from torch.func import functional_call
 
 from ..checks import is_optimizer, positive
 from ..curvature import loss_fault, map_tensors, require_optimizer_of, rng_forked, tensors_in
-from ..curvature.hvp import LossModule, gradients_on
+from ..curvature.hvp import LossModule, buffer_copies, gradients_on
 from ..monitor import own_names
 from ..optim import clip_grad_norm
 
@@ -41,9 +41,7 @@ def gradients(
     sees the model's own parameters (their ``.grad`` is what backward fills) and copies of its buffers."""
     params = list({id(p): p for p in [*model.parameters(), *held] if p.requires_grad}.values())
     saved = [p.grad for p in params]
-    # a forward pass that updates a buffer in place or assigns it anew (a batch norm in training mode, a call
-    # counter, an observer) updates its copy; functional_call puts the model's own back after
-    buffers = {"model." + n: b.clone() for n, b in model.named_buffers()}
+    buffers = buffer_copies(model, "model.")  # the LossModule's names
     try:
         for p in params:
             p.grad = None

@@ -88,11 +88,12 @@ def sample_sequences(
     net = unwrap(model)
     seq = starts.reshape(len(starts), -1)
     mask = None if attention_mask is None else attention_mask.reshape(seq.shape)
+    state = fixed_state(net, {})  # one set of buffer copies for the whole draw, not one per token
     with in_eval_mode(net), composed_norms():
         for _ in range(length):
             window = None if mask is None else mask[:, -block_size:]
             kwargs = call_kwargs(net, window)
-            logits = logits_of(functional_call(net, fixed_state(net, {}), (seq[:, -block_size:],), kwargs))
+            logits = logits_of(functional_call(net, state, (seq[:, -block_size:],), kwargs))
             seq, mask = _extended(seq, mask, logits, generator)
     return seq
 

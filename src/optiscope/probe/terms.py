@@ -19,7 +19,10 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp
 
-from ..curvature.hvp import unwrap  # noqa: F401 (re-exported: probe.unwrap)
+from ..curvature.hvp import (
+    buffer_copies,
+    unwrap,  # noqa: F401 (re-exported: probe.unwrap)
+)
 from .calls import call_kwargs
 from .functionals import check_logits, per_sequence, sequence_log_prob
 
@@ -40,7 +43,7 @@ def fixed_state(model: nn.Module, direction: dict[str, Tensor]) -> dict[str, Ten
     updates one in place (a call counter) updates its copy, never the model's. Made inside the function a
     transform differentiates, the copies are that transform's own tensors, which it lets the forward mutate."""
     others = {n: p.detach() for n, p in model.named_parameters() if n not in direction}
-    return {**others, **{n: b.clone() for n, b in model.named_buffers()}}
+    return {**others, **buffer_copies(model)}
 
 
 def along(
