@@ -41,3 +41,16 @@ def setup(seed=0, optimizer="adamw"):
 def lm_loss(model, batch):
     logits = model(batch[:, :-1])
     return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), batch[:, 1:].reshape(-1))
+
+
+class CountingLM(nn.Module):
+    """The tiny LM with a buffer its forward pass updates in place: the number of calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.lm = TinyCausalLM()
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, idx):
+        self.calls += 1
+        return self.lm(idx)

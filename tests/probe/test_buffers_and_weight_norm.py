@@ -12,16 +12,11 @@ from torch import nn
 
 from optiscope.optim import AdamW
 from optiscope.probe import entropy_per_sequence, probe_step, sample_sequences, update_direction
-from tiny_lm import VOCAB, E, T, TinyCausalLM, lm_loss
+from tiny_lm import VOCAB, CountingLM, E, T, TinyCausalLM, lm_loss
 
 
-class InPlaceCounter(nn.Module):
+class InPlaceCounter(CountingLM):
     """The tiny LM scaled by a call counter its forward updates in place: the loss depends on the count."""
-
-    def __init__(self):
-        super().__init__()
-        self.lm = TinyCausalLM()
-        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
 
     def forward(self, idx):
         self.calls += 1

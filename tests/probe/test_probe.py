@@ -11,7 +11,7 @@ from torch import nn
 
 from optiscope.optim import Adam
 from optiscope.probe import entropy_per_sequence, prediction_curves, probe_step, sample_sequences, update_direction
-from tiny_lm import VOCAB, E, T, TinyCausalLM, lm_loss, setup
+from tiny_lm import VOCAB, CountingLM, E, T, TinyCausalLM, lm_loss, setup
 
 
 def mean_entropy_at(model, direction, eta, data):
@@ -408,19 +408,6 @@ def test_the_probe_measures_in_eval_mode_and_restores_each_modules_own_flag(prec
     assert {n: m.training for n, m in model.named_modules()} == flags
     evaluated = copy.deepcopy(model).eval()  # no dropout: the entropy the probe measures
     assert result["base_value"] == pytest.approx(mean_entropy_at(evaluated, v, 0.0, data), rel=1e-12)
-
-
-class CountingLM(nn.Module):
-    """The tiny LM with a buffer its forward pass updates in place: the number of calls."""
-
-    def __init__(self):
-        super().__init__()
-        self.lm = TinyCausalLM()
-        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
-
-    def forward(self, idx):
-        self.calls += 1
-        return self.lm(idx)
 
 
 @pytest.mark.parametrize("precision", ["float64", "model"])
