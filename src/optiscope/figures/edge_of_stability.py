@@ -47,7 +47,8 @@ def _title(runs: list[RunResults], what: str, edge: float) -> str:
 
 
 def _ratio(x: Any) -> str:
-    """A ratio to two decimals, in words where it is no number (NaN, ∞), as the report says them."""
+    """A ratio to two decimals, or the sign of a value that is no number: NaN, ∞ or −∞ (a title's short forms;
+    the report's headlines spell NaN out)."""
     if x is None:
         return "—"
     if math.isnan(x):
