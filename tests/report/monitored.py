@@ -1,8 +1,10 @@
-"""A Monitor's directory for the report's tests: a small MLP trained by SGD with curvature measured, whose loss
-turns NaN at a chosen step (a real divergence record, diagnosis included)."""
+"""Monitors' directories for the report's tests: a small MLP trained by SGD with curvature measured, whose loss
+turns NaN at a chosen step (a real divergence record, diagnosis included), and least squares by gradient
+descent, one run per context."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -30,3 +32,29 @@ def diverging_run(path: Path, nan_step: int, curvature_every: int) -> dict:
         monitor.step(loss)
     monitor.close()
     return monitor.diverged
+
+
+def monitored_dir(path: Path, contexts: list[dict], steps: int = 3) -> dict[str, list[float]]:
+    """Gradient descent on one least-squares problem, one Monitor per context (its ``eta`` the learning rate)
+    writing to one ``path/metrics.jsonl``, a divergence recorded and the run stopped there: {context as JSON:
+    the losses it saw}."""
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 3), torch.randn(16, 1)
+    losses = {}
+    for context in contexts:
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=context["eta"])
+        sink = JSONLSink(path / "metrics.jsonl")
+        monitor = Monitor(model, opt, every=1, sinks=[sink], context=context, on_divergence="record")
+        seen = losses.setdefault(json.dumps(context), [])
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            monitor.step(loss)
+            seen.append(loss.item())
+            if monitor.diverged:
+                break
+        monitor.close()
+    return losses

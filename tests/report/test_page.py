@@ -12,6 +12,7 @@ import pytest
 from optiscope import cli, report
 
 from .browser import load, open_page
+from .monitored import monitored_dir
 
 CHARTS = """() => {
   const doc = Bokeh.documents[0];
@@ -193,5 +194,58 @@ def test_the_gradient_norm_chart_draws_the_norm_before_clipping_beside_the_clipp
     load(page, (tmp_path / "report.html").as_uri())
     lines = {name: y for name, y in page.evaluate(LINES, "Gradient norm") if name}
     assert lines["a"] == [1.0, 1.0, 1.0] and lines["a before clipping"] == [3.0, 9.0, 27.0]
+    assert page.errors == []
+    context.close()
+
+
+Y_SPAN = """(title) => {
+  const chart = [...document.querySelectorAll('.chart')].find(c => c.querySelector('h4').textContent === title);
+  const root = Bokeh.documents[0].get_model_by_id(chart.querySelector('[data-root-id]').dataset.rootId);
+  return {start: root.y_range.start, end: root.y_range.end, title: root.title.text,
+          drawn: root.renderers.filter(r => r.visible).map(r => r.name)};
+}"""
+
+
+def test_a_diverged_runs_exploding_loss_does_not_flatten_the_other_runs(browser, tmp_path):
+    """GD on least squares at η = 5, far above 2/λ₁ (λ₁ of the mean squared error on standard normal inputs is
+    about 2), diverges for certain: its loss grows by orders of magnitude before the monitor stops it. The
+    linear loss chart's y axis fits the run that converged (oracle: its own recorded losses), and the diverged
+    run is still drawn."""
+    contexts = [{"run": "stable", "eta": 0.05}, {"run": "exploding", "eta": 5.0}]
+    stable, exploding = monitored_dir(tmp_path, contexts, steps=40).values()
+    assert max(exploding) > 1e3 * max(stable)  # the case at hand: it would flatten the stable run to the axis
+    assert cli.main(["report", str(tmp_path)]) == 0
+    context, page = open_page(browser)
+    load(page, (tmp_path / "report.html").as_uri())
+    span = page.evaluate(Y_SPAN, "Loss at each logged step")
+    assert span["start"] <= min(stable) and max(stable) <= span["end"] < 2 * max(stable), (span, stable)
+    assert {"stable eta=0.05", "exploding eta=5.0"} <= set(span["drawn"])
+    assert "runs that did not diverge" in span["title"]
+    assert page.errors == []
+    context.close()
+
+
+def test_an_lm_run_that_diverged_leaves_the_loss_axes_to_the_others(browser, tiny_runs, tmp_path):
+    """results.json's status is what the lm charts go by: the tiny run's sgd@1e30 diverged (NaN at once); given a
+    last logged loss of 1e12, as a run that explodes more slowly logs, it leaves the y axes of the training-loss
+    charts to the runs that did not diverge (oracle: their losses on disk)."""
+    import shutil
+
+    from optiscope import runs
+
+    run_dir = Path(shutil.copytree(tiny_runs["lm"], tmp_path / "lm"))
+    results = runs.read_json(run_dir / runs.RESULTS)
+    (exploding,) = [name for name, r in results["runs"].items() if r["status"] == "diverged"]
+    train = results["runs"][exploding]["train"]
+    train["step"], train["loss"], train["seconds"] = [*train["step"], 2], [*train["loss"], 1e12], [0.1, 0.2]
+    (run_dir / runs.RESULTS).write_text(json.dumps(results))
+    assert cli.main(["report", str(run_dir)]) == 0
+    context, page = open_page(browser)
+    load(page, (run_dir / "report.html").as_uri())
+    kept = [loss for r in results["runs"].values() if r["status"] == "ok" for loss in r["train"]["loss"]]
+    for title in ("Training loss against step", "Training loss against time"):
+        span = page.evaluate(Y_SPAN, title)
+        assert span["start"] <= min(kept) and max(kept) <= span["end"] < 2 * max(kept), (title, span)
+        assert exploding in span["drawn"]
     assert page.errors == []
     context.close()

@@ -8,15 +8,13 @@ import json
 import shutil
 
 import pytest
-import torch
 
 from optiscope import cli, runs
-from optiscope.monitor import JSONLSink, Monitor
 from optiscope.report import read_metrics, read_run, series
 from optiscope.report.page import status_line
 
 from .browser import load
-from .monitored import diverging_run
+from .monitored import diverging_run, monitored_dir
 
 
 def test_a_half_written_last_line_is_left_out_and_said(tmp_path):
@@ -140,26 +138,6 @@ def test_the_page_gives_the_curvature_diagnosis_of_a_divergence(tmp_path):
     out = tmp_path / "page.html"
     assert cli.main(["report", str(tmp_path), "--out", str(out)]) == 0
     assert html.escape(finding) in out.read_text()
-
-
-def monitored_dir(path, contexts, steps=3):
-    """Two Monitors (one per context) writing to one metrics.jsonl in ``path``: {context: [losses]}."""
-    torch.manual_seed(0)
-    x, y = torch.randn(16, 3), torch.randn(16, 1)
-    losses = {}
-    for context in contexts:
-        model = torch.nn.Linear(3, 1)
-        opt = torch.optim.SGD(model.parameters(), lr=context["eta"])
-        monitor = Monitor(model, opt, every=1, sinks=[JSONLSink(path / "metrics.jsonl")], context=context)
-        seen = losses.setdefault(json.dumps(context), [])
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            monitor.step(loss)
-            seen.append(loss.item())
-    return losses
 
 
 def test_runs_told_apart_by_their_context_are_separate_runs(tmp_path):

@@ -12,6 +12,7 @@ data; under ``optiscope report --watch`` the sources of charts drawn from ``metr
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection
 from typing import Any
 from urllib.parse import quote
 
@@ -138,22 +139,37 @@ def lines(
     live: bool = False,
     markers: bool = False,
     line: bool = True,
+    diverged: Collection[str] = (),
 ) -> Any | None:
-    """One line per entry of ``series`` (label -> {"x": [...], "y": [...]}), legend-toggled."""
+    """One line per entry of ``series`` (label -> {"x": [...], "y": [...]}), legend-toggled.
+
+    On a linear y axis the scale fits the lines not labelled in ``diverged`` (runs that diverged): a diverged
+    run's last, exploding values would flatten every other line to the axis. Its line is still drawn, leaving
+    the plot at the top, and the title says so."""
     series = {label: pts for label, pts in series.items() if pts["x"]}
     if not series:
         return None
+    left_out = set() if y_log or set(series) <= set(diverged) else set(diverged) & set(series)  # by the y axis
+    if left_out:
+        title += " (y axis fitted to the runs that did not diverge)"
     p = _figure(name, title, x_label, y_label, x_log=x_log, y_log=y_log)
     seen: dict[str, int] = {}
+    fitted = []  # the glyphs the y axis fits
     for i, (label, pts) in enumerate(series.items()):
         c = color(label, i)
         dash = DASHES[seen.get(c, 0) % len(DASHES)]
         seen[c] = seen.get(c, 0) + 1
         source = sources.make(pts, live=live, key=f"{name}/{label}")
+        glyphs = []
         if line:
-            p.line("x", "y", source=source, color=c, line_dash=dash, line_width=1.8, legend_label=label, name=label)
+            glyphs.append(
+                p.line("x", "y", source=source, color=c, line_dash=dash, line_width=1.8, legend_label=label, name=label)
+            )
         if markers or not line or len(pts["x"]) == 1:
-            p.scatter("x", "y", source=source, color=c, size=5, legend_label=label, name=label)
+            glyphs.append(p.scatter("x", "y", source=source, color=c, size=5, legend_label=label, name=label))
+        fitted += [] if label in left_out else glyphs
+    if left_out:
+        p.y_range.renderers = fitted
     p.add_tools(HoverTool(tooltips=[("", "$name"), (x_label, "@x{0.[000]}"), (y_label, "@y{0.[0000]}")]))
     _legend_outside(p, len(series))
     return p

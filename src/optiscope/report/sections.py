@@ -64,13 +64,23 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
             out.update({f(label): pts for label, pts in series.scalar(run.metrics, name, positive).items()})
         return out
 
+    diverged = {f(label) for f, run in labelled(group) for label in series.diverged(run.metrics)}
     # the gradient the optimizer used (clipped, where the loop clips) and, recorded beside it, the one before
     gradient = overlaid("grad_norm", True)
     gradient.update({f"{label} before clipping": pts for label, pts in overlaid("grad_norm_before_clip", True).items()})
     out: Charts = [
         (
             "Loss at each logged step",
-            charts.lines(sources, f"{key}-loss", "loss (metrics.jsonl)", overlaid("loss"), "step", "loss", live=True),
+            charts.lines(
+                sources,
+                f"{key}-loss",
+                "loss (metrics.jsonl)",
+                overlaid("loss"),
+                "step",
+                "loss",
+                live=True,
+                diverged=diverged,
+            ),
         ),
         (
             "Gradient norm",
@@ -108,6 +118,7 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
                 "step",
                 "ratio",
                 live=True,
+                diverged=diverged,
             ),
         )
     )
@@ -164,6 +175,7 @@ Labelled = list[tuple[Callable[[str], str], RunDir]]
 
 def lm_charts(sources: Sources, group: Labelled, key: str) -> Charts:
     train, timed, val, rows = {}, {}, {}, {}
+    diverged = {f(name) for f, run in group for name, r in run.results["runs"].items() if r["status"] == "diverged"}
     # every run's layers in one order (an optimizer may list its parameter groups in another): a layer has one
     # colour in every run's per-layer chart
     every = [r["update_ratio"].get("layers", {}) for _, run in group for r in run.results["runs"].values()]
@@ -178,14 +190,22 @@ def lm_charts(sources: Sources, group: Labelled, key: str) -> Charts:
         (
             "Training loss against step",
             charts.lines(
-                sources, f"{key}-train", "training loss (mean over each logging window)", train, "step", "loss"
+                sources,
+                f"{key}-train",
+                "training loss (mean over each logging window)",
+                train,
+                "step",
+                "loss",
+                diverged=diverged,
             ),
         ),
+        loss_against_time(sources, key, timed, diverged),
         (
-            "Training loss against time",
-            charts.lines(sources, f"{key}-time", "training loss against training time", timed, "seconds", "loss"),
+            "Validation loss",
+            charts.lines(
+                sources, f"{key}-val", "validation loss", val, "step", "loss", markers=True, diverged=diverged
+            ),
         ),
-        ("Validation loss", charts.lines(sources, f"{key}-val", "validation loss", val, "step", "loss", markers=True)),
         (
             "Rare-token rows",
             charts.lines(
@@ -221,16 +241,26 @@ def lm_charts(sources: Sources, group: Labelled, key: str) -> Charts:
     ]
 
 
+def loss_against_time(sources: Sources, key: str, timed: dict[str, dict[str, list]], diverged: set[str]) -> Any:
+    """The (title, chart) of training loss against seconds of training, one line per run."""
+    title = "training loss against training time"
+    return "Training loss against time", charts.lines(
+        sources, f"{key}-time", title, timed, "seconds", "loss", diverged=diverged
+    )
+
+
 def layer_points(update_ratio: dict[str, Any], layer: str) -> dict[str, list]:
     """One layer's u/w against step (none where the run has no such layer)."""
     return series.thin(update_ratio["step"], update_ratio.get("layers", {}).get(layer, []), positive=True)
 
 
 def rare_tokens_charts(sources: Sources, group: Labelled, key: str) -> Charts:
-    errors, rarest, eff = {}, {}, {}
+    errors, rarest, eff, diverged = {}, {}, {}, set()
     for f, run in group:
         r = run.results
         for name, opt in r["optimizers"].items():
+            if opt["diverged_at"] is not None:
+                diverged.add(f(name))
             if opt["final_error"] is not None:
                 errors[f(name)] = series.thin(r["frequencies"], opt["final_error"], positive=True)
             if opt["effective_lr"] is not None:
@@ -255,7 +285,15 @@ def rare_tokens_charts(sources: Sources, group: Labelled, key: str) -> Charts:
         ),
         (
             "The rarest token's weight",
-            charts.lines(sources, f"{key}-rare", "the rarest token's weight during training", rarest, "step", "w"),
+            charts.lines(
+                sources,
+                f"{key}-rare",
+                "the rarest token's weight during training",
+                rarest,
+                "step",
+                "w",
+                diverged=diverged,
+            ),
         ),
         (
             "Effective learning rate against frequency",
@@ -321,10 +359,12 @@ def entropy_charts(sources: Sources, group: Labelled, key: str) -> Charts:
 
 
 def adder_charts(sources: Sources, group: Labelled, key: str) -> Charts:
-    correct, loss, timed, wrong, carry = {}, {}, {}, {}, {}
+    correct, loss, timed, wrong, carry, diverged = {}, {}, {}, {}, {}, set()
     for f, run in group:
         for r in run.results["runs"]:
             name = f(f"{r['label']} seed {r['seed']}")
+            if r["status"] == "diverged":
+                diverged.add(name)
             correct[name] = series.thin([e["step"] for e in r["evals"]], [e["correct"] for e in r["evals"]])
             loss[name] = series.thin(r["train"].get("step", []), r["train"].get("loss", []))
             timed[name] = series.thin(r["train"].get("seconds", []), r["train"].get("loss", []))
@@ -347,11 +387,11 @@ def adder_charts(sources: Sources, group: Labelled, key: str) -> Charts:
                 markers=True,
             ),
         ),
-        ("Training loss against step", charts.lines(sources, f"{key}-loss", "training loss", loss, "step", "loss")),
         (
-            "Training loss against time",
-            charts.lines(sources, f"{key}-time", "training loss against training time", timed, "seconds", "loss"),
+            "Training loss against step",
+            charts.lines(sources, f"{key}-loss", "training loss", loss, "step", "loss", diverged=diverged),
         ),
+        loss_against_time(sources, key, timed, diverged),
         (
             "Wrong digits by answer position",
             charts.bars(

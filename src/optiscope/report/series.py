@@ -67,6 +67,11 @@ def by_run(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
     return out
 
 
+def diverged(records: Sequence[dict[str, Any]]) -> set[str]:
+    """The runs whose divergence record is among ``records``."""
+    return {run_label(record) for record in records if record.get("diverged")}
+
+
 def scalar(records: Sequence[dict[str, Any]], key: str, positive: bool = False) -> dict[str, dict[str, list]]:
     """run -> the points of the top-level value ``key`` against step (runs without it left out)."""
     out = {}
