@@ -374,7 +374,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
             highlight=False,
         )
     code = report_figures(drawn[0], args.out, console)
-    if results["status"] == "diverged":
+    if results["status"] != "ok":
         console.print("[bold red]every trial diverged or crashed[/bold red]: see trials in results.json")
         return code or EXIT_DIVERGED
     return code

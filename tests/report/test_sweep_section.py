@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 
 from optiscope import cli, experiments
 from optiscope.sweep import SweepConfig, run_sweep
@@ -57,3 +58,20 @@ def test_sweeps_of_two_objectives_get_charts_apart_and_one_without_results_is_no
         assert f"<h4>{html.escape(swept)}: Objective against learning rate (tuning)</h4>" in text
         assert f"<h4>{html.escape(swept)}: Every trial</h4>" in text
     assert "<h4>Objective against learning rate (tuning)</h4>" not in text
+
+
+def test_the_status_counts_crashed_trials_apart_from_diverged_ones(tmp_path, monkeypatch):
+    """A sweep with one trial that crashed and one that diverged: the status line says one of each (the crashed
+    one had been left out, the diverged one counted). The oracle: the trials' recorded statuses."""
+    from optiscope.report import read_run
+    from optiscope.report.page import status_line
+
+    monkeypatch.setitem(experiments.EXPERIMENTS, "synthetic", "sweep.synthetic")
+    options = {"sgd_optimum": 0.01, "crash_at": 0.001, "diverge_above": 0.05}
+    config = SweepConfig("synthetic", ("sgd",), seeds=1, lrs=(0.001, 0.01, 0.1), options=options)
+    results = run_sweep(config, tmp_path / "s")
+    ended = [t["status"] for t in results["trials"]]
+    assert ended.count("crashed") == ended.count("diverged") == 1  # the case at hand
+    line = html.unescape(re.sub("<[^>]+>", "", status_line(read_run(tmp_path / "s"))))
+    n = len(ended)
+    assert f"Status: ok, 1 of {n} trials diverged; 1 of {n} trials crashed" in line, line

@@ -5,10 +5,10 @@
 with η* the optimizer's optimum (``--sgd-optimum``, ``--adam-optimum``), so the tuned learning rate of a
 √10 grid is the grid point nearest η* in log space, known in advance. A run diverges above
 ``--diverge-above``, raises at exactly ``--crash-at`` and kills the process running it at exactly ``--die-at``
-(as the kernel kills one whose memory ran out: for Ray's workers only); ``--text`` names a file it refuses when it runs
-(as ``lm`` refuses a corpus file that is not there). With ``--hold DIR`` trials meet in DIR before that
-refusal, so that trials run side by side refuse at known moments: a run above ``--slow-above`` says it has
-started and refuses ``SLOW`` seconds later, one at or below it refuses once such a run has started.
+(as the kernel kills one whose memory ran out: for pool and Ray workers only); ``--text`` names a file it
+refuses when it runs (as ``lm`` refuses a corpus file that is not there). With ``--hold DIR`` trials meet in
+DIR before that refusal, so that trials run side by side refuse at known moments: a run above ``--slow-above``
+says it has started and refuses ``SLOW`` seconds later, one at or below it refuses once such a run has started.
 """
 
 from __future__ import annotations

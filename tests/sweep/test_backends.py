@@ -86,3 +86,20 @@ def test_a_trial_whose_ray_worker_died_is_its_crash(synthetic, tmp_path, monkeyp
     assert [(t["lr"], t["seed"], t["status"]) for t in died["trials"]] == [
         (t["lr"], t["seed"], t["status"]) for t in raised["trials"]
     ]
+
+
+def test_a_trial_whose_pool_worker_died_is_its_crash_and_the_trials_beside_it_finish(synthetic, tmp_path):
+    """A local pool worker that dies (killed by the kernel for its memory; here the trial exits its process)
+    breaks the whole pool: the sweep stopped with BrokenProcessPool. Now the trials it left unfinished run again
+    alone, the one that kills its worker again is recorded as crashed, and the sweep ends with the results of one
+    in which that trial raised (errors aside), its later round on a fresh pool."""
+    options = {"sgd_optimum": 0.01}
+    raised = run_sweep(small(options={**options, "crash_at": 0.1}), tmp_path / "raised")
+    died = run_sweep(small(options={**options, "die_at": 0.1}, workers=2), tmp_path / "died")
+    (record,) = [t for t in died["trials"] if t["status"] == "crashed"]
+    assert record["lr"] == 0.1 and record["error"].startswith("BrokenProcessPool: "), record["error"]
+    assert (tmp_path / "died" / record["dir"] / "error.log").is_file()
+    assert died["optimizers"] == raised["optimizers"] and died["ranking"] == raised["ranking"]
+    assert [(t["lr"], t["seed"], t["status"]) for t in died["trials"]] == [
+        (t["lr"], t["seed"], t["status"]) for t in raised["trials"]
+    ]

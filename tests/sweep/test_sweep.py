@@ -50,6 +50,26 @@ def test_diverged_and_crashed_trials_are_recorded(synthetic, tmp_path):
     assert results["optimizers"]["sgd"]["tuned_lr"] == 0.0316
 
 
+@pytest.mark.parametrize(
+    ("lrs", "options", "status"),
+    [
+        ((0.01, 0.1), {"diverge_above": 0.001}, "diverged"),
+        ((0.01,), {"crash_at": 0.01}, "failed"),
+        ((0.01, 0.1), {"crash_at": 0.01, "diverge_above": 0.02}, "failed"),
+    ],
+    ids=["all-diverged", "all-crashed", "crashed-and-diverged"],
+)
+def test_a_sweep_without_a_value_says_diverged_only_when_every_trial_diverged(
+    synthetic, tmp_path, lrs, options, status
+):
+    """A sweep every trial of which crashed (or some crashed, the rest diverged) said "diverged", which the
+    trials' own records contradict; it is "failed". The oracle: the trials' recorded statuses."""
+    results = run_sweep(config(optimizers=("sgd",), seeds=1, lrs=lrs, options=options), tmp_path / "s")
+    ended = {t["status"] for t in results["trials"]}
+    assert "ok" not in ended and (ended == {"diverged"}) == (status == "diverged")  # the case at hand
+    assert results["status"] == status
+
+
 def test_a_trials_own_refusal_is_recorded_as_its_crash_and_the_sweep_goes_on(synthetic, tmp_path, monkeypatch):
     """Only an option the experiment refuses (a ConfigError, which every trial would meet) stops a sweep; one
     trial's damaged checkpoint (a CheckpointError, bad input of that trial alone) is that trial's crash."""

@@ -220,9 +220,9 @@ def status_line(run: RunDir) -> str:
     if run.results is not None:
         status = str(run.results.get("status", "ok"))
         css = "status-ok" if status == "ok" else "status-bad"
-        diverged, total, what = diverged_runs(run.results)
-        some = f"{diverged} of {total} {what} diverged" if 0 < diverged < total else ""
-        some = f', <span class="status-bad">{html.escape(some)}</span>' if some else ""
+        diverged, crashed, total, what = failed_runs(run.results)
+        some = [f"{n} of {total} {what} {how}" for n, how in ((diverged, "diverged"), (crashed, "crashed")) if n]
+        some = f', <span class="status-bad">{html.escape("; ".join(some))}</span>' if status == "ok" and some else ""
         took = run.results.get("wall_seconds")
         extra = f" in {took:.0f} s" if isinstance(took, int | float) else ""
         extra += " since it was resumed" if extra and run.results.get("resumed") else ""
@@ -242,28 +242,31 @@ def status_line(run: RunDir) -> str:
     return '<p>Status: <span class="status-bad">no results</span>.</p>'
 
 
-def diverged_runs(results: dict[str, Any]) -> tuple[int, int, str]:
-    """(how many diverged, of how many, of what) among the runs a results.json records: an experiment's status
-    is "ok" unless every run diverged, so the ones that did are counted here. Runs are ``runs`` (a list or a
-    dict; lm, adder, edge-of-stability) with their ``status``, ``optimizers`` with their ``diverged_at``
-    (rare-tokens), each η of each optimizer on each surface (landscapes), or a sweep's ``trials``."""
+def failed_runs(results: dict[str, Any]) -> tuple[int, int, int, str]:
+    """(how many diverged, how many crashed, of how many, of what) among the runs a results.json records: an
+    experiment's status is "ok" unless every run failed, so the ones that did are counted here. Runs are ``runs``
+    (a list or a dict; lm, adder, edge-of-stability) with their ``status``, ``optimizers`` with their
+    ``diverged_at`` (rare-tokens), each η of each optimizer on each surface (landscapes), or a sweep's ``trials``
+    (the only runs that crash and are recorded)."""
     entries, what = [], "runs"
     if isinstance(results.get("runs"), list | dict):
         runs_ = results["runs"]
-        entries = [r.get("status") == "diverged" for r in (runs_.values() if isinstance(runs_, dict) else runs_)]
+        entries = [r.get("status") for r in (runs_.values() if isinstance(runs_, dict) else runs_)]
     elif isinstance(results.get("trials"), list):
-        entries, what = [t.get("status") == "diverged" for t in results["trials"]], "trials"
+        entries, what = [t.get("status") for t in results["trials"]], "trials"
     elif isinstance(results.get("surfaces"), dict):
         entries, what = _landscape_points(results["surfaces"]), "runs of the η grids (one per optimizer, surface and η)"
     elif isinstance(results.get("optimizers"), dict):
-        entries = [o.get("diverged_at") is not None for o in results["optimizers"].values() if isinstance(o, dict)]
-    return sum(entries), len(entries), what
+        opts = [o for o in results["optimizers"].values() if isinstance(o, dict)]
+        entries = ["diverged" if o.get("diverged_at") is not None else "ok" for o in opts]
+    return entries.count("diverged"), entries.count("crashed"), len(entries), what
 
 
-def _landscape_points(surfaces: dict[str, Any]) -> list[bool]:
-    """Whether each η tried by each optimizer on each surface diverged."""
+def _landscape_points(surfaces: dict[str, Any]) -> list[str]:
+    """How each η tried by each optimizer on each surface ended: "diverged" or "ok"."""
     runs_ = [opt for surface in surfaces.values() for opt in surface.get("runs", {}).values()]
-    return [point.get("diverged_at") is not None for opt in runs_ for point in opt.get("grid", [])]
+    points = [point for opt in runs_ for point in opt.get("grid", [])]
+    return ["diverged" if point.get("diverged_at") is not None else "ok" for point in points]
 
 
 def divergence_lines(run: RunDir) -> list[str]:

@@ -14,8 +14,9 @@ scheduler, not ours.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from multiprocessing import get_context
 from typing import Any
@@ -28,26 +29,58 @@ BACKENDS = ("local", "ray")
 
 class Local:
     """Trials in this process (one worker) or on a pool of ``workers`` spawned processes, started once
-    for the whole sweep (its workers import torch once, not once per round of trials)."""
+    for the whole sweep (its workers import torch once, not once per round of trials).
+
+    A pool worker that dies (killed by the kernel for its memory, or exiting) breaks the whole pool, and
+    which trial it was running is unknown: the trials left unfinished run again one at a time, each alone
+    in a fresh worker, and one that still kills its worker is that trial's crash, as on Ray. Alone, a trial
+    killed only for the memory that trials beside it took now finishes."""
 
     def __init__(self, workers: int) -> None:
-        self.pool = None
-        if workers > 1:
-            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+        self.workers = workers
+        self.pool = self.new_pool(workers) if workers > 1 else None
+
+    @staticmethod
+    def new_pool(workers: int) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
 
     def run(self, trials: Sequence[Trial]) -> Iterator[dict[str, Any]]:
         if self.pool is None:
             for trial in trials:
                 yield run_trial(trial)
             return
-        futures = [self.pool.submit(run_trial, trial) for trial in trials]
+        unfinished = yield from self.in_pool(trials)
+        if not unfinished:
+            return
+        self.pool.shutdown()
+        self.pool = self.new_pool(self.workers)  # for the rounds to come
+        for trial in unfinished:
+            alone = self.new_pool(1)
+            started = time.perf_counter()
+            try:
+                yield alone.submit(run_trial, trial).result()
+            except BrokenProcessPool as e:
+                yield crashed(trial, e, f"{type(e).__name__}: {e}\n", time.perf_counter() - started)
+            finally:
+                alone.shutdown(cancel_futures=True)
+
+    def in_pool(self, trials: Sequence[Trial]) -> Generator[dict[str, Any], None, list[Trial]]:
+        """Yields the records of ``trials`` run on the pool; returns those a dead worker left unfinished."""
+        futures = {self.pool.submit(run_trial, trial): i for i, trial in enumerate(trials)}
+        unfinished = []
         try:
             for future in as_completed(futures):
-                yield future.result()
+                try:
+                    record = future.result()
+                except BrokenProcessPool:
+                    unfinished.append(futures[future])
+                    continue
+                yield record
         except BaseException:
             for future in futures:
                 future.cancel()
             raise
+        return [trials[i] for i in sorted(unfinished)]
 
     def close(self) -> None:
         if self.pool is not None:

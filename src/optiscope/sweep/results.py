@@ -263,11 +263,13 @@ def summarise(
         for opt in optimizers
     }
     ranking, comparison, neighbours = compare(per, direction)
-    every_failed = all(r["status"] != "ok" for r in records)
+    # "ok" while any trial has a value; otherwise "diverged" only when every trial did, else "failed"
+    ended = {r["status"] for r in records}
+    status = "ok" if "ok" in ended else "diverged" if ended == {"diverged"} else "failed"
     return {
         "experiment": "sweep",
         "swept": name,
-        "status": "diverged" if every_failed else "ok",
+        "status": status,
         "objective": objective,
         "factor": factor,
         "seeds": list(seeds),
