@@ -4,7 +4,8 @@
 
 with η* the optimizer's optimum (``--sgd-optimum``, ``--adam-optimum``), so the tuned learning rate of a
 √10 grid is the grid point nearest η* in log space, known in advance. A run diverges above
-``--diverge-above``, raises at exactly ``--crash-at`` and kills the process running it at exactly ``--die-at``
+``--diverge-above``, finishes without a value (as a run that never reaches its target) below ``--miss-below``,
+raises at exactly ``--crash-at`` and kills the process running it at exactly ``--die-at``
 (as the kernel kills one whose memory ran out: for pool and Ray workers only); ``--text`` names a file it
 refuses when it runs (as ``lm`` refuses a corpus file that is not there). With ``--hold DIR`` trials meet in
 DIR before that refusal, so that trials run side by side refuse at known moments: a run above ``--slow-above``
@@ -35,6 +36,7 @@ class Config:
     sgd_optimum: float = 0.01
     adam_optimum: float = 0.01
     diverge_above: float = math.inf
+    miss_below: float = 0.0
     crash_at: float = 0.0
     die_at: float = 0.0
     text: str = ""
@@ -95,6 +97,7 @@ def run(config, run_dir):
         value = objective(spec.lr, optimum, config.seed)
         diverged = spec.lr > config.diverge_above
         curve = {"step": [1, 2, 3], "value": [value + 2, value + 1, value]}
+        value = math.inf if spec.lr < config.miss_below else value
         out[spec.label] = {"value": math.nan if diverged else value, "curve": curve}
     status = "diverged" if all(math.isnan(r["value"]) for r in out.values()) else "ok"
     return {"status": status, "runs": out, "torch_threads": torch.get_num_threads()}

@@ -8,10 +8,15 @@ import statistics
 from optiscope.sweep import grid
 
 
-def drive(value, seeds=(0, 1, 2), bounds=(-7, 7), fresh=()):
-    """Run the protocol to the end on ``value(k, seed)``; returns the (k, seed) trials in order."""
+def drive(value, seeds=(0, 1, 2), bounds=(-7, 7), fresh=(), misses=lambda k: False):
+    """Run the protocol to the end on ``value(k, seed)``, a +inf at position k being a missed target where
+    ``misses(k)`` (else a divergence); returns the (k, seed) trials in order."""
     done, order = {}, []
-    while batch := grid.next_trials(done, seeds, bounds, grid.INITIAL, fresh):
+
+    def missed():
+        return {k for (k, s), v in done.items() if s == seeds[0] and v == math.inf and misses(k)}
+
+    while batch := grid.next_trials(done, seeds, bounds, grid.INITIAL, fresh, missed()):
         for k, s in batch:
             assert (k, s) not in done
             done[(k, s)] = value(k, s)
@@ -40,6 +45,19 @@ def test_divergence_at_every_first_rate_finds_the_optimum_below():
     order = drive(lambda k, s: math.inf if k >= -1 else (k + 3) ** 2)  # diverges from k = -1 up; optimum -3
     first = [k for k, s in order if s == 0]
     assert first == [-1, 0, 1, -2, -3, -4] and sorted({k for k, s in order if s == 1}) == [-4, -3, -2]
+
+
+def test_targets_missed_at_every_first_rate_find_the_optimum_above():
+    """Steps to a target: a learning rate too small never gets there in the steps given (a missed target, not a
+    divergence), so the grid grows upwards; it had gone lower, to the bound, and found nothing."""
+    order = drive(lambda k, s: math.inf if k < 3 else (k - 4) ** 2, misses=lambda k: k < 3)  # optimum k = 4
+    first = [k for k, s in order if s == 0]
+    assert first == [-1, 0, 1, 2, 3, 4, 5] and sorted({k for k, s in order if s == 1}) == [3, 4, 5]
+
+
+def test_a_missed_target_below_and_a_divergence_above_end_the_grid():
+    """The lowest η misses the target and the highest diverges: no η of the grid both trains and gets there."""
+    assert drive(lambda k, s: math.inf, misses=lambda k: k < 1) == [(-1, 0), (0, 0), (1, 0)]
 
 
 def test_auto_lr_is_half_a_decade_per_step():

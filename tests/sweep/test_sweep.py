@@ -40,6 +40,16 @@ def test_grid_grows_to_an_optimum_outside_it_on_either_side(synthetic, tmp_path)
     assert runs.read_json(tmp_path / "s" / "config.json")["config"]["factor"] == pytest.approx(math.sqrt(10))
 
 
+def test_a_sweep_whose_first_rates_miss_the_target_searches_higher(synthetic, tmp_path):
+    """Trials below η = 0.05 finish without reaching the target (status ok, value +inf), the optimum is 0.1 and
+    the grid starts at 0.00316, 0.01, 0.0316: it grows upwards to 0.1 (the oracle: the known optimum)."""
+    options = {"sgd_optimum": 0.1, "miss_below": 0.05}
+    results = run_sweep(config(optimizers=("sgd",), seeds=1, options=options), tmp_path / "s")
+    missed = [t for t in results["trials"] if t["lr"] < 0.05]
+    assert missed and all(t["status"] == "ok" and t["objective"] == math.inf for t in missed)  # the case at hand
+    assert results["optimizers"]["sgd"]["tuned_lr"] == 0.1
+
+
 def test_diverged_and_crashed_trials_are_recorded(synthetic, tmp_path):
     options = {"sgd_optimum": 0.03, "diverge_above": 0.05, "crash_at": 0.00316}
     results = run_sweep(config(optimizers=("sgd",), seeds=1, options=options), tmp_path / "s")

@@ -11,8 +11,11 @@ The protocol, for one optimizer with seeds s₀ … s_{N−1}:
 1. run positions −1, 0, 1 at seed s₀;
 2. while the best position is at an end of the grid (and the grid may grow that way), run the next
    position beyond it at s₀ — so the best learning rate ends up interior, with a worse value each side;
-   while no position has a finite value yet, run the next one below the grid (a learning rate too large
-   to train is the usual reason: divergence says "lower");
+   while no position has a finite value yet, run the next one below the grid while its lowest learning rate
+   diverged or crashed (divergence says "lower"), the next one above it while its highest finished without
+   reaching the objective's target (an η too small to get there in the steps given says "higher"), and
+   none when the lowest missed the target and the highest diverged (no η of this grid both trains and
+   gets there);
 3. run every seed at the best position and its two neighbours; the *tuned* position is the one of the
    positions run with every seed whose mean is the best (``tuned_position``);
 4. run the fresh seeds at the tuned position: seeds that chose nothing, so that their mean is an honest
@@ -30,7 +33,7 @@ diverged, crashed or never reached its target has +inf (the worst), so it is nev
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 FACTOR = math.sqrt(10)
 #: How far the automatic grid may grow past its first three points on each side (√10^7: 3.5 decades).
@@ -69,10 +72,13 @@ def next_trials(
     bounds: tuple[int, int],
     initial: Sequence[int],
     fresh: Sequence[int] = (),
+    missed: Collection[int] = (),
 ) -> list[tuple[int, int]]:
     """The (position, seed) trials to run next for one optimizer, given ``done`` (position, seed) ->
     value; an empty list when its sweep is complete. ``seeds`` choose the tuned position, ``fresh`` seeds
-    are then run at it; ``bounds`` limits the positions the grid may reach."""
+    are then run at it; ``bounds`` limits the positions the grid may reach; ``missed`` are the positions
+    whose first-seed trial finished (neither diverged nor crashed) with the worst value: it never reached
+    the objective's target."""
     first = seeds[0]
     grid = {k: v for (k, s), v in done.items() if s == first}
     missing = [(k, first) for k in initial if k not in grid]
@@ -80,8 +86,10 @@ def next_trials(
         return missing
     best = best_position(grid)
     low, high = min(grid), max(grid)
-    if best is None:  # nothing finite yet: lower, while the grid may grow that way
-        return [(low - 1, first)] if low - 1 >= bounds[0] else []
+    if best is None:  # nothing finite yet: the way the failures at the grid's ends point, if it may grow so
+        if low not in missed:
+            return [(low - 1, first)] if low - 1 >= bounds[0] else []
+        return [(high + 1, first)] if high in missed and high + 1 <= bounds[1] else []
     if best == low and low - 1 >= bounds[0]:
         return [(low - 1, first)]
     if best == high and high + 1 <= bounds[1]:

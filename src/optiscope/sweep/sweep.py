@@ -23,6 +23,7 @@ leaves nothing behind, so the corrected command needs no ``--force``; a trial th
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,13 +150,15 @@ def pending(config: SweepConfig, plan: Plan, out: Path, records: dict[tuple, dic
     sign = 1 if experiments.objectives(config.experiment)[plan.objective].direction == "min" else -1
     trials = []
     for optimizer in config.optimizers:
-        positions = {}
+        positions, missed = {}, set()
         for k in range(bounds[0], bounds[1] + 1):
             lr = lr_at(config, plan, optimizer, k)
             for seed in plan.seeds + plan.fresh:
-                if (optimizer, lr, seed) in records:
-                    positions[(k, seed)] = sign * records[(optimizer, lr, seed)]["objective"]
-        for k, seed in grid.next_trials(positions, plan.seeds, bounds, initial, plan.fresh):
+                if (record := records.get((optimizer, lr, seed))) is not None:
+                    positions[(k, seed)] = sign * record["objective"]
+                    if seed == plan.seeds[0] and record["status"] == "ok" and positions[(k, seed)] == math.inf:
+                        missed.add(k)  # finished without reaching its target
+        for k, seed in grid.next_trials(positions, plan.seeds, bounds, initial, plan.fresh, missed):
             lr = lr_at(config, plan, optimizer, k)
             trials.append(
                 Trial(
