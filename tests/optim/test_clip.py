@@ -75,3 +75,13 @@ def test_finite_gradients_whose_float32_norm_overflows_are_clipped():
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         clip_grad_norm(_params(1.0), **kwargs)
+
+
+def test_a_numpy_max_norm_clips_like_torch():
+    np = pytest.importorskip("numpy")
+    ours, theirs = _params(1.0), _params(1.0)
+    n_ours = clip_grad_norm(ours, np.float32(0.5), norm_type=np.float64(2.0))
+    n_theirs = torch.nn.utils.clip_grad_norm_(theirs, 0.5)
+    torch.testing.assert_close(n_ours, n_theirs)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a.grad, b.grad)

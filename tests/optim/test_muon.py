@@ -1,6 +1,8 @@
 """Muon: Newton–Schulz against an SVD oracle, the optimizer against its NumPy twin and torch.optim.Muon,
 and the Muon + AdamW split."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -133,3 +135,47 @@ def test_muon_twin_newton_schulz_matches_torch():
     np.testing.assert_allclose(
         reference.newton_schulz(g), newton_schulz(torch.tensor(g), dtype=torch.float64).numpy(), rtol=1e-10
     )
+
+
+@pytest.mark.parametrize("transport", ["as built", "deepcopy"])
+def test_an_adamw_group_added_later_takes_the_adamw_arguments(transport):
+    """``add_param_group({"params": ..., "use_muon": False})`` steps like torch.optim.AdamW with adamw_lr, adamw_eps
+    and adamw_weight_decay (not Muon's lr, eps and weight_decay), also when the hybrid had no AdamW group before."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, generator=g, dtype=torch.float64, requires_grad=True)
+    hybrid = MuonWithAdamW([w], [], lr=0.02, weight_decay=0.0, adamw_lr=3e-3, adamw_eps=1e-6, adamw_weight_decay=0.1)
+    if transport == "deepcopy":
+        w, hybrid = copy.deepcopy((w, hybrid))
+    hybrid.add_param_group({"params": [b], "use_muon": False})
+    shadow = b.detach().clone().requires_grad_()
+    ref = torch.optim.AdamW([shadow], lr=3e-3, betas=(0.9, 0.95), eps=1e-6, weight_decay=0.1)
+    for _ in range(3):
+        grad = torch.randn(3, generator=g, dtype=torch.float64)
+        b.grad, shadow.grad, w.grad = grad.clone(), grad.clone(), None
+        hybrid.step()
+        ref.step()
+    torch.testing.assert_close(b.detach(), shadow.detach(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_an_empty_matrix_without_columns_is_harmless(foreach):
+    """A (3, 0) weight (nn.Linear(0, 3)) has nothing to update; the matrix beside it steps like torch.optim.Muon."""
+    empty = torch.zeros(3, 0, requires_grad=True)
+    w = torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    shadow = w.detach().clone().requires_grad_()
+    ours = Muon([empty, w], lr=0.02, foreach=foreach)
+    ref = torch.optim.Muon([shadow], lr=0.02)
+    for t in range(2):
+        grad = torch.randn(3, 4, generator=torch.Generator().manual_seed(t + 1))
+        empty.grad, w.grad, shadow.grad = torch.zeros(3, 0), grad.clone(), grad.clone()
+        ours.step()
+        ref.step()
+    assert empty.shape == (3, 0)
+    torch.testing.assert_close(w.detach(), shadow.detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("matrix", [torch.ones(3), torch.ones(2, 3, 4), torch.ones(3, 3, dtype=torch.complex64)])
+def test_newton_schulz_refuses_what_is_not_a_real_matrix(matrix):
+    with pytest.raises(ValueError, match=r"newton_schulz: matrix has shape .*; give a real 2-D tensor"):
+        newton_schulz(matrix)

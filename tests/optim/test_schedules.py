@@ -1,5 +1,6 @@
 """Schedules: exact endpoints, the seed's formulas, and the LambdaLR adaptor in a real loop."""
 
+import io
 import math
 
 import pytest
@@ -67,3 +68,40 @@ def test_bad_schedules_are_named(kwargs, message):
 def test_step_zero_is_rejected():
     with pytest.raises(ValueError, match="t=0 must be >= 1"):
         constant(1.0)(0)
+
+
+def test_numpy_numbers_are_taken_and_bools_refused():
+    """A sweep's grid may hand in NumPy scalars: they are numbers (η(t) then as with Python floats); True is not 1."""
+    np = pytest.importorskip("numpy")
+    s = Schedule(np.float32(0.5), warmup_steps=np.int64(2), total_steps=np.int64(4), min_lr=np.float32(0.25))
+    assert [s(t) for t in (1, 2, 3, 4)] == [0.25, 0.5, 0.25 + 0.125 * (1 + math.cos(math.pi / 2)), 0.25]
+    assert type(s(3)) is float
+    with pytest.raises(ValueError, match="warmup_steps=True must be an integer >= 0"):
+        Schedule(1.0, warmup_steps=True)
+
+
+def test_a_schedulers_state_dict_loads_with_torch_load_defaults():
+    """torch.load reads with weights_only=True by default: the adaptor's saved state must be plain data. A resumed
+    loop continues with the schedule's η(t), the closed form."""
+    s = warmup_cosine(0.5, total_steps=12, warmup_steps=3, min_lr=0.05)
+    p = torch.zeros(2, requires_grad=True)
+    opt = SGD([p], lr=0.5, momentum=0.9)
+    sched = as_lambda_lr(opt, s)
+    for _ in range(5):
+        p.grad = torch.ones(2)
+        opt.step()
+        sched.step()
+    buffer = io.BytesIO()
+    torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict()}, buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer)
+    q = p.detach().clone().requires_grad_()
+    opt2 = SGD([q], lr=0.5, momentum=0.9)
+    sched2 = as_lambda_lr(opt2, s)
+    opt2.load_state_dict(saved["optimizer"])
+    sched2.load_state_dict(saved["scheduler"])
+    for t in range(6, 13):
+        assert opt2.param_groups[0]["lr"] == pytest.approx(s(t), rel=1e-12)
+        q.grad = torch.ones(2)
+        opt2.step()
+        sched2.step()

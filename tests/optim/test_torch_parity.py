@@ -333,3 +333,70 @@ def test_what_torch_takes_and_ours_refuse_is_refused_in_one_line(name):
         torch_cls([_p()], **kw, betas=betas)
         with pytest.raises(ValueError, match=r"invalid betas=\(tensor\(0.9000\), tensor\(0.9990\)\).*pair of floats"):
             ours_cls([_p()], **kw, betas=betas)
+
+
+@pytest.mark.parametrize("name", ["adam", "rmsprop"])
+def test_effective_lr_of_a_shaped_tensor_lr_has_the_params_shape(name):
+    """lr=tensor([η]) acts as the scalar η in effective_lr too: η/(√v̂ + ε) from torch.optim's state, in the
+    parameter's shape (a (1,)-tensor would broadcast a 0-d parameter's to (1,), and is a CPU tensor beside CUDA)."""
+    ours_cls, torch_cls = {"adam": (Adam, torch.optim.Adam), "rmsprop": (RMSprop, torch.optim.RMSprop)}[name]
+    mine = [torch.tensor(1.5, requires_grad=True), torch.ones(3, requires_grad=True)]
+    theirs = [p.detach().clone().requires_grad_() for p in mine]
+    ours, ref = ours_cls(mine, lr=torch.tensor([0.1])), torch_cls(theirs, lr=0.1)
+    for t in range(3):
+        for p, q in zip(mine, theirs, strict=True):
+            p.grad = torch.full(p.shape, 0.5 * t - 1.0)
+            q.grad = p.grad.clone()
+        ours.step()
+        ref.step()
+    for p, q in zip(mine, theirs, strict=True):
+        s = ref.state[q]
+        v = s["exp_avg_sq"] / (1 - 0.999 ** s["step"]) if name == "adam" else s["square_avg"]
+        expected = 0.1 / (v.sqrt() + 1e-8)
+        assert ours.effective_lr(p).shape == p.shape
+        torch.testing.assert_close(ours.effective_lr(p), expected, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("name", ["rmsprop", "adam", "adamw"])
+@pytest.mark.parametrize("impl", ["forloop", "foreach", "fused"])
+def test_a_state_dict_counting_steps_in_python_numbers_loads_like_torch(name, impl):
+    """torch ≤ 1.11 saved ``step`` as an int; torch.optim 2.x still loads that and keeps stepping. So must ours."""
+    if name == "rmsprop" and impl == "fused":
+        pytest.skip("RMSprop has no fused path")
+    ours_cls, torch_cls, kw = PAIRS[name]
+    source, mine, theirs = model_for(name), model_for(name), model_for(name)
+    old = torch_cls(source.parameters(), **kw)
+    train(source, old, 3)
+    saved = old.state_dict()
+    for param_state in saved["state"].values():
+        param_state["step"] = int(param_state["step"])
+    ours, ref = ours_cls(mine.parameters(), **kw, **IMPL[impl]), torch_cls(theirs.parameters(), **kw)
+    ours.load_state_dict(saved)
+    ref.load_state_dict(saved)
+    train(mine, ours, 3)
+    train(theirs, ref, 3)
+    for p, q in zip(mine.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=RTOL, atol=0)
+        assert ours.state[p]["step"].item() == ref.state[q]["step"].item() == 6
+
+
+@pytest.mark.parametrize("name", ["sgd-momentum", "rmsprop", "adam", "adamw"])
+def test_capturable_and_differentiable_false_are_taken_and_true_refused_in_one_line(name):
+    """Code written for torch.optim that passes these flags as False runs and steps like torch; True (CUDA-graph
+    capture, autograd through the step) is refused in one line naming the flag, in the constructor and in a group."""
+    ours_cls, torch_cls, kw = PAIRS[name]
+    flags = ["differentiable"] if name.startswith("sgd") else ["capturable", "differentiable"]
+    off = {flag: False for flag in flags}
+    mine, theirs = model_for(name), model_for(name)
+    ours, ref = ours_cls(mine.parameters(), **kw, **off), torch_cls(theirs.parameters(), **kw, **off)
+    train(mine, ours, 3)
+    train(theirs, ref, 3)
+    assert_same_params(mine, theirs)
+    for flag in flags:
+        one_line = rf"^{ours_cls.__name__}: {flag}=True is not supported \([^\n]*\); pass False$"
+        with pytest.raises(ValueError, match=one_line):
+            ours_cls([_p()], **kw, **{flag: True})
+        with pytest.raises(ValueError, match=rf"{flag}=True is not supported"):
+            ours.add_param_group({"params": [_p()], flag: True})
+        with pytest.raises(TypeError, match=rf"invalid {flag}=1 \(int\); {flag} must be False"):
+            ours_cls([_p()], **kw, **{flag: 1})

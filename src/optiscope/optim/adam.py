@@ -31,6 +31,7 @@ from .optimizer import (
     grouped_by_device_and_dtype,
     new_step_counter,
     non_negative,
+    scalar_lr,
 )
 
 
@@ -149,6 +150,8 @@ class Adam(OptiscopeOptimizer):
         maximize: bool = False,
         foreach: bool | None = None,
         fused: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
     ) -> None:
         defaults = dict(
             lr=lr,
@@ -162,7 +165,7 @@ class Adam(OptiscopeOptimizer):
             foreach=foreach,
             fused=fused,
         )
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, false_only=dict(capturable=capturable, differentiable=differentiable))
 
     def fused_supported(self, group: dict[str, Any]) -> bool:
         return group["bias_correction"]
@@ -198,6 +201,8 @@ class AdamW(Adam):
         maximize: bool = False,
         foreach: bool | None = None,
         fused: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
     ) -> None:
         super().__init__(
             params,
@@ -211,6 +216,8 @@ class AdamW(Adam):
             maximize=maximize,
             foreach=foreach,
             fused=fused,
+            capturable=capturable,
+            differentiable=differentiable,
         )
 
 
@@ -234,6 +241,8 @@ class AdamL2(Adam):
         maximize: bool = False,
         foreach: bool | None = None,
         fused: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
     ) -> None:
         super().__init__(
             params,
@@ -247,6 +256,8 @@ class AdamL2(Adam):
             maximize=maximize,
             foreach=foreach,
             fused=fused,
+            capturable=capturable,
+            differentiable=differentiable,
         )
 
 
@@ -313,7 +324,7 @@ def update_adam_group(state: Any, group: dict[str, Any], params: list[Tensor], i
 def adam_effective_lr(state: Any, param_groups: list[dict[str, Any]], param: Tensor) -> Tensor:
     """η / (√v̂ + ε) for ``param`` from Adam-style state (``step``, ``exp_avg_sq``, ``max_exp_avg_sq``)."""
     group, denominator = adam_denominator(state, param_groups, param)
-    return group["lr"] / denominator
+    return scalar_lr(group["lr"]) / denominator
 
 
 def adam_denominator(state: Any, param_groups: list[dict[str, Any]], param: Tensor) -> tuple[dict[str, Any], Tensor]:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from ..checks import is_number, positive
 from .optimizer import grouped_by_device_and_dtype
 
 
@@ -35,10 +36,11 @@ def clip_grad_norm(
     ``nonfinite="skip"`` leaves the gradients untouched and returns the (non-finite) norm, so the caller
     can skip the step.
     """
-    if not (isinstance(max_norm, int | float) and math.isfinite(max_norm) and max_norm > 0):
+    if not positive(max_norm):
         raise ValueError(f"clip_grad_norm: max_norm={max_norm!r} must be a finite number > 0")
-    if not (isinstance(norm_type, int | float) and norm_type > 0):
+    if not (is_number(norm_type) and norm_type > 0):
         raise ValueError(f"clip_grad_norm: norm_type={norm_type!r} must be > 0 (2.0 for L2, math.inf for max)")
+    max_norm, norm_type = float(max_norm), float(norm_type)  # NumPy scalars too: torch's kernels want Python numbers
     if nonfinite not in ("raise", "skip"):
         raise ValueError(f"clip_grad_norm: nonfinite={nonfinite!r} must be 'raise' or 'skip'")
     named = _named(params)

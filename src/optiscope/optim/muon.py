@@ -53,6 +53,10 @@ def newton_schulz(
     dtype: torch.dtype = torch.bfloat16,
 ) -> Tensor:
     """The Newton–Schulz approximation of the orthogonal factor of a 2-D ``matrix`` (see module doc)."""
+    if matrix.ndim != 2 or matrix.is_complex():
+        raise ValueError(
+            f"newton_schulz: matrix has shape {tuple(matrix.shape)} and dtype {matrix.dtype}; give a real 2-D tensor"
+        )
     a, b, c = coefficients
     x = matrix.to(dtype)
     tall = x.size(0) > x.size(1)
@@ -72,6 +76,8 @@ def adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: torch.Size) -> float
     # η times one factor, in this order, so that the rounding (and a tensor η's dtype) are torch.optim.Muon's.
     if adjust_lr_fn == "match_rms_adamw":
         return lr * (0.2 * math.sqrt(max(rows, cols)))
+    if cols == 0:  # an empty (A, 0) matrix has no update to scale (and A/B would divide by zero)
+        return lr
     return lr * math.sqrt(max(1, rows / cols))
 
 
@@ -243,7 +249,8 @@ class MuonWithAdamW(OptiscopeOptimizer):
 
     Being a single ``torch.optim.Optimizer``, it has one ``state_dict`` and works with the schedulers in
     ``torch.optim.lr_scheduler`` (which scale each group's ``lr``). Muon groups use the Muon
-    hyperparameters; AdamW groups use ``lr``, ``betas``, ``eps`` and ``weight_decay`` (decoupled).
+    hyperparameters; AdamW groups use ``lr``, ``betas``, ``eps`` and ``weight_decay`` (decoupled), which for a
+    group added later with ``use_muon=False`` default to ``adamw_lr``, ``adamw_eps`` and ``adamw_weight_decay``.
     Build one with ``muon_with_adamw(model)``.
     """
 
@@ -288,19 +295,23 @@ class MuonWithAdamW(OptiscopeOptimizer):
             foreach=None,
             fused=None,
         )
+        # An AdamW group's lr, eps and λ where it names none (add_param_group fills them): the adamw_* arguments,
+        # not the Muon values in ``defaults``, which would give a bias added later Muon's 20× larger η.
+        self.adamw_defaults = {"lr": adamw_lr, "eps": adamw_eps, "weight_decay": adamw_weight_decay}
         groups = [{"params": list(muon_params), "use_muon": True}]
         adamw = list(adamw_params)
         if adamw:
-            groups.append(
-                {
-                    "params": adamw,
-                    "use_muon": False,
-                    "lr": adamw_lr,
-                    "eps": adamw_eps,
-                    "weight_decay": adamw_weight_decay,
-                }
-            )
+            groups.append({"params": adamw, "use_muon": False})
         super().__init__(groups, defaults)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # torch.optim pickles (and deep-copies) only defaults, state and param_groups
+        return {**super().__getstate__(), "adamw_defaults": self.adamw_defaults}
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        if isinstance(param_group, dict) and not param_group.get("use_muon", True):
+            param_group = {**param_group, **{k: v for k, v in self.adamw_defaults.items() if k not in param_group}}
+        super().add_param_group(param_group)
 
     def check_params(self, group: dict[str, Any], params: list[Tensor]) -> None:
         if group["use_muon"]:

@@ -130,6 +130,22 @@ def optional_bool() -> Rule:
     return Rule(lambda x: x is None or isinstance(x, bool), "None, True or False", kind="bool")
 
 
+#: torch.optim's flags that ours take only as False (so that code written for torch.optim runs unchanged), and why.
+FALSE_ONLY_FLAGS = {
+    "capturable": "no path keeps its step counters on the device for CUDA-graph capture",
+    "differentiable": "steps run under torch.no_grad; use torch.optim's optimizer to differentiate through one",
+}
+
+
+def refuse_true_flags(optimizer: str, flags: dict[str, Any]) -> None:
+    """A one-line error for a ``FALSE_ONLY_FLAGS`` flag that is not False: TypeError for a non-bool, else ValueError."""
+    for flag, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{optimizer}: invalid {flag}={value!r} ({type(value).__name__}); {flag} must be False")
+        if value:
+            raise ValueError(f"{optimizer}: {flag}=True is not supported ({FALSE_ONLY_FLAGS[flag]}); pass False")
+
+
 COMMON_RULES: dict[str, Rule] = {
     "lr": learning_rate(),
     "maximize": boolean(),
@@ -145,7 +161,8 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
     (name, tensor) pairs (the names are kept in each group's ``param_names`` and in ``state_dict()``),
     a 1-element tensor ``lr``, and a parameter listed twice in one group (with torch's warning). What
     torch rejects raises the exception type torch raises (mostly ValueError for a bad value and TypeError
-    for a bad type; see ``Rule``).
+    for a bad type; see ``Rule``). torch's ``capturable`` and ``differentiable`` are taken as False only
+    (``FALSE_ONLY_FLAGS``), with a one-line ValueError for True.
 
     Subclasses set ``rules`` (hyperparameter -> Rule), may override ``check_group`` for rules that
     involve several hyperparameters and ``check_params`` for rules on the tensors, and implement
@@ -156,8 +173,15 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
     #: Whether the foreach path takes a tensor lr (torch.optim.Adam's does not: ValueError with foreach=True).
     foreach_takes_tensor_lr = True
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        defaults: dict[str, Any],
+        false_only: dict[str, Any] | None = None,
+    ) -> None:
+        """``false_only``: the constructor's ``FALSE_ONLY_FLAGS`` (checked, not kept in the groups)."""
         # torch.optim checks the hyperparameters before the parameters; so do we.
+        refuse_true_flags(type(self).__name__, false_only or {})
         self.check_hyperparameters(defaults)
         if isinstance(params, Tensor):
             raise TypeError(
@@ -178,6 +202,11 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
         for group in self.param_groups:
             for key, value in self.defaults.items():
                 group.setdefault(key, value)
+        # torch ≤ 1.11 saved t as a Python number, and torch.optim still loads such state dicts: t becomes the
+        # float32 scalar tensor that the step counts with (new_step_counter)
+        for param_state in self.state.values():
+            if "step" in param_state and not isinstance(param_state["step"], Tensor):
+                param_state["step"] = torch.tensor(float(param_state["step"]), dtype=torch.float32)
 
     # ----------------------------------------------------------------------------------------- checks
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -219,6 +248,7 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
     def check_hyperparameters(self, group: dict[str, Any]) -> None:
         """Every rule that applies to ``group``; a broken one raises the exception type torch.optim raises."""
         name = type(self).__name__
+        refuse_true_flags(name, {flag: group[flag] for flag in FALSE_ONLY_FLAGS if flag in group})
         for key, rule in {**COMMON_RULES, **self.rules_for(group)}.items():
             if key not in group:
                 continue
@@ -277,9 +307,8 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
                     )
             impl = self.implementation(group, params)
             if isinstance(group["lr"], Tensor) and group["lr"].dim() != 0:
-                # A 1-element tensor lr of any shape acts as a scalar (torch.optim's _to_scalar); the
-                # group keeps the caller's tensor, which schedulers update in place.
-                group = {**group, "lr": group["lr"].squeeze()}
+                # the group keeps the caller's tensor, which schedulers update in place
+                group = {**group, "lr": scalar_lr(group["lr"])}
             if impl == "fused" and not all(p.is_cuda for p in params):
                 # tensors that torch's fused CPU kernel gets wrong take the for-loop path (fused_cpu_takes)
                 wrong = [p for p in params if not self.fused_cpu_takes(p)]
@@ -307,6 +336,12 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
             if all(p.is_cuda for p in params) and (self.foreach_takes_tensor_lr or not isinstance(group["lr"], Tensor)):
                 return "foreach"
         return "forloop"
+
+
+def scalar_lr(lr: float | Tensor) -> float | Tensor:
+    """η as a scalar: a 1-element tensor lr of any shape acts as a 0-d one (torch.optim's _to_scalar), so that
+    it neither broadcasts a 0-d parameter's update to shape (1,) nor meets a CUDA tensor as a CPU (1,)-tensor."""
+    return lr.reshape(()) if isinstance(lr, Tensor) else lr
 
 
 def split_names(optimizer: str, params: Any) -> tuple[list[Any], list[str] | None]:

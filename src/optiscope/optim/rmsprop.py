@@ -26,6 +26,7 @@ from .optimizer import (
     grouped_by_device_and_dtype,
     new_step_counter,
     non_negative,
+    scalar_lr,
     unit_interval,
 )
 
@@ -127,6 +128,8 @@ class RMSprop(OptiscopeOptimizer):
         *,
         maximize: bool = False,
         foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
     ) -> None:
         defaults = dict(
             lr=lr,
@@ -139,7 +142,7 @@ class RMSprop(OptiscopeOptimizer):
             foreach=foreach,
             fused=False,
         )
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, false_only=dict(capturable=capturable, differentiable=differentiable))
 
     def update_group(self, group: dict[str, Any], params: list[Tensor], impl: str) -> None:
         for p in params:
@@ -179,4 +182,4 @@ class RMSprop(OptiscopeOptimizer):
         v = s["square_avg"]
         if group["centered"]:
             v = v.addcmul(s["grad_avg"], s["grad_avg"], value=-1)
-        return group["lr"] / (v.sqrt() + group["eps"])
+        return scalar_lr(group["lr"]) / (v.sqrt() + group["eps"])

@@ -14,10 +14,13 @@ stays at η_max after warmup.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
+
+from ..checks import is_count, non_negative
 
 
 @dataclass(frozen=True)
@@ -30,19 +33,24 @@ class Schedule:
     min_lr: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.lr_max, int | float) and math.isfinite(self.lr_max) and self.lr_max >= 0):
+        # Any real number or integer is taken (NumPy's too, as from a sweep's grid), but not a bool.
+        if not non_negative(self.lr_max):
             raise ValueError(f"Schedule: lr_max={self.lr_max!r} must be a finite number >= 0")
-        if not (isinstance(self.warmup_steps, int) and self.warmup_steps >= 0):
+        if not is_count(self.warmup_steps, least=0):
             raise ValueError(f"Schedule: warmup_steps={self.warmup_steps!r} must be an integer >= 0")
         if self.total_steps is not None and not (
-            isinstance(self.total_steps, int) and self.total_steps > self.warmup_steps
+            is_count(self.total_steps, least=0) and self.total_steps > self.warmup_steps
         ):
             raise ValueError(
                 f"Schedule: total_steps={self.total_steps!r} must be an integer > warmup_steps={self.warmup_steps}"
                 " (warmup counts inside the total), or None for no decay"
             )
-        if not (isinstance(self.min_lr, int | float) and 0 <= self.min_lr <= self.lr_max):
+        if not (non_negative(self.min_lr) and self.min_lr <= self.lr_max):
             raise ValueError(f"Schedule: min_lr={self.min_lr!r} must be in [0, lr_max={self.lr_max}]")
+        # Python numbers from here on, so that η(t) is computed in double precision whatever came in.
+        for name, kind in (("lr_max", float), ("warmup_steps", int), ("total_steps", int), ("min_lr", float)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, kind(getattr(self, name)))
 
     def __call__(self, t: int) -> float:
         if t < 1:
@@ -75,13 +83,20 @@ def warmup_cosine(lr: float, total_steps: int, warmup_steps: int, min_lr: float 
 
 @dataclass(frozen=True)
 class _Factor:
-    """η(t)/η_max as a function of LambdaLR's epoch counter k = t − 1 (a picklable callable)."""
+    """η(t)/η_max as a function of LambdaLR's epoch counter k = t − 1 (a picklable callable).
 
-    schedule: Schedule
+    It holds the schedule's fields as plain numbers, not the ``Schedule``: LambdaLR's ``state_dict()`` saves
+    them, and ``torch.load`` (``weights_only=True`` by default) refuses classes it does not know.
+    """
+
+    lr_max: float
+    warmup_steps: int
+    total_steps: int | None
+    min_lr: float
 
     def __call__(self, k: int) -> float:
-        peak = self.schedule.lr_max
-        return self.schedule(k + 1) / peak if peak > 0 else 0.0
+        schedule = Schedule(self.lr_max, self.warmup_steps, self.total_steps, self.min_lr)
+        return schedule(k + 1) / self.lr_max if self.lr_max > 0 else 0.0
 
 
 def as_lambda_lr(optimizer: torch.optim.Optimizer, schedule: Schedule) -> torch.optim.lr_scheduler.LambdaLR:
@@ -90,4 +105,4 @@ def as_lambda_lr(optimizer: torch.optim.Optimizer, schedule: Schedule) -> torch.
     Each param group keeps its own peak: group lr = (its initial lr) × η(t)/η_max. For a single group
     whose lr equals ``schedule.lr_max`` the group's lr is exactly η(t) at the t-th step.
     """
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, _Factor(schedule))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, _Factor(**dataclasses.asdict(schedule)))

@@ -124,6 +124,7 @@ class SGD(OptiscopeOptimizer):
         maximize: bool = False,
         foreach: bool | None = None,
         fused: bool | None = None,
+        differentiable: bool = False,
     ) -> None:
         defaults = dict(
             lr=lr,
@@ -136,7 +137,7 @@ class SGD(OptiscopeOptimizer):
             foreach=foreach,
             fused=fused,
         )
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, false_only=dict(differentiable=differentiable))
 
     def check_group(self, group: dict[str, Any]) -> None:
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
