@@ -249,3 +249,39 @@ def test_an_lm_run_that_diverged_leaves_the_loss_axes_to_the_others(browser, tin
         assert exploding in span["drawn"]
     assert page.errors == []
     context.close()
+
+
+HEAT = """(name) => {
+  const chart = Bokeh.documents[0].roots().find(r => r.name === name);
+  const hover = chart.toolbar.tools.find(t => t.formatters !== undefined && t.tooltips.length === 3);
+  const formatters = hover.formatters instanceof Map ? hover.formatters : new Map(Object.entries(hover.formatters));
+  const named = formatters.get("@y");
+  const data = chart.renderers[0].data_source.data;
+  return [...data.y].map((y, i) => [named.format(y, "name", {}), data.v[i]]);
+}"""
+
+
+def test_hovering_a_heatmap_cell_names_its_parameter(browser, tmp_path):
+    """The u/w heatmap's hover says which parameter a cell is (the y axis's small labels overlap on a large
+    model). The oracle: each cell's value is that parameter's u/w at some step of metrics.jsonl, and no other's."""
+    from .monitored import diverging_run
+
+    diverging_run(tmp_path / "metrics.jsonl", nan_step=8, curvature_every=4)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    measured = {}
+    for r in records:
+        for name, entry in r.get("params", {}).items():
+            if math.isfinite(entry.get("u_over_w", math.nan)):
+                measured.setdefault(name, []).append(entry["u_over_w"])
+    assert len(measured) == 4  # the case at hand: an MLP's two weights and two biases
+    assert cli.main(["report", str(tmp_path)]) == 0
+    context, page = open_page(browser)
+    load(page, (tmp_path / "report.html").as_uri())
+    name = page.evaluate("() => Bokeh.documents[0].roots().map(r => r.name).find(n => n && n.includes('-heat-'))")
+    cells = page.evaluate(HEAT, name)
+    assert cells and {said for said, _ in cells} == set(measured)
+    for said, value in cells:
+        owners = {p for p, values in measured.items() if any(math.isclose(value, v, rel_tol=1e-6) for v in values)}
+        assert owners == {said}, (said, value, owners)
+    assert page.errors == []
+    context.close()

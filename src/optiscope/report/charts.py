@@ -21,6 +21,7 @@ from bokeh.models import (
     AjaxDataSource,
     ColorBar,
     ColumnDataSource,
+    CustomJSHover,
     FixedTicker,
     HoverTool,
     LogColorMapper,
@@ -280,7 +281,9 @@ def heatmap(sources: Sources, name: str, title: str, cells: dict[str, Any] | Non
     p.yaxis.major_label_overrides = {len(params) - i - 0.5: label for i, label in enumerate(params)}
     p.yaxis.major_label_text_font_size = "7pt"
     p.add_layout(ColorBar(color_mapper=mapper, title="u/w"), "right")
-    p.add_tools(HoverTool(tooltips=[("step", "$x{0}"), ("u/w", "@v")]))
+    # the hovered cell's row is its parameter: y = n − row − 0.5 (a name per cell would multiply the page's size)
+    row_name = CustomJSHover(args={"names": list(params)}, code="return names[Math.round(names.length - value - 0.5)]")
+    p.add_tools(HoverTool(tooltips=[("", "@y{name}"), ("step", "$x{0}"), ("u/w", "@v")], formatters={"@y": row_name}))
     return p
 
 
