@@ -88,3 +88,20 @@ def test_a_panel_of_adam_names_adam(results):
     title = fig._suptitle.get_text()
     plt.close(fig)
     assert title.startswith("adamw: preconditioned sharpness λ₁(P⁻¹H) against each run's threshold"), title
+
+
+def test_the_labels_of_close_thresholds_do_not_overlap(results):
+    """Thresholds 1 % apart (2/η at η = 0.1, 0.101, 0.102) put their labels on one another; each is now clear of
+    the next. The oracle: the labels' extents as matplotlib renders them, the dashed lines still at the
+    thresholds."""
+    results["runs"] = [run(f"sgd@{lr}", "sgd", lr, max_ratio=1.0) for lr in (0.1, 0.101, 0.102, 0.5)]
+    fig = eos.sharpness(results)
+    fig.canvas.draw()
+    top = fig.axes[0]
+    labels = sorted((t for t in top.texts if t.get_text().startswith("2/η = ")), key=lambda t: t.get_window_extent().y0)
+    assert len(labels) == 4
+    for lower, upper in zip(labels, labels[1:], strict=False):
+        assert lower.get_window_extent().y1 <= upper.get_window_extent().y0, (lower.get_text(), upper.get_text())
+    dashed = sorted(line.get_ydata()[0] for line in top.lines if line.get_linestyle() == "--")
+    assert dashed == pytest.approx(sorted(2.0 / lr for lr in (0.1, 0.101, 0.102, 0.5)))
+    plt.close(fig)

@@ -104,6 +104,7 @@ def _panel(results: Results, preconditioned: bool) -> Figure:
         return fig
     shades = _shades(chosen)
     sharp_values: list[Any] = []
+    labels: list[Any] = []  # the thresholds' labels, right of the panel
     for run, color in zip(chosen, shades, strict=True):
         steps, sharp, loss = style.finite(run["step"]), style.finite(run["sharpness"]), style.finite(run["loss"])
         n = min(len(steps), len(sharp), len(loss))
@@ -113,15 +114,17 @@ def _panel(results: Results, preconditioned: bool) -> Figure:
         sharp_values.append(sharp)
         if run["threshold"] is not None and np.isfinite(run["threshold"]) and abs(run["threshold"]) < style.DRAWABLE:
             top.axhline(run["threshold"], color=color, ls="--", lw=1)
-            top.annotate(
-                f"{run['threshold_label']} = {style.fmt(run['threshold'])}",
-                (1.0, run["threshold"]),
-                xycoords=("axes fraction", "data"),
-                xytext=(3, 0),
-                textcoords="offset points",
-                fontsize=7.5,
-                color=color,
-                va="center",
+            labels.append(
+                top.annotate(
+                    f"{run['threshold_label']} = {style.fmt(run['threshold'])}",
+                    (1.0, run["threshold"]),
+                    xycoords=("axes fraction", "data"),
+                    xytext=(3, 0),
+                    textcoords="offset points",
+                    fontsize=7.5,
+                    color=color,
+                    va="center",
+                )
             )
             sharp_values.append([run["threshold"]])
         if edge_before_divergence(run):
@@ -145,7 +148,25 @@ def _panel(results: Results, preconditioned: bool) -> Figure:
     bottom.set_ylabel("training loss (full batch)")
     bottom.set_xlabel("step")
     style.log_scale(bottom, "y", *[r["loss"] for r in chosen])
+    _apart(fig, labels)
     return fig
+
+
+def _apart(fig: Figure, labels: list[Any]) -> None:
+    """Moves the thresholds' labels up, each just clear of the one below it where two thresholds are so close
+    that their labels would overlap; the dashed lines stay where the thresholds are."""
+    if len(labels) < 2:
+        return
+    fig.canvas.draw()  # the layout places the axes: the labels' extents are final
+    points_per_pixel = 72 / fig.dpi
+    below = -math.inf
+    for label in sorted(labels, key=lambda a: a.get_window_extent().y0):
+        box = label.get_window_extent()
+        shift = max(0.0, below - box.y0 + 1)  # pixels up, one more for a hairline between them
+        if shift:
+            x, y = label.xyann
+            label.xyann = (x, y + shift * points_per_pixel)
+        below = box.y1 + shift
 
 
 def _shades(runs: list[RunResults]) -> list[Any]:
