@@ -88,11 +88,26 @@ def test_batched_learning_rates_equal_separate_runs():
 
 
 def test_best_run_prefers_fewest_steps_then_smallest_gap():
-    runs_ = {"reached_at": [None, 40, 30, 30], "diverged_at": [None, None, None, None], "final_gap": [1, 0, 0, 0]}
+    runs_ = {
+        "lrs": [0.1, 0.2, 0.3, 0.4],
+        "reached_at": [None, 40, 30, 30],
+        "diverged_at": [None, None, None, None],
+        "final_gap": [1, 0, 0, 0],
+    }
     assert best_run(runs_) == 2
-    runs_ = {"reached_at": [None, None, None], "diverged_at": [None, 5, None], "final_gap": [0.3, 0.0, 0.1]}
+    runs_ = {"lrs": [0.1, 0.2, 0.3], "reached_at": [None] * 3, "diverged_at": [None, 5, None]}
+    runs_["final_gap"] = [0.3, 0.0, 0.1]
     assert best_run(runs_) == 2
-    assert best_run({"reached_at": [None], "diverged_at": [3], "final_gap": [math.inf]}) is None
+    assert best_run({"lrs": [1.0], "reached_at": [None], "diverged_at": [3], "final_gap": [math.inf]}) is None
+
+
+def test_the_best_lr_does_not_depend_on_the_order_of_the_grid():
+    """Ties (RMSprop on the quick ravine grid reaches 10⁻⁶ in 9 steps at η = 0.3 and at η = 1) go to the smaller
+    η, so the grid given in either order shows the same run."""
+    for reached, gaps in (([9, 9, 12], [1e-7, 2e-7, 3e-7]), ([None, None, None], [0.2, 0.2, 0.5])):
+        grid = {"lrs": [1.0, 0.3, 0.1], "reached_at": reached, "diverged_at": [None] * 3, "final_gap": gaps}
+        reverse = {key: values[::-1] for key, values in grid.items()}
+        assert grid["lrs"][best_run(grid)] == reverse["lrs"][best_run(reverse)] == 0.3
 
 
 def test_thin_path_drops_only_points_within_resolution():
@@ -158,6 +173,19 @@ def test_bias_story_measures_first_step_and_overshoot():
     assert raw["first_crossing"] == int(np.argmax(x < 0))
     assert raw["overshoot"] > 10 * corrected["overshoot"]
     np.testing.assert_allclose(story["second_moment_correction"][:2], [1 - 0.999, 1 - 0.999**2])
+
+
+def test_bias_story_of_a_run_that_overflowed_reads_its_steps_where_x_is_finite():
+    """At η = 1e300 Adam's first step is η (corrected) or 3.16η (not) from x₀ = 3, both finite; the gradient
+    there, about 2e300, squares past float64's range (1.8e308), and x is no longer finite from step 2. The
+    largest step is then the first one, not the NaN that argmax would pick."""
+    story = bias_correction_story(lr=1e300, start=3.0, steps=10)
+    for name, ratio in (("adam", 1.0), ("adam-no-bc", 0.1 / math.sqrt(0.001))):
+        run = story["runs"][name]
+        assert run["diverged_at"] == 2 and not np.isfinite(run["x"][2])
+        assert run["largest_step"] == run["first_step"] == pytest.approx(1e300 * ratio, rel=1e-6)
+        assert run["largest_step_at"] == 1 and run["overshoot"] == pytest.approx(1e300 * ratio - 3.0, rel=1e-6)
+    assert bias_correction_story(lr=0.05, start=3.0, steps=30)["runs"]["adam"]["diverged_at"] is None
 
 
 # -------------------------------------------------------------------------------------- weight decay

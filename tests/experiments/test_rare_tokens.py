@@ -119,14 +119,13 @@ def test_sweep_findings_pick_the_smallest_rescuing_lr():
         return {"diverged_at": diverged, "tail_rms_error": [0.01, rare_error], "tail_std": [common_std, 0.0]}
 
     sweep = {"lrs": [0.01, 1.0, 2.0, 4.0], "sgd": [run(0.9, 0.001), run(0.3, 0.05), run(0.05, 0.1), run(0, 0, 7)]}
-    findings = rt.sweep_findings(sweep, {"tail_std": [0.002, 0.0], "tail_rms_error": [0.01, 0.9]}, 1, 0)
+    nominal = {"diverged_at": None, "tail_std": [0.002, 0.0], "tail_rms_error": [0.01, 0.9]}
+    findings = rt.sweep_findings(sweep, nominal, 1, 0)
     assert findings["rescue_lr"] == 2.0
     assert findings["rescue_common_tail_std"] == 0.1 and findings["nominal_common_tail_std"] == 0.002
     assert findings["largest_stable_sgd_lr"] == 2.0 and findings["smallest_diverging_sgd_lr"] == 4.0
     sweep["sgd"][2] = run(0.2, 0.1)
-    assert (
-        rt.sweep_findings(sweep, {"tail_std": [0.002, 0.0], "tail_rms_error": [0.01, 0.9]}, 1, 0)["rescue_lr"] is None
-    )
+    assert rt.sweep_findings(sweep, nominal, 1, 0)["rescue_lr"] is None
 
 
 @pytest.fixture(scope="module")
@@ -239,3 +238,35 @@ def test_cli_rejects_frequencies_that_do_not_sum_to_one(tmp_path, capsys):
     code = cli.main(["run", "rare-tokens", "--out", str(tmp_path / "x"), "--frequencies", "0.5,0.3"])
     assert code == cli.EXIT_BAD_INPUT
     assert "frequencies sum to 0.8; they must sum to 1" in printed(capsys)
+
+
+def test_sweep_findings_take_the_smallest_rescuing_lr_whatever_the_sweep_order():
+    def run(rare_error, common_std):
+        return {"diverged_at": None, "tail_rms_error": [0.01, rare_error], "tail_std": [common_std, 0.0]}
+
+    nominal = {"diverged_at": None, "tail_std": [0.002, 0.0], "tail_rms_error": [0.01, 0.9]}
+    sweep = {"lrs": [3.0, 2.0, 0.01], "sgd": [run(0.01, 0.3), run(0.05, 0.1), run(0.9, 0.001)]}
+    findings = rt.sweep_findings(sweep, nominal, 1, 0)
+    assert findings["rescue_lr"] == 2.0 and findings["rescue_common_tail_std"] == 0.1
+
+
+def test_a_rescue_when_sgd_diverged_at_the_nominal_lr_has_no_jitter_ratio(tmp_path):
+    """SGD's most common token (p = 0.75 of B = 32 draws, c ≈ 24 a batch) multiplies its error by 1 − ηc/B each
+    step: at η = 5 that is about −2.75, so it diverges; η = 2 (about −0.5) learns even the rarest token in 2000
+    steps (README: the --quick rescue). The rescue has no nominal jitter to be compared with, and is still drawn."""
+    options = ["--steps", "2000", "--lr", "5", "--optimizers", "sgd,adam", "--sweep-lrs", "2"]
+    assert cli.main(["run", "rare-tokens", "--out", str(tmp_path), *options]) == 0
+    results = runs.read_json(tmp_path / "results.json")
+    assert results["optimizers"]["sgd"]["diverged_at"] is not None
+    findings = results["lr_sweep"]["findings"]
+    assert findings["rescue_lr"] == 2.0 and findings["rescue_common_tail_std"] > 0
+    assert findings["nominal_common_tail_std"] is None and findings["rescue_jitter_ratio"] is None
+
+
+def test_the_sweep_runs_in_increasing_lr_whatever_order_it_is_given():
+    """Each swept η's run is independent of the others, so giving them in another order changes nothing but the
+    order, which the figure's lines over η need increasing."""
+    ascending = rt.run(rt.Config(steps=300, optimizers="sgd", sweep_lrs=(0.01, 1.0, 5.0)), None)["lr_sweep"]
+    shuffled = rt.run(rt.Config(steps=300, optimizers="sgd", sweep_lrs=(5.0, 0.01, 1.0)), None)["lr_sweep"]
+    assert shuffled["lrs"] == [0.01, 1.0, 5.0]
+    assert shuffled == ascending

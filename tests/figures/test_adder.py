@@ -42,3 +42,11 @@ def test_numbers_come_from_the_results(tiny_results):
     best = F.best_record(results)
     assert (best["label"], best["seed"]) == (results["best"]["label"], results["best"]["seed"])
     assert F.accuracy_line(best, 10_010) == f"{best['correct']:,}/10,010 exact ({100 * best['correct'] / 10_010:.2f}%)"
+
+
+def test_the_written_answer_keeps_its_leading_zeros():
+    """The greedy answer is 11 digits whatever its value: 0 is written 0 0 … 0, and 12,345 is 5 4 3 2 1 0 … 0."""
+    tokens = [*"0987654321", "+", *"0123456789", "=", *"0000000000"]
+    assert F.written_digits({"tokens": tokens, "answer": 0}) == " ".join("0" * 11)
+    assert F.written_digits({"tokens": tokens, "answer": 12_345}) == "5 4 3 2 1 0 0 0 0 0 0"
+    assert F.written_digits({"tokens": tokens, "answer": 11_111_111_100}) == "0 0 1 1 1 1 1 1 1 1 1"

@@ -9,6 +9,7 @@ import pytest
 
 from figure_checks import assert_drawn_png
 from optiscope.experiments import landscapes as ls
+from optiscope.experiments.bias_correction import bias_correction_story
 from optiscope.experiments.weight_decay import seed_claims
 from optiscope.figures import bias_correction, style, weight_decay
 from optiscope.figures import landscapes as fig
@@ -71,6 +72,29 @@ def test_bias_title_reads_the_runs():
     assert "without it the first step is 3.2η (with it 1.00η)" in title
     assert "the largest 5.8η at step 7" in title
     assert "overshoots the minimum by 0.9 (30% of |x₀|) against 0.006 (0.2%)" in title
+
+
+def test_bias_title_of_a_run_that_diverged_compares_nothing():
+    finite = {"first_step": 1e300, "largest_step": 1e300, "largest_step_at": 1, "overshoot": 1e300}
+    story = {
+        "lr": 1e300,
+        "start": 3.0,
+        "runs": {"adam": {**finite, "diverged_at": None}, "adam-no-bc": {**finite, "diverged_at": 2}},
+    }
+    title = bias_correction.bias_title(story)
+    assert "Adam without bias correction diverged at step 2 (x not finite)" in title
+    assert "overshoots" not in title and "largest" not in title
+
+
+def test_bias_title_says_when_x_never_crosses_the_minimum():
+    """At η = 0.001 neither run reaches x = 0 from x₀ = 3 in 50 steps (each step is at most 6.6η): 'overshoots
+    the minimum by 0' would claim a crossing that did not happen."""
+    story = bias_correction_story(lr=1e-3, start=3.0, steps=50)
+    assert all(min(run["x"]) > 2.5 for run in story["runs"].values())
+    title = bias_correction.bias_title(story)
+    assert title.endswith("x never crosses the minimum, with or without correction") and "overshoots" not in title
+    one_sided = bias_correction.overshoot_clause(0.9, 0.0, 3.0)
+    assert one_sided == "x overshoots the minimum by 0.9 (30% of |x₀|); with correction it never crosses it"
 
 
 @pytest.fixture(scope="module")

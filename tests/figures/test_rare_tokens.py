@@ -99,3 +99,17 @@ def test_figures_survive_a_diverged_sgd(tmp_path):
     for path in drawn.paths:
         assert_drawn_png(path)
     assert np.isfinite(results["optimizers"]["adam"]["effective_lr"]).all()
+
+
+def test_sweep_title_of_a_rescue_when_sgd_diverged_at_the_nominal_lr():
+    findings = {
+        "rescue_lr": 2.0,
+        "rescue_common_tail_std": 0.1,
+        "nominal_common_tail_std": None,
+        "rescue_jitter_ratio": None,
+        "smallest_diverging_sgd_lr": None,
+    }
+    title = fig.sweep_title(results_with([1, 0], [1, 1], lr_sweep={"findings": findings}))
+    assert title.startswith("SGD learns the rarest token from η = 2, where the most common token jitters")
+    assert "with std 0.100" in title
+    assert "(at the nominal η = 0.01 SGD diverged)" in title

@@ -85,12 +85,13 @@ def descend(
 
 def best_run(runs: dict[str, Any]) -> int | None:
     """The learning rate (index) to show: the fewest steps to the tolerance; if none reached it, the
-    smallest final f − f* among the runs that did not diverge; None if every run diverged."""
+    smallest final f − f* among the runs that did not diverge; None if every run diverged. A tie goes to
+    the smaller learning rate, so the pick does not depend on the order the grid was given in."""
     reached = [i for i, t in enumerate(runs["reached_at"]) if t is not None]
     if reached:
-        return min(reached, key=lambda i: runs["reached_at"][i])
+        return min(reached, key=lambda i: (runs["reached_at"][i], runs["lrs"][i]))
     alive = [i for i, t in enumerate(runs["diverged_at"]) if t is None]
-    return min(alive, key=lambda i: runs["final_gap"][i]) if alive else None
+    return min(alive, key=lambda i: (runs["final_gap"][i], runs["lrs"][i])) if alive else None
 
 
 def thin_path(path: np.ndarray, extent: tuple[float, float, float, float]) -> list[list[float]]:

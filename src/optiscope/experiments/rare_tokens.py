@@ -291,7 +291,8 @@ class Results(TypedDict):
 def sweep_findings(sweep: dict[str, Any], nominal: dict[str, Any], rarest: int, common: int) -> dict[str, Any]:
     """Can SGD be rescued by a larger η? The smallest swept η at which SGD learns the rarest token (tail
     RMS error ≤ LEARNED_WITHIN), what the most common token's jitter is there compared with the nominal
-    η's, and the largest swept η SGD survives."""
+    η's (None where SGD diverged at the nominal η: it has no jitter to compare with), and the largest
+    swept η SGD survives. The swept ηs may come in any order."""
     lrs, sgd = sweep["lrs"], sweep["sgd"]
     survived = [lr for lr, run in zip(lrs, sgd, strict=True) if run["diverged_at"] is None]
     rescued = [
@@ -305,17 +306,23 @@ def sweep_findings(sweep: dict[str, Any], nominal: dict[str, Any], rarest: int, 
         "rescue_lr": None,
     }
     if rescued:
-        lr, run = rescued[0]
+        lr, run = min(rescued, key=lambda pair: pair[0])
         findings.update(
             rescue_lr=lr,
             rescue_common_tail_std=run["tail_std"][common],
-            nominal_common_tail_std=nominal["tail_std"][common],
             rescue_common_tail_rms_error=run["tail_rms_error"][common],
-            nominal_common_tail_rms_error=nominal["tail_rms_error"][common],
-            rescue_jitter_ratio=run["tail_std"][common] / nominal["tail_std"][common]
-            if nominal["tail_std"][common] > 0
-            else math.inf,
+            nominal_common_tail_std=None,
+            nominal_common_tail_rms_error=None,
+            rescue_jitter_ratio=None,
         )
+        if nominal["diverged_at"] is None:
+            findings.update(
+                nominal_common_tail_std=nominal["tail_std"][common],
+                nominal_common_tail_rms_error=nominal["tail_rms_error"][common],
+                rescue_jitter_ratio=run["tail_std"][common] / nominal["tail_std"][common]
+                if nominal["tail_std"][common] > 0
+                else math.inf,
+            )
     return findings
 
 
@@ -363,11 +370,12 @@ def run(config: Config, run_dir: Path) -> Results:
         if any(r["optimizer"] == name for r in optimizers.values())
     }
 
-    sweep: dict[str, Any] = {"lrs": list(config.sweep_lrs)}
+    # in increasing order, whatever order --sweep-lrs gave: the figure draws the errors as lines over η
+    sweep: dict[str, Any] = {"lrs": sorted(config.sweep_lrs)}
     for name in ("sgd", "adam"):
-        trained = train(name, list(config.sweep_lrs), counts, target_sums, config.batch_size, config.weight_decay)
+        trained = train(name, sweep["lrs"], counts, target_sums, config.batch_size, config.weight_decay)
         sweep[name] = [
-            run_summary(trained["trajectory"][:, i], trained["diverged_at"][i]) for i in range(len(config.sweep_lrs))
+            run_summary(trained["trajectory"][:, i], trained["diverged_at"][i]) for i in range(len(sweep["lrs"]))
         ]
     if "sgd" in pair:
         nominal = optimizers[pair["sgd"]]

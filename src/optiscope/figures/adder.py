@@ -90,12 +90,19 @@ def panel_flow(ax, ex: dict, cfg: dict, totals: dict[str, int]) -> None:
     ax.text(
         1,
         0.8,
-        f"answer written by greedy decoding (least significant first):  {' '.join(str(example['answer'])[::-1])}"
+        f"answer written by greedy decoding (least significant first):  {written_digits(example)}"
         f"   →   {example['a']:,} + {example['b']:,} = {example['answer']:,}",
         fontsize=10,
         family="monospace",
         color=style.GOOD if example["answer"] == example["a"] + example["b"] else style.BAD,
     )
+
+
+def written_digits(example: dict) -> str:
+    """The answer digits the model wrote, least significant first, leading zeros included: the tokens fed
+    back after '=' are every digit but the last, so there are as many digits as tokens from '=' on."""
+    digits = len(example["tokens"]) - example["tokens"].index("=")
+    return " ".join(str(example["answer"]).zfill(digits)[::-1])
 
 
 def panel_tokens(ax, ex: dict) -> None:

@@ -16,13 +16,40 @@ LABELS = {"adam": "Adam (bias-corrected)", "adam-no-bc": "Adam without bias corr
 def bias_title(story: dict[str, Any]) -> str:
     corrected, raw = story["runs"]["adam"], story["runs"]["adam-no-bc"]
     lr, start = story["lr"], abs(story["start"])
+    diverged = [
+        f"{LABELS.get(name, name)} diverged at step {run['diverged_at']}"
+        for name, run in story["runs"].items()
+        if run.get("diverged_at") is not None
+    ]
+    if diverged:  # its largest step and overshoot stop where x does: no comparison to make
+        return (
+            f"Bias correction on f(x) = x² from x₀ = {story['start']:g}, η = {lr:g}: "
+            f"{'; '.join(diverged)} (x not finite), so the steps are not compared"
+        )
     return (
         f"Bias correction on f(x) = x² from x₀ = {story['start']:g}, η = {lr:g}: without it the first step is "
         f"{raw['first_step'] / lr:.1f}η (with it {corrected['first_step'] / lr:.2f}η),\nthe largest "
-        f"{raw['largest_step'] / lr:.1f}η at step {raw['largest_step_at']}, and x overshoots the minimum by "
-        f"{raw['overshoot']:.3g} ({raw['overshoot'] / start:.0%} of |x₀|) against {corrected['overshoot']:.3g} "
-        f"({corrected['overshoot'] / start:.1%})"
+        f"{raw['largest_step'] / lr:.1f}η at step {raw['largest_step_at']}, and "
+        f"{overshoot_clause(raw['overshoot'], corrected['overshoot'], start)}"
     )
+
+
+def overshoot_clause(raw: float, corrected: float, start: float) -> str:
+    """How far x goes past the minimum without and with correction (|x₀| = ``start``); an overshoot of 0
+    means x never crossed it, which is said in words rather than as 'overshoots by 0'."""
+    if raw > 0 and corrected > 0:
+        return (
+            f"x overshoots the minimum by {raw:.3g} ({raw / start:.0%} of |x₀|) against {corrected:.3g} "
+            f"({corrected / start:.1%})"
+        )
+    if raw > 0:
+        return f"x overshoots the minimum by {raw:.3g} ({raw / start:.0%} of |x₀|); with correction it never crosses it"
+    if corrected > 0:
+        return (
+            f"x never crosses the minimum; with correction it overshoots it by {corrected:.3g} "
+            f"({corrected / start:.1%} of |x₀|)"
+        )
+    return "x never crosses the minimum, with or without correction"
 
 
 def bias_correction(story: dict[str, Any]) -> Figure:

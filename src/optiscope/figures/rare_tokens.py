@@ -288,8 +288,14 @@ def sweep_title(results: dict[str, Any]) -> str:
             "No swept learning rate lets SGD learn the rarest token "
             f"(tail RMS error ≤ {results['learned_within']:g}){diverges}"
         )
+    learns = f"SGD learns the rarest token from η = {findings['rescue_lr']:g}"
+    if findings["nominal_common_tail_std"] is None:  # SGD diverged at the nominal η: no jitter to compare with
+        return (
+            f"{learns}, where the most common token jitters with std {findings['rescue_common_tail_std']:.3f} "
+            f"(at the nominal η = {results['lr']:g} SGD diverged){diverges}"
+        )
     return (
-        f"SGD learns the rarest token from η = {findings['rescue_lr']:g}, but there the most common token jitters "
+        f"{learns}, but there the most common token jitters "
         f"{findings['rescue_jitter_ratio']:.0f}× as much as at η = {results['lr']:g} "
         f"(std {findings['rescue_common_tail_std']:.3f} vs "
         f"{findings['nominal_common_tail_std']:.4f}){diverges}"
