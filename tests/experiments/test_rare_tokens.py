@@ -161,6 +161,7 @@ def test_effective_lr_is_larger_for_rarer_tokens(seed_results):
         ({"lr": float("nan")}, "--lr=nan must be a finite number > 0"),
         ({"frequencies": (0.5, 0.4)}, "frequencies sum to 0.9; they must sum to 1"),
         ({"frequencies": (1.5, -0.5)}, "[-0.5] are not finite numbers > 0"),
+        ({"frequencies": (0.5, 0.5)}, "--frequencies=(0.5, 0.5) are all equal"),
         ({"sweep_lrs": (0.1, 0.0)}, "--sweep-lrs=(0.1, 0.0)"),
         ({"sweep_lrs": (0.1, 0.1)}, "--sweep-lrs=(0.1, 0.1) names a learning rate twice"),
         ({"optimizers": "sgd,adam@"}, "'adam@' has no learning rate after '@'"),

@@ -5,6 +5,7 @@ tests/experiments/test_landscapes.py.
 """
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
 from figure_checks import assert_drawn_png
@@ -50,6 +51,12 @@ def test_claim_lines_follow_the_measurement():
     confirmed = " ".join(weight_decay.claim_lines(story_with(0.0, 0.9, 0.2, 3.0, 2.0, 4.0)))
     assert "Adam+L2 skewed, as the seed says" in confirmed
     assert "Adam+L2's tails are heavier" in confirmed and "(Adam+L2's is larger)" in confirmed
+
+
+def test_equal_largest_weights_are_said_to_be_equal():
+    """A tie in max |w| made the line say "AdamW's is larger" (the claim Adam+L2's is larger being false)."""
+    tied = " ".join(weight_decay.claim_lines(story_with(0.0, 0.9, 0.2, 3.0, 2.5, 2.5)))
+    assert "max |w| 2.5 vs 2.5 (equal)" in tied
 
 
 def test_a_diverged_run_tests_no_claim():
@@ -115,3 +122,17 @@ def test_the_png_check_rejects_a_blank_figure(tmp_path):
     path = style.save(blank, tmp_path / "blank.png")
     with pytest.raises(AssertionError, match="looks blank"):
         assert_drawn_png(path)
+
+
+def test_the_overshoot_arrow_points_at_the_farthest_finite_x_of_a_run_that_diverged_later():
+    """np.argmax finds a NaN first: the arrow was placed at a NaN and silently not drawn. The oracle:
+    NumPy's nanargmax of the distance past the minimum."""
+    story = bias_correction_story(lr=0.05, start=3.0, steps=40)
+    raw = story["runs"]["adam-no-bc"]
+    x = raw["x"]
+    x[-5:] = [float("nan")] * 5  # as a run whose x stopped being finite late
+    fig = bias_correction.bias_correction(story)
+    (arrow,) = [a for a in fig.axes[0].texts if a.get_text() == f"overshoot {raw['overshoot']:.3g}"]
+    far = int(np.nanargmax(-np.asarray(x)))
+    assert arrow.xy == (far, x[far]) and np.isfinite(arrow.xy[1])
+    plt.close(fig)

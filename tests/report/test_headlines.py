@@ -51,6 +51,20 @@ def test_a_rare_tokens_run_says_which_optimizers_diverged_and_when():
     assert f"sgd at step <{at}>" in said
 
 
+def test_a_rare_tokens_rescue_when_sgd_diverged_at_the_nominal_lr_is_said_without_a_comparison():
+    """SGD diverged at the nominal η = 5 and η = 2 rescued it: the rescue sentence had dropped out (no nominal
+    jitter to compare with); it now says the rescue and that SGD diverged at the nominal η."""
+    config = rt.Config(steps=2000, lr=5.0, optimizers="sgd,adam", sweep_lrs=(2.0,))
+    results = {"experiment": "rare-tokens", **rt.run(config, None)}
+    findings = results["lr_sweep"]["findings"]
+    assert results["optimizers"]["sgd"]["diverged_at"] is not None and findings["rescue_lr"] == 2.0  # the case
+    (said,) = [text(s) for s in headlines(results) if text(s).startswith("A larger η lets SGD learn")]
+    assert said == (
+        "A larger η lets SGD learn the rarest token from η = <2.0>, where the most common token's jitter (std) is "
+        f"<{findings['rescue_common_tail_std']}> (at η = <5.0> SGD diverged)."
+    )
+
+
 def test_a_sweep_says_what_the_trials_of_an_untuned_optimizer_did(tmp_path, monkeypatch):
     from optiscope import experiments
 

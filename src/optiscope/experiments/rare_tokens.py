@@ -110,6 +110,11 @@ class Config:
         require(not bad, f"--frequencies: {bad} are not finite numbers > 0; every token needs a frequency in (0, 1]")
         total = math.fsum(self.frequencies)
         require(abs(total - 1) <= 1e-6, f"--frequencies sum to {total:.7g}; they must sum to 1 (within 1e-6)")
+        require(
+            min(self.frequencies) < max(self.frequencies),
+            f"--frequencies={self.frequencies!r} are all equal: the experiment compares the rarest token with the "
+            "most common one; give at least two different frequencies",
+        )
         require_non_negative(self, "weight_decay")
         runs_of(self)
         self.sweep_lrs = require_rates(self, "sweep_lrs")

@@ -62,7 +62,8 @@ def bias_correction(story: dict[str, Any]) -> Figure:
         ratio = np.abs(np.diff(x)) / story["lr"]
         step_ax.plot(steps[1:], ratio, color=color, lw=1.6, label=LABELS.get(name, name))
         if run["overshoot"] > 0:
-            far = int(np.argmax(-np.sign(story["start"]) * x))
+            # the farthest finite point past the minimum (argmax would pick a NaN of a run that diverged)
+            far = int(np.argmax(np.where(np.isfinite(x), -np.sign(story["start"]) * x, -np.inf)))
             x_ax.annotate(
                 f"overshoot {run['overshoot']:.3g}",
                 (far, x[far]),

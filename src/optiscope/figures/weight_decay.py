@@ -36,6 +36,7 @@ def claim_lines(story: dict[str, Any]) -> list[str]:
     }[(claims["adamw_symmetric"], claims["adaml2_skewed"])]
     tails = "Adam+L2's tails are heavier" if claims["adaml2_heavier_tails"] else "no clear difference in the tails"
     largest = "Adam+L2's is larger" if claims["adaml2_larger_max_abs"] else "AdamW's is larger"
+    largest = "equal" if w["max_abs"] == l2["max_abs"] else largest  # the claim is 'Adam+L2's larger': false at a tie
     return [
         "The seed: AdamW's weights 'symmetric, bounded', Adam+L2's 'skewed, longer tail'. Measured, AdamW vs Adam+L2:",
         f"skewness {w['skewness']:.2f} vs {l2['skewness']:.2f} (2 SE = {two_se:.2f}: {skew}); "

@@ -153,11 +153,11 @@ def rare_tokens(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
             n("lr_sweep", "findings", "rescue_lr"),
             ", where the most common token's jitter (std) is ",
             n("lr_sweep", "findings", "rescue_common_tail_std"),
-            " against ",
-            n("lr_sweep", "findings", "nominal_common_tail_std"),
-            " at η = ",
-            n("lr"),
-            ".",
+            *(
+                [" (at η = ", n("lr"), " SGD diverged)."]
+                if findings.get("nominal_common_tail_std") is None  # no jitter to compare with
+                else [" against ", n("lr_sweep", "findings", "nominal_common_tail_std"), " at η = ", n("lr"), "."]
+            ),
         ]
     else:
         yield lambda: [
