@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from curvature_support import adam_problem, adam_scaling, exact_hessian, mlp_problem
+from curvature_support import adam_problem, adam_scaling, exact_hessian, mlp_problem, noise_scale_by_formula
 from optiscope.curvature import directional_curvature, gradient_noise_scale, hessian_trace
 
 
@@ -111,3 +111,36 @@ def test_noise_scale_needs_two_batches():
         gradient_noise_scale([[torch.ones(2)], [torch.ones(2)]], True)
     with pytest.raises(ValueError, match=r"tensor 1 has shapes \[\(2,\), \(3,\)\] in different small-batch gradients"):
         gradient_noise_scale([[torch.ones(2), torch.ones(3)], [torch.ones(2), torch.ones(2)]], 4)
+
+
+def test_a_gradient_a_batch_did_not_reach_is_zero_not_a_crash():
+    """``p.grad`` is None where a small batch did not reach a parameter (an unused head, an expert routed
+    nothing): McCandlish et al.'s estimators then see zeros there, as written out on explicit zero tensors; a
+    parameter no batch reached has neither signal nor noise (SNR NaN). Not a tensor at all is refused."""
+    gen = torch.Generator().manual_seed(0)
+    grads = [[torch.randn(3, generator=gen, dtype=torch.float64), None, None] for _ in range(4)]
+    grads[1][1] = torch.randn(2, generator=gen, dtype=torch.float64)
+    zeros = [
+        [torch.zeros(2 if i == 1 else 1, dtype=torch.float64) if g is None else g for i, g in enumerate(row)]
+        for row in grads
+    ]
+    want = noise_scale_by_formula(zeros, 8)
+    got = gradient_noise_scale(grads, 8)
+    assert got["noise_scale"] == pytest.approx(want["noise_scale"], rel=1e-9)
+    assert got["grad_sq"] == pytest.approx(want["grad_sq"], rel=1e-9)
+    assert got["snr"][:2] == pytest.approx(want["snr"][:2], rel=1e-9) and math.isnan(got["snr"][2])
+    with pytest.raises(TypeError, match="tensor 1 of a small-batch gradient is a float; give tensors"):
+        gradient_noise_scale([[torch.ones(2), 1.0], [torch.ones(2), None]], 4)
+
+
+def test_directional_curvature_names_itself_for_something_that_is_not_an_optimizer():
+    model, loss_fn, batch = mlp_problem(0)
+    with pytest.raises(TypeError, match="^directional_curvature: optimizer='adam' is not an optimizer; give a torch"):
+        directional_curvature(model, loss_fn, batch, "gradient", optimizer="adam")
+
+
+def test_norms_of_unequal_lengths_are_refused_in_one_line():
+    from optiscope.curvature import noise_scale_from_norms
+
+    with pytest.raises(ValueError, match=r"^noise_scale_from_norms: 2 small-batch norms but 1 big-batch norms; give"):
+        noise_scale_from_norms([1.0, 2.0], [0.5], 4, 2)

@@ -557,7 +557,9 @@ def test_the_search_settings_are_checked_against_the_problem():
     with pytest.raises(ValueError, match=rf"k={n + 1} exceeds the {n} parameters"):
         sharpness(model, loss_fn, batch, k=n + 1, max_hvps=3)
     for bad in ("a", True, 1.5, 2**64):
-        with pytest.raises(ValueError, match=rf"seed={bad!r} must be an integer \(a random seed\)"):
+        with pytest.raises(
+            ValueError, match=rf"seed={bad!r} must be an integer from -2\*\*63 to 2\*\*64 - 1 \(a random seed\)"
+        ):
             sharpness(model, loss_fn, batch, seed=bad)
     with pytest.raises(TypeError, match="init is a str; give the previous call's vector"):
         sharpness(model, loss_fn, batch, init="x")
@@ -656,3 +658,71 @@ def test_a_float64_measurement_says_that_a_float32_weight_outside_the_model_stay
     opt = torch.optim.SGD([*model.parameters(), scale], lr=0.01)
     with pytest.warns(UserWarning, match=r"moves 1 tensor\(s\) outside it \(torch.float32\).*as precise as their"):
         sharpness(model, loss_fn, batch, optimizer=opt, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("wrap", [nn.DataParallel, torch.compile])
+def test_a_direction_keyed_by_the_wrapped_models_own_names_is_taken(wrap):
+    """A direction read from the wrapper's own named_parameters() ("module.0.weight" under DataParallel,
+    "_orig_mod.0.weight" under torch.compile) names the parameters the wrapper holds: its curvature is dᵀHd/dᵀd
+    of the exact Hessian, as keyed by the inner model's names."""
+    model, loss_fn, batch = mlp_problem(3)
+    wrapped = wrap(model)
+    gen = torch.Generator().manual_seed(7)
+    d = {n: torch.randn(p.shape, generator=gen, dtype=p.dtype) for n, p in wrapped.named_parameters()}
+    assert all(not n.startswith("0.") for n in d)  # the wrapper's prefixed names
+    flat = torch.cat([t.reshape(-1) for t in d.values()])
+    exact = float(flat @ exact_hessian(model, loss_fn, batch) @ flat / (flat @ flat))
+    assert directional_curvature(wrapped, loss_fn, batch, d)["curvature"] == pytest.approx(exact, rel=1e-9)
+    out = sharpness(wrapped, loss_fn, batch, along={"update": d}, tol=1e-8)
+    assert out["along"]["update"]["curvature"] == pytest.approx(exact, rel=1e-9)
+
+
+def test_an_adam_inside_accelerates_wrapper_is_measured_as_the_adam_it_wraps():
+    """🤗 Accelerate's ``AcceleratedOptimizer`` forwards param_groups and state but is no Adam by type: the
+    sharpness is still λ(P⁻¹H) with P from the wrapped torch.optim.Adam's state (eig(D H D), D and H by hand)
+    against its 38/η, not λ(H) with no threshold."""
+    accelerate = pytest.importorskip("accelerate")
+    from accelerate.state import AcceleratorState, GradientState
+
+    model, loss_fn, batch, opt = adam_problem()
+    try:
+        wrapped = accelerate.Accelerator(cpu=True).prepare_optimizer(opt)
+        assert type(wrapped).__name__ == "AcceleratedOptimizer" and not isinstance(wrapped, torch.optim.Adam)
+        D = adam_scaling(model, opt)
+        exact = torch.linalg.eigvalsh(D[:, None] * exact_hessian(model, loss_fn, batch) * D[None, :]).flip(0)
+        out = sharpness(model, loss_fn, batch, wrapped, k=2, tol=1e-10)
+        assert out["preconditioned"] and out["threshold"] == pytest.approx(38 / 0.01, rel=1e-9)
+        assert out["eigenvalues"] == pytest.approx(exact[:2].tolist(), rel=1e-8)
+        d = {id(p): torch.randn_like(p) for p in model.parameters()}
+        flat = torch.cat([d[id(p)].reshape(-1) for p in model.parameters()])
+        want = float(flat @ exact_hessian(model, loss_fn, batch) @ flat / (flat @ (D**-2 * flat)))
+        assert directional_curvature(model, loss_fn, batch, d, wrapped)["curvature"] == pytest.approx(want, rel=1e-9)
+    finally:  # the accelerator's state is global: leave none for other tests
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+
+
+def test_bad_seeds_and_search_settings_are_refused_naming_what_is_valid():
+    """A seed torch's generators cannot take is an integer all the same: the error says which are valid; the
+    exported ``lanczos`` refuses a bool k, a tolerance that is not a number and a fractional max_steps in one
+    line each (they used to pass as k = 1, or fail deep inside with a TypeError of the comparison)."""
+    from optiscope.curvature import hessian_trace
+
+    model, loss_fn, batch = mlp_problem(0)
+    valid = r"must be an integer from -2\*\*63 to 2\*\*64 - 1 \(a random seed\)"
+    with pytest.raises(ValueError, match=rf"^sharpness: seed=18446744073709551616 {valid}$"):
+        sharpness(model, loss_fn, batch, seed=2**64)
+    with pytest.raises(ValueError, match=rf"^hessian_trace: seed=-9223372036854775809 {valid}$"):
+        hessian_trace(model, loss_fn, batch, seed=-(2**63) - 1)
+
+    def matvec(v):
+        return 2 * v
+
+    start = torch.ones(4, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"^lanczos: k=True must be an integer >= 1$"):
+        lanczos(matvec, start, k=True)
+    with pytest.raises(ValueError, match=r"^lanczos: tol='1e-3' must be a number > 0$"):
+        lanczos(matvec, start, tol="1e-3")
+    with pytest.raises(ValueError, match=r"^lanczos: max_steps=2.5 must be an integer >= 1$"):
+        lanczos(matvec, start, max_steps=2.5)
+    assert lanczos(matvec, start).eigenvalues == pytest.approx([2.0], rel=1e-12)

@@ -128,3 +128,61 @@ def test_a_tensor_learning_rate_is_read_as_its_value_and_a_frozen_group_does_not
 def test_something_that_is_not_an_optimizer_is_named():
     with pytest.raises(TypeError, match="stability_threshold: optimizer='sgd' is not an optimizer; give a torch"):
         stability_threshold("sgd")
+
+
+def test_an_unused_head_in_a_group_of_its_own_does_not_count_for_adam():
+    """torch.optim.Adam never moves a parameter that never had a gradient (it has no state: torch's own), so
+    the lr of a group holding only such a head is not the lr of any step: the threshold is the used group's
+    38/η, as the sharpness already leaves the head out of H. Once the head is trained, its group counts and
+    the two lrs leave no single threshold."""
+    body, head = nn.Linear(3, 1), nn.Linear(3, 1)
+    opt = torch.optim.Adam([{"params": body.parameters(), "lr": LR}, {"params": head.parameters(), "lr": LR / 10}])
+    x = torch.randn(8, 3)
+    for _ in range(3):
+        opt.zero_grad()
+        (body(x) ** 2).mean().backward()
+        opt.step()
+    assert all(len(opt.state[p]) == 0 for p in head.parameters())  # torch's own record: never moved
+    assert stability_threshold(opt).threshold == pytest.approx(38 / LR, rel=1e-12)
+    model = nn.ModuleDict({"body": body, "head": head})
+    out = sharpness(model, lambda m, b: (m["body"](b) ** 2).mean(), x, opt)
+    assert out["threshold"] == pytest.approx(38 / LR, rel=1e-12) and out["reason"] is None
+    opt.zero_grad()
+    (head(x) ** 2).mean().backward()
+    opt.step()
+    assert stability_threshold(opt).threshold is None and "different lr" in stability_threshold(opt).reason
+
+
+def test_an_optimizer_without_a_fixed_lr_gets_no_threshold_and_the_hessian_of_its_parameters():
+    """🤗 transformers' Adafactor keeps lr=None in its groups (it computes a relative step itself): no
+    threshold, with the reason, and the sharpness is λ₁(H) of the exact Hessian, not a TypeError from
+    reading None as a number."""
+    transformers = pytest.importorskip("transformers")
+    from curvature_support import exact_hessian, mlp_problem
+
+    model, loss_fn, batch = mlp_problem(0)
+    opt = transformers.optimization.Adafactor(model.parameters())
+    assert opt.param_groups[0]["lr"] is None
+    s = stability_threshold(opt)
+    assert s.threshold is None and s.reason == "no known stability threshold for Adafactor"
+    out = sharpness(model, loss_fn, batch, opt, k=2, tol=1e-10)
+    exact = torch.linalg.eigvalsh(exact_hessian(model, loss_fn, batch)).flip(0)[:2]
+    assert out["eigenvalues"] == pytest.approx(exact.tolist(), rel=1e-8) and out["ratio"] is None
+
+
+@pytest.mark.parametrize("dampening", [0.5, 0.9])
+def test_heavy_ball_with_dampening_diverges_just_above_its_threshold_and_converges_just_below(dampening):
+    """(2 + 2β)/((1 − τ)η) against torch.optim.SGD itself on ½·4θ²: at 1.03× of the sharpness it diverges, at
+    0.97× it converges (torch's first step takes the undampened gradient, a transient the dynamics forget)."""
+    final = {}
+    for factor in (0.97, 1.03):
+        theta = nn.Parameter(torch.ones(1, dtype=torch.float64))
+        probe = torch.optim.SGD([theta], lr=1.0, momentum=0.9, dampening=dampening)
+        lr = factor * stability_threshold(probe).threshold / 4.0
+        opt = torch.optim.SGD([theta], lr=lr, momentum=0.9, dampening=dampening)
+        for _ in range(1500):
+            opt.zero_grad()
+            (2 * theta**2).sum().backward()
+            opt.step()
+        final[factor] = float(theta.detach().abs())
+    assert final[0.97] < 1e-6 and not final[1.03] < 1e6

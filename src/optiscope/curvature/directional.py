@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..checks import require_optimizer
 from .hvp import LossFn
 from .sharpness import against, direction_vector, in_operator_space, operator
 
@@ -43,6 +44,8 @@ def directional_curvature(
     Returns ``curvature``, ``preconditioned``, ``threshold``, ``label``, ``ratio`` (curvature/threshold or
     None) and ``reason``.
     """
+    if optimizer is not None:
+        require_optimizer(optimizer, "directional_curvature")
     objective = operator(model, loss_fn, batch, optimizer, dtype)
     stability = objective.stability
     w = in_operator_space(direction_vector(objective, direction), objective.scale).double()

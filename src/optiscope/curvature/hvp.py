@@ -295,6 +295,11 @@ class HessianOperator:
             )
         taken += [(f"{OUTSIDE}.{j}", p) for j, p in enumerate(self.outside)]
         self.names, self.params = [n for n, _ in taken], [p for _, p in taken]
+        # the names the caller's own model gives them through its wrappers (DDP's "module.", torch.compile's
+        # "_orig_mod."): a direction read from that model's named_parameters() is keyed by those
+        ours = {id(p) for p in self.params}
+        wrapped = [] if model is self.model else model.named_parameters()
+        self.wrapped_names = {n: p for n, p in wrapped if id(p) in ours}
         cast = (lambda t: t.detach()) if dtype is None else (lambda t: cast_floats(t.detach(), dtype))
         self.theta = {"model." + n: cast(p) for n, p in zip(self.names, self.params, strict=True)}
         self.inside = len(self.params) - len(self.outside)  # the model's come first in theta

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..checks import is_count, is_number
+
 STALL = 8  # products without a 10 % better residual, near the rounding floor, that end the search
 
 
@@ -77,10 +79,12 @@ def lanczos(
     rounding floor (module docstring). A product that is not finite (a model that diverged) ends it with
     NaN eigenvalues rather than an error.
     """
-    if not (isinstance(k, int) and k >= 1):
+    if not is_count(k):
         raise ValueError(f"lanczos: k={k!r} must be an integer >= 1")
-    if not tol > 0:
-        raise ValueError(f"lanczos: tol={tol!r} must be > 0")
+    if not (is_number(tol) and tol > 0):
+        raise ValueError(f"lanczos: tol={tol!r} must be a number > 0")
+    if not is_count(max_steps):
+        raise ValueError(f"lanczos: max_steps={max_steps!r} must be an integer >= 1")
     starts = start.reshape(1, -1) if start.ndim == 1 else start
     m, n = starts.shape
     max_steps = min(max_steps, n + m - 1)

@@ -33,7 +33,8 @@ from ..checks import is_count
 
 def gradient_noise_scale(small: Sequence[Sequence[Tensor]], batch_size: int) -> dict[str, Any]:
     """B_simple from ``small``: n ≥ 2 gradients (each a list of per-parameter tensors, in the same
-    order) of batches of ``batch_size`` examples each.
+    order) of batches of ``batch_size`` examples each. A ``None`` (a ``p.grad`` that a batch did not reach: an
+    unused head) is a gradient of zeros there.
 
     Returns ``noise_scale`` (NaN when |G|² ≤ 0), ``grad_sq`` (|G|²), ``trace_sigma`` (tr Σ),
     ``b_small``, ``b_big`` and ``snr`` (one value per parameter tensor, in the given order).
@@ -51,6 +52,18 @@ def gradient_noise_scale(small: Sequence[Sequence[Tensor]], batch_size: int) -> 
         )
     small_sq, big_sq = [], []
     for i, grads in enumerate(zip(*small, strict=True)):  # per parameter tensor
+        wrong = next((g for g in grads if g is not None and not isinstance(g, Tensor)), None)
+        if wrong is not None:
+            raise TypeError(
+                f"gradient_noise_scale: tensor {i} of a small-batch gradient is a {type(wrong).__name__}; give "
+                "tensors (or None for a parameter the batch did not reach)"
+            )
+        present = [g for g in grads if g is not None]
+        if not present:  # no batch reached it: no signal, no noise
+            small_sq.append(0.0)
+            big_sq.append(0.0)
+            continue
+        grads = [torch.zeros_like(present[0]) if g is None else g for g in grads]
         shapes = sorted({tuple(g.shape) for g in grads})
         if len(shapes) > 1:
             raise ValueError(
@@ -93,6 +106,11 @@ def noise_scale_from_norms(
         raise ValueError(f"noise_scale_from_norms: count={count!r} must be an integer >= 2 (small batches)")
     if not is_count(batch_size):
         raise ValueError(f"noise_scale_from_norms: batch_size={batch_size!r} must be an integer >= 1")
+    if len(small_sq) != len(big_sq):
+        raise ValueError(
+            f"noise_scale_from_norms: {len(small_sq)} small-batch norms but {len(big_sq)} big-batch norms; give one "
+            "of each per parameter tensor"
+        )
     b, big = batch_size, count * batch_size
     grad_sq, trace_sigma, snr = 0.0, 0.0, []
     for small, whole in zip(small_sq, big_sq, strict=True):

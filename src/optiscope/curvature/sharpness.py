@@ -36,7 +36,14 @@ from ..checks import is_count, is_number, is_seed, require_optimizer
 from ..optim.adam import adam_steps
 from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
-from .thresholds import Stability, inverse_preconditioner, moving_groups, stability_threshold, weight_decay
+from .thresholds import (
+    Stability,
+    inner_optimizer,
+    inverse_preconditioner,
+    moving_groups,
+    stability_threshold,
+    weight_decay,
+)
 
 
 def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer, preconditioned: bool) -> list[Tensor]:
@@ -112,6 +119,7 @@ def operator(
     stability = stability_threshold(optimizer)
     if optimizer is None:
         return Objective(HessianOperator(model, loss_fn, batch, dtype=dtype), stability)
+    optimizer = inner_optimizer(optimizer)  # a wrapper's type says nothing of the preconditioner or the decay
     op = HessianOperator(
         model, loss_fn, batch, dtype=dtype, params=moved_parameters(model, optimizer, stability.preconditioned)
     )
@@ -182,7 +190,7 @@ def sharpness(
     if not (is_number(tol) and 0 < tol < 1):
         raise ValueError(f"sharpness: tol={tol!r} must be a number in (0, 1) (a relative residual)")
     if not is_seed(seed):
-        raise ValueError(f"sharpness: seed={seed!r} must be an integer (a random seed)")
+        raise ValueError(f"sharpness: seed={seed!r} must be an integer from -2**63 to 2**64 - 1 (a random seed)")
     if init is not None and not isinstance(init, Tensor):
         raise TypeError(
             f"sharpness: init is a {type(init).__name__}; give the previous call's vector (a tensor) or None"
@@ -250,7 +258,7 @@ def direction_vector(objective: Objective, direction: dict[Any, Tensor] | str) -
             f"curvature: a direction of type {type(direction).__name__}; give 'gradient' or a dict of tensors keyed "
             "by parameter name or id(param)"
         )
-    by_name = dict(zip(op.names, op.params, strict=True))
+    by_name = {**op.wrapped_names, **dict(zip(op.names, op.params, strict=True))}
     ids = {id(p) for p in op.params}
     by_id = {}
     for key, t in direction.items():

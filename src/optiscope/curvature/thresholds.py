@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..checks import require_optimizer
+from ..checks import is_optimizer, require_optimizer
 from ..optim import SGD, Adam
-from ..optim.adam import adam_denominator
+from ..optim.adam import adam_denominator, adam_steps
 
 _SGD_TYPES = (SGD, torch.optim.SGD)
 _ADAM_TYPES = (Adam, torch.optim.Adam)  # ours covers AdamW and AdamL2, torch's covers its AdamW
@@ -65,12 +65,26 @@ def _one(values: set, what: str, name: str) -> tuple[object | None, str | None]:
     return None, f"{name}'s param groups have different {what} ({sorted(values)}); no single threshold"
 
 
+def inner_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The optimizer inside a library's wrapper that forwards its ``param_groups`` (🤗 Accelerate's
+    ``AcceleratedOptimizer`` holds it as ``.optimizer``): its type says which threshold and preconditioner apply,
+    the wrapper's does not. ``optimizer`` itself when it wraps none."""
+    while not isinstance(optimizer, _SGD_TYPES + _ADAM_TYPES):
+        inner = getattr(optimizer, "optimizer", None)
+        if inner is optimizer or not (is_optimizer(inner) and inner.param_groups is optimizer.param_groups):
+            return optimizer
+        optimizer = inner
+    return optimizer
+
+
 def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
-    """The threshold of ``optimizer`` from its current learning rate (schedules included; a tensor lr is read
-    as its value) and betas, over the param groups a step moves (``moving_groups``)."""
+    """The threshold of ``optimizer`` (or of the one a wrapper holds: ``inner_optimizer``) from its current
+    learning rate (schedules included; a tensor lr is read as its value) and betas, over the param groups a
+    step moves (``moving_groups``)."""
     if optimizer is None:
         return Stability(None, "", False, "no optimizer given")
     require_optimizer(optimizer, "stability_threshold")
+    optimizer = inner_optimizer(optimizer)
     name = type(optimizer).__name__
     groups = moving_groups(optimizer)
     if isinstance(optimizer, _SGD_TYPES):
@@ -106,9 +120,22 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
 def moving_groups(optimizer: torch.optim.Optimizer) -> list[dict]:
     """The param groups a step moves: holding a parameter that requires grad, at lr > 0. A frozen group, or one
     at lr 0 (a way to freeze), moves nothing a step could destabilise. When no group has lr > 0 (a warm-up's
-    first step from 0) all that hold a trainable parameter are returned."""
+    first step from 0) all that hold a trainable parameter are returned. Once an Adam-family optimizer has
+    stepped, a group none of whose parameters holds its state (an unused head in a group of its own, never
+    given a gradient) is not moved either, and its lr does not count (the sharpness leaves it out of H)."""
     trainable = [g for g in optimizer.param_groups if any(p.requires_grad for p in g["params"])]
-    return [g for g in trainable if float(g.get("lr", 1.0)) > 0] or trainable
+    moving = [g for g in trainable if _moves(g)] or trainable
+    if not isinstance(optimizer, _ADAM_TYPES):
+        return moving
+    stepped = [g for g in moving if any(adam_steps(optimizer.state.get(p, {})) > 0 for p in g["params"])]
+    return stepped or moving
+
+
+def _moves(group: dict) -> bool:
+    """Whether a step moves ``group`` by its lr: lr > 0, or no lr to read (missing, or None: Adafactor's
+    relative step size, which it computes itself)."""
+    lr = group.get("lr")
+    return lr is None or float(lr) > 0
 
 
 @dataclass(frozen=True)
