@@ -153,7 +153,7 @@ def test_bad_configs_are_refused():
     with pytest.raises(ValueError, match="micro_batches=2 and accumulation_batch_size=4: each asks"):
         Curvature(batch, loss_fn, micro_batches=2, accumulation_batch_size=4)
     # said when built, not at the first measurement `every` steps into training, in torch's words
-    with pytest.raises(ValueError, match=r"seed='a' must be an integer \(a random seed\)"):
+    with pytest.raises(ValueError, match=r"seed='a' must be an integer from -2\*\*63 to 2\*\*64 - 1 \(a random seed\)"):
         Curvature(batch, loss_fn, seed="a")
 
 

@@ -1039,6 +1039,38 @@ def test_step_scalars_reach_tensorboard_as_numbers(tmp_path):
     assert "eta" not in events.Tags()["scalars"]  # the context is the run's label, not a series
 
 
+def test_an_optimizer_that_sets_its_own_step_size_is_watched(tmp_path, capsys):
+    """🤗 Adafactor's relative step keeps lr=None in its groups: the monitor crashed on float(None). Its records
+    now say lr None, every sink takes them, and u/w is the update it really made (oracle: the weights before and
+    after each step)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers.optimization import Adafactor
+
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    opt = Adafactor(model.parameters())
+    assert opt.param_groups[0]["lr"] is None  # the case at hand
+    sinks = [ConsoleSink(), JSONLSink(tmp_path / "m.jsonl"), TensorBoardSink(tmp_path / "tb")]
+    monitor = Monitor(model, opt, every=1, sinks=sinks, guard=None)
+    for _ in range(3):
+        before = model.weight.detach().clone()
+        opt.zero_grad()
+        loss = model(torch.randn(4, 3)).square().mean()
+        loss.backward()
+        opt.step()
+        record = monitor.step(loss)
+        after = model.weight.detach()
+        moved = (after - before).norm() / after.norm()  # w: the weights the step left
+        assert record["lr"] == [None]
+        assert record["params"]["weight"]["u_over_w"] == pytest.approx(float(moved), rel=1e-5)
+    monitor.close()
+    assert "lr relative" in capsys.readouterr().out
+    assert [json.loads(line)["lr"] for line in (tmp_path / "m.jsonl").read_text().splitlines()] == [[None]] * 3
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert "loss" in events.Tags()["scalars"] and not any(t.startswith("lr/") for t in events.Tags()["scalars"])
+
+
 def linear():
     return nn.Linear(3, 2)
 

@@ -110,7 +110,9 @@ class Curvature:
             )
         check_dtype(self.dtype, "Curvature")
         if not is_seed(self.seed):
-            raise ValueError(f"Curvature: seed={self.seed!r} must be an integer (a random seed)")
+            raise ValueError(
+                f"Curvature: seed={self.seed!r} must be an integer from -2**63 to 2**64 - 1 (a random seed)"
+            )
         if not (is_number(self.tol) and 0 < self.tol < 1):
             raise ValueError(f"Curvature: tol={self.tol!r} must be a number in (0, 1)")
         if self.micro_batches == 1:

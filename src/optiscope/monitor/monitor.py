@@ -463,9 +463,10 @@ class Monitor:
         now = time.perf_counter()
         last_time, last_step = self._clock
         self._clock = (now, step)
-        # float(): torch.optim (and ours) accept a tensor lr, which JSON and TensorBoard cannot take.
+        # float(): torch.optim (and ours) accept a tensor lr, which JSON and TensorBoard cannot take; None stays
+        # None (🤗 Adafactor's relative step: the optimizer computes its step size itself, per parameter)
         lrs = self._step_lrs if self._step_lrs is not None else [g["lr"] for g in self.optimizer.param_groups]
-        out: dict[str, Any] = {"lr": [float(lr) for lr in lrs]}
+        out: dict[str, Any] = {"lr": [None if lr is None else float(lr) for lr in lrs]}
         if self.batch_tokens and step > last_step and now > last_time:
             out["tokens_per_s"] = self.batch_tokens * (step - last_step) / (now - last_time)
         return out

@@ -120,7 +120,8 @@ class ConsoleSink:
             parts.append(f"loss {record['loss']:.4f}")
         lrs = record.get("lr", [])
         if lrs:
-            parts.append("lr " + " ".join(f"{lr:.2e}" for lr in lrs[:3]) + (" …" if len(lrs) > 3 else ""))
+            shown = " ".join("relative" if lr is None else f"{lr:.2e}" for lr in lrs[:3])  # None: Adafactor's own
+            parts.append("lr " + shown + (" …" if len(lrs) > 3 else ""))
         parts.append(f"|g| {_e(record.get('grad_norm'))}")
         parts.append(f"u/w {_e(record['total']['u_over_w'])}")
         if "tokens_per_s" in record:
@@ -237,7 +238,8 @@ class TensorBoardSink:
             if key not in constant and is_number(value):
                 self.writer.add_scalar(key, value, step)
         for i, lr in enumerate(record.get("lr", [])):
-            self.writer.add_scalar(f"lr/group{i}", lr, step)
+            if lr is not None:  # an optimizer that sets its own step size per parameter (Adafactor) has none
+                self.writer.add_scalar(f"lr/group{i}", lr, step)
         for key, value in record["total"].items():
             if key != "n":
                 self.writer.add_scalar(f"total/{key}", value, step)
