@@ -186,3 +186,10 @@ def test_heavy_ball_with_dampening_diverges_just_above_its_threshold_and_converg
             opt.step()
         final[factor] = float(theta.detach().abs())
     assert final[0.97] < 1e-6 and not final[1.03] < 1e6
+
+
+def test_a_large_coefficient_is_labelled_without_an_exponent():
+    """Adam at β₁ = 0.999: (2 + 2·0.999)/(1 − 0.999) = 3998, labelled "3998/η" (it read "4e+03/η")."""
+    p = torch.nn.Parameter(torch.zeros(2))
+    stability = stability_threshold(torch.optim.Adam([p], lr=0.1, betas=(0.999, 0.999)))
+    assert stability.label == "3998/η" and stability.threshold == pytest.approx(3998 / 0.1)

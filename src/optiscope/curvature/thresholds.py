@@ -65,6 +65,12 @@ def _one(values: set, what: str, name: str) -> tuple[object | None, str | None]:
     return None, f"{name}'s param groups have different {what} ({sorted(values)}); no single threshold"
 
 
+def coefficient(c: float) -> str:
+    """The threshold's coefficient c of c/η as its label writes it: three significant digits, never in
+    exponent form (Adam at β₁ = 0.999 has 3998/η, not 4e+03/η)."""
+    return f"{c:.3g}" if c < 1000 else f"{c:.0f}"
+
+
 def inner_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """The optimizer inside a library's wrapper that forwards its ``param_groups`` (🤗 Accelerate's
     ``AcceleratedOptimizer`` holds it as ``.optimizer``): its type says which threshold and preconditioner apply,
@@ -104,7 +110,7 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
             coef = (2 + 2 * mu) / (1 + 2 * mu)
         else:
             coef = (2 + 2 * mu) / (1 - tau) if tau < 1 else float("inf")
-        return Stability(coef / lr, f"{coef:.3g}/η", False)
+        return Stability(coef / lr, f"{coefficient(coef)}/η", False)
     if isinstance(optimizer, _ADAM_TYPES):
         setting, why = _one({(float(g["lr"]), float(g["betas"][0])) for g in groups}, "lr/beta1", name)
         if setting is None:
@@ -113,7 +119,7 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
         if lr <= 0 or beta1 >= 1:
             return Stability(None, "", True, f"{name} has lr={lr}, beta1={beta1}")
         coef = (2 + 2 * beta1) / (1 - beta1)
-        return Stability(coef / lr, f"{coef:.3g}/η", True)
+        return Stability(coef / lr, f"{coefficient(coef)}/η", True)
     return Stability(None, "", False, f"no known stability threshold for {name}")
 
 
