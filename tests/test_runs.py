@@ -1,8 +1,11 @@
 """Run-directory I/O: atomic writes survive a crash mid-write; JSONL readers see whole lines only."""
 
+import errno
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +50,83 @@ def test_jsonl_appends_and_ignores_a_torn_last_line(tmp_path):
     assert [r["step"] for r in runs.read_jsonl(path)] == [0, 1, 2]
     runs.truncate_jsonl(path, lambda r: r["step"] < 2)
     assert path.read_text().splitlines() == [json.dumps({"step": 0}), json.dumps({"step": 1})]
+
+
+FULL = """
+import resource, signal, sys
+from pathlib import Path
+from optiscope import runs
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit is then cut short, and the next fails
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
+for step in range(10):
+    try:
+        runs.append_jsonl(Path(sys.argv[1]), {"step": step, "loss": 1.25})
+    except OSError:
+        print(step)
+        break
+"""
+
+
+def test_an_appended_record_that_did_not_fit_raises(tmp_path):
+    """With the file's size limited by the kernel (as a full disk does), every record ``append_jsonl`` returned
+    for is in the file: the first one that did not fit raises, not the one after it."""
+    path = tmp_path / "metrics.jsonl"
+    done = subprocess.run([sys.executable, "-c", FULL, str(path)], capture_output=True, text=True, timeout=60)
+    failed = int(done.stdout)
+    assert [r["step"] for r in runs.read_jsonl(path)] == list(range(failed))
+
+
+LIMITED = """
+import pickle, resource, signal, sys
+from pathlib import Path
+import torch
+from optiscope import runs
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+path = Path(sys.argv[1])
+for write in (lambda: runs.save_checkpoint(path, {"w": torch.zeros(4096)}), lambda: runs.append_jsonl(
+    path.with_suffix(".jsonl"), {"x": "y" * 5000})):
+    try:
+        write()
+    except runs.RunDirError as e:
+        back = pickle.loads(pickle.dumps(e))  # as a sweep's worker sends it back
+        print(isinstance(e, OSError), e.errno, e.strerror, str(back) == str(e), "|", str(e))
+"""
+
+
+def test_a_file_the_machine_will_not_let_be_written_is_bad_input_naming_it(tmp_path):
+    """A write the kernel refuses (here a file-size limit; a full disk alike) is a ``RunDirError`` naming the file
+    (exit 2 on the command line, not "a bug in optiscope"), still an OSError with the system's errno; the
+    checkpoint written before is intact."""
+    path = tmp_path / "ckpt.pt"
+    runs.save_checkpoint(path, {"w": torch.ones(3)})
+    done = subprocess.run([sys.executable, "-c", LIMITED, str(path)], capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stderr
+    for line, name in zip(lines, (path, path.with_suffix(".jsonl")), strict=True):
+        assert line.startswith(f"True {errno.EFBIG} File too large True | cannot write {name} (File too large)")
+    assert torch.equal(runs.load_checkpoint(path)["w"], torch.ones(3))
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        (b'{"step": 1, "lo\n', "JSONDecodeError"),  # a torn line that later appends ended
+        (b"\xff\xfe\n", "UnicodeDecodeError"),
+        (b"[1, 2]\n", "not a JSON object"),
+    ],
+)
+def test_a_damaged_jsonl_line_is_bad_input_naming_the_file_and_line_and_left_alone(tmp_path, line, why):
+    """A whole line that is not a record is refused by name (exit 2 on the command line), not a traceback; the
+    rewind that resuming does (``truncate_jsonl``) leaves the file as it was rather than drop the line."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 0}\n' + line + b'{"step": 2}\n')
+    before = path.read_bytes()
+    for read in (runs.read_jsonl, lambda p: runs.truncate_jsonl(p, lambda r: True)):
+        with pytest.raises(runs.RunDirError, match=f"line 2 is not a record .*{why}") as error:
+            read(path)
+        assert str(path) in str(error.value) and "\n" not in str(error.value)
+    assert path.read_bytes() == before
 
 
 def test_checkpoint_round_trip(tmp_path):

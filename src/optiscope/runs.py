@@ -16,12 +16,14 @@ runs in it (``--resume`` continues the one there, ``--force`` replaces it) and w
 
 Every whole-file write goes to a temporary file in the same directory, is flushed to disk, then renamed
 over the target (``os.replace`` is atomic on POSIX and Windows): a killed run leaves either the old file
-or the new one, never half of one. JSON may contain ``Infinity``/``NaN`` (a diverged loss); Python's
-``json`` reads them back.
+or the new one, never half of one. A write the machine refuses (a full disk, a read-only folder) is a
+``WriteError`` naming the file: bad input, not a bug. JSON may contain ``Infinity``/``NaN`` (a diverged
+loss); Python's ``json`` reads them back.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -59,20 +61,49 @@ def _file_mode() -> int:
     return 0o666 & ~umask
 
 
+#: Why the machine refuses a write (a full disk or quota, a file-size limit, a read-only or forbidden place): no bug
+#: of optiscope's, so a run's file that cannot be written for one of these is a ``WriteError``
+REFUSED = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+@contextmanager
+def _refused_as_write_error(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except Exception as e:
+        refused = None if isinstance(e, WriteError) else _refusal(e)
+        if refused is None:
+            raise
+        raise WriteError(path, refused) from e
+
+
+def _refusal(error: BaseException | None) -> OSError | None:
+    """The refused write (``REFUSED``) that ``error`` is, or that caused it (``torch.save``'s zip writer turns
+    one into a ``RuntimeError`` of its own as it closes), or None."""
+    seen = set()
+    while error is not None and id(error) not in seen:  # (a chain can loop back on itself)
+        if isinstance(error, OSError) and error.errno in REFUSED:
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, _file_mode())
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with _refused_as_write_error(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            os.fchmod(fd, _file_mode())
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return path
 
 
@@ -120,15 +151,18 @@ def read_json(path: Path) -> Any:
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     """Append one record as one line. The line is a single ``write`` on an O_APPEND descriptor, so a
     reader (or a crash) sees whole lines only — at worst a final line cut short, which ``read_jsonl``
-    skips."""
+    skips. A write the kernel cuts short (a full disk, a file-size limit) goes on with the rest, so that a
+    record that could not be written raises here (``OSError``) rather than return as if it were."""
     line = (json.dumps(to_jsonable(record)) + "\n").encode("utf-8")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    with _refused_as_write_error(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            while line:
+                line = line[os.write(fd, line) :]
+        finally:
+            os.close(fd)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -136,14 +170,30 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The records in ``path``, one per line (none if it does not exist). A last line cut short is not a record
+    yet; a whole line that is not a JSON object (a damaged file) is a ``RunDirError`` naming the file and line."""
     path = Path(path)
     if not path.exists():
         return
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
+    with path.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.endswith(b"\n"):
                 return  # a line still being written (or cut by a crash): not a record yet
-            yield json.loads(line)
+            yield _record(path, number, line)
+
+
+def _record(path: Path, number: int, line: bytes) -> dict[str, Any]:
+    try:
+        record = json.loads(line)  # UTF-8 bytes; JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except ValueError as e:
+        record = e
+    if not isinstance(record, dict):
+        why = f"{type(record).__name__}: {record}" if isinstance(record, ValueError) else "not a JSON object"
+        raise RunDirError(
+            f"{path} line {number} is not a record ({why}); delete that line to keep the others, or use --force to "
+            "replace the whole run"
+        )
+    return record
 
 
 def truncate_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
@@ -187,6 +237,25 @@ class RunDirError(UserError):
 
 class CheckpointError(UserError):
     """A checkpoint that is missing, truncated or not optiscope's."""
+
+
+class WriteError(RunDirError, OSError):
+    """A file that the machine would not let be written (``REFUSED``: a full disk, a read-only folder): bad input
+    naming the file, and still an ``OSError`` (with the system's ``errno`` and ``strerror``) for code that
+    handles a failed write itself."""
+
+    def __init__(self, path: Path, error: OSError) -> None:
+        OSError.__init__(self, error.errno, error.strerror, str(path))
+        self.message = (
+            f"cannot write {path} ({error.strerror}); free space there or make it writable: what was written before "
+            "is intact, and --resume continues a run from its last checkpoint"
+        )
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled as it was made (a sweep's worker sends it back)
+        return type(self), (self.filename, OSError(self.errno, self.strerror))
 
 
 #: Files and folders a run owns: ``--force`` removes exactly these (experiments may own more). The report page

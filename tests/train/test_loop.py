@@ -61,6 +61,31 @@ def make_run(tmp_path, label="reg"):
 PLAN = train.Plan(STEPS, clip=1.0, eval_every=4, checkpoint_every=5)
 
 
+@pytest.mark.parametrize(
+    "setting, error, valid",
+    [
+        ({"steps": -1}, ValueError, "an integer >= 0"),
+        ({"steps": "10"}, TypeError, "an integer >= 0"),
+        ({"steps": True}, TypeError, "an integer >= 0"),
+        ({"clip": 0.0}, ValueError, "None or a number > 0"),
+        ({"clip": math.nan}, ValueError, "None or a number > 0"),
+        ({"clip": "1"}, TypeError, "None or a number > 0"),
+        ({"eval_every": 0}, ValueError, "None or an integer >= 1"),
+        ({"checkpoint_every": 2.5}, TypeError, "None or an integer >= 1"),
+        ({"eval_at_start": 1}, TypeError, "True or False"),
+    ],
+)
+def test_a_bad_plan_is_refused_naming_the_value(setting, error, valid):
+    """What the Plan's fields mean (its docstring) is what it takes: a setting outside it is refused in one line
+    naming it, rather than train nothing (steps=-1), checkpoint at odd steps (2.5) or fail later unnamed."""
+    ((name, value),) = setting.items()
+    with pytest.raises(error) as refused:
+        train.Plan(**{"steps": STEPS, **setting})
+    assert str(refused.value) == f"Plan: {name}={value!r} must be {valid}" or str(refused.value).startswith(
+        f"Plan: {name}={value!r} must be {valid} ("
+    )
+
+
 def finished(tmp_path, task=None, plan=PLAN):
     run = make_run(tmp_path)
     train.train(run, task or Regression(), plan, tmp_path / "ckpt.pt")
@@ -184,6 +209,58 @@ def test_a_non_finite_step_is_never_taken(tmp_path, where):
     again = make_run(tmp_path)
     train.train(again, Regression(), PLAN, tmp_path / "ckpt.pt")  # resuming does not try again
     assert json.dumps(again.history) == json.dumps(run.history)  # (NaN-aware: the loss is nan)
+
+
+def test_resuming_a_run_that_diverged_keeps_its_records(tmp_path):
+    """The record of the step a diverged run refused (step 8, after its history's step 7) stays in metrics.jsonl
+    when a job that holds the run is resumed: the file is left as the run left it."""
+    train.train(make_run(tmp_path), Poisoned(8, "loss"), PLAN, tmp_path / "ckpt.pt")
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    assert runs.read_jsonl(tmp_path / "metrics.jsonl")[-1]["step"] == 8
+    train.train(make_run(tmp_path), Regression(), PLAN, tmp_path / "ckpt.pt")
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before
+
+
+class StoppedWhileFinishing(Poisoned):
+    """Ctrl-C while the run finishes (after the last step's check for a stop request), diverged at ``at`` or not."""
+
+    def finish(self, run):
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.mark.parametrize("at", [math.inf, 8])
+def test_a_stop_request_while_a_run_ends_still_stops(tmp_path, straight, at):
+    """The request is not forgotten (and the next run of a job started): the run's outcome is saved, then
+    ``Interrupted``; resuming returns the outcome as the uninterrupted run left it."""
+    with pytest.raises(train.Interrupted):
+        train.train(make_run(tmp_path), StoppedWhileFinishing(at, "loss"), PLAN, tmp_path / "ckpt.pt")
+    ended = train.load(tmp_path / "ckpt.pt", "reg")["history"]["status"]
+    assert ended == ("ok" if at == math.inf else "diverged")
+    if at == math.inf:
+        resumed = make_run(tmp_path)
+        train.train(resumed, Regression(), PLAN, tmp_path / "ckpt.pt")
+        assert_same(straight[0], resumed, straight[1], tmp_path)
+
+
+def test_a_run_whose_weights_overflow_in_its_last_step_is_finished_once(tmp_path):
+    """``Task.finish`` is called once, with the outcome: an infinite learning rate in the last step leaves
+    non-finite weights (no monitor here to see them first), so the run diverged, its step-10 checkpoint kept."""
+    calls = []
+
+    class Blown(Regression):
+        def batch(self, step, data):
+            if step == STEPS:
+                run.optimizer.param_groups[0]["lr"] = math.inf
+            return super().batch(step, data)
+
+        def finish(self, run):
+            calls.append(run.history["status"])
+
+    run = make_run(tmp_path)
+    run.monitor = None
+    train.train(run, Blown(), PLAN, tmp_path / "ckpt.pt")
+    assert calls == ["diverged"] and "non-finite weights after step 12" in run.history["divergence"]["reason"]
+    assert train.load(tmp_path / "ckpt.pt", "reg")["step"] == 10
 
 
 def test_divergence_before_the_first_checkpoint_keeps_the_outcome_only(tmp_path):

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..checks import is_count, is_number
 from ..monitor import Diverged, Monitor
 from ..optim import clip_grad_norm
 from . import checkpoint as checkpoints
@@ -110,6 +111,26 @@ class Plan:
     eval_at_start: bool = False
     checkpoint_every: int | None = None
 
+    def __post_init__(self) -> None:
+        integer, every = lambda x: is_count(x, -math.inf), "None or an integer >= 1"
+        clip = is_number(self.clip) and self.clip > 0
+        # name: (valid, of the right type (so a ValueError, else a TypeError), what would be valid)
+        checks = {
+            "steps": (is_count(self.steps, 0), integer(self.steps), "an integer >= 0"),
+            "clip": (self.clip is None or clip, is_number(self.clip), "None or a number > 0 (the gradient norm cap)"),
+            "eval_every": (self.eval_every is None or is_count(self.eval_every), integer(self.eval_every), every),
+            "eval_at_start": (isinstance(self.eval_at_start, bool), False, "True or False"),
+            "checkpoint_every": (
+                self.checkpoint_every is None or is_count(self.checkpoint_every),
+                integer(self.checkpoint_every),
+                f"{every} (None: only at the end)",
+            ),
+        }
+        for name, (ok, right_type, what) in checks.items():
+            if not ok:
+                value = getattr(self, name)
+                raise (ValueError if right_type else TypeError)(f"Plan: {name}={value!r} must be {what}")
+
 
 class _Clock:
     """Training seconds (without evaluations and checkpoints), total seconds and CPU seconds, carried
@@ -151,13 +172,16 @@ def train(
     """
     if checkpoint is not None and checkpoint.exists():
         checkpoints.restore(run, checkpoints.load(checkpoint, run.label), checkpoint)
-    if run.monitor is not None:  # what an interrupted attempt logged after the checkpoint is dropped
+    running = run.history["status"] == "running"
+    if run.monitor is not None and running:
+        # what an interrupted attempt logged after the checkpoint is dropped; a run that ended is left whole (a
+        # diverged run's last record is of the step it refused, run.step + 1)
         run.monitor.rewind_sinks(run.step)
         if run.monitor.guard is not None:
             run.monitor.guard = run.monitor.guard.within(plan.steps)
     progress = progress or Progress(enabled=False)
     try:
-        if run.history["status"] == "running":
+        if running:
             _loop(run, task, plan, checkpoint, progress, writer)
     finally:
         if run.monitor is not None:
@@ -181,8 +205,8 @@ def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progres
 
     progress.start(run.label, plan.steps, run.step)
     done = False
-    try:
-        with stop_requests() as stop:
+    with stop_requests() as stop:
+        try:
             if run.step == 0 and plan.eval_at_start:
                 done = task.evaluate(run)
                 clock.lap(training=False)
@@ -198,29 +222,31 @@ def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progres
                     clock.lap(training=False)
                     _check_evaluation(run, task)
                 stopping = any_rank(stop.requested)
-                if done or step == plan.steps:
+                ending = done or step == plan.steps
+                saving = ending or stopping or bool(plan.checkpoint_every and step % plan.checkpoint_every == 0)
+                if saving:  # before the run is finished: a run that diverged in its last step is finished once
+                    _check_finite_weights(run)
+                if ending:
                     run.history["status"] = "ok"
                     task.finish(run)
-                if (
-                    done
-                    or step == plan.steps
-                    or stopping
-                    or (plan.checkpoint_every and step % plan.checkpoint_every == 0)
-                ):
-                    _check_finite_weights(run)
+                if saving:
                     save()
                 if stopping:
                     raise Interrupted(run.label, step)
-    except Diverged as diverged:
-        clock.lap(training=False)
-        run.history["status"] = "diverged"
-        run.history["divergence"] = diverged.record
-        task.finish(run)
-        kept = checkpoints.keep_outcome(run, path) if path is not None and writer else None
-        progress.note(f"{run.label}: {diverged}; {_kept(path, kept)}")
-    if run.history["status"] == "running":  # the goal was reached before the first step
-        run.history["status"] = "ok"
-        task.finish(run)
+        except Diverged as diverged:
+            clock.lap(training=False)
+            run.history["status"] = "diverged"
+            run.history["divergence"] = diverged.record
+            task.finish(run)
+            kept = checkpoints.keep_outcome(run, path) if path is not None and writer else None
+            progress.note(f"{run.label}: {diverged}; {_kept(path, kept)}")
+        if run.history["status"] == "running":  # the goal was reached before the first step
+            run.history["status"] = "ok"
+            task.finish(run)
+        # a request that came after the last step's check (while the run finished, saved or kept its divergence)
+        # still stops the job here, with this run's outcome saved, rather than be forgotten when the next run starts
+        if any_rank(stop.requested):
+            raise Interrupted(run.label, run.step)
 
 
 def optimizer_step(run: Run, task: Task, batch: Any, clip: float | None) -> float:
