@@ -543,6 +543,16 @@ def test_a_sweep_names_its_crashed_trials_and_resume_runs_them_again(sweepable, 
     assert "sgd@0.01 seed 0" not in printed  # a trial that finished is not run again
 
 
+def test_a_sweep_whose_every_trial_missed_its_target_exits_3_and_says_so(sweepable, tmp_path, capsys):
+    """No trial reached the target (each finished with the worst value): no tuned η, status "failed", exit 3. It
+    had exited 0 with status "ok"."""
+    argv = ["sweep", "synthetic", "--optimizers", "sgd", "--seeds", "1", "--lrs", "0.01,0.1", "--miss-below", "1"]
+    assert cli.main([*argv, "--out", str(tmp_path / "s")]) == cli.EXIT_DIVERGED
+    assert "no trial gave a value (each diverged, crashed or missed its target)" in capsys.readouterr().out
+    results = runs.read_json(tmp_path / "s" / "results.json")
+    assert results["status"] == "failed" and results["optimizers"]["sgd"]["tuned_lr"] is None
+
+
 @pytest.mark.parametrize(
     "error",
     [

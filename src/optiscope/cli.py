@@ -375,7 +375,10 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         )
     code = report_figures(drawn[0], args.out, console)
     if results["status"] != "ok":
-        console.print("[bold red]every trial diverged or crashed[/bold red]: see trials in results.json")
+        console.print(
+            "[bold red]no trial gave a value[/bold red] (each diverged, crashed or missed its target): see trials in "
+            "results.json"
+        )
         return code or EXIT_DIVERGED
     return code
 

@@ -180,13 +180,14 @@ def test_two_processes_reproduce_one(tmp_path, text):
     single = tmp_path / "single"
     assert cli.main(["run", "lm", "--out", str(single), *common]) == 0
     double = tmp_path / "double"
-    subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
         + ["-m", "optiscope", "run", "lm", "--out", str(double), *common],
-        check=True,
         capture_output=True,
+        text=True,
         timeout=300,
     )
+    assert done.returncode == 0, done.stderr[-4000:]  # what torchrun and the processes said, if it failed
     a = runs.read_json(single / "results.json")["runs"]["adamw"]
     b = runs.read_json(double / "results.json")["runs"]["adamw"]
     assert b["final"]["processes"] == 2

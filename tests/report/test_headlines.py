@@ -24,10 +24,12 @@ def test_a_rare_tokens_run_without_sgd_keeps_its_adam_sentence():
     assert any(s.startswith("Adam's effective learning rate at the end is") for s in said), said
 
 
-def test_a_rare_tokens_run_of_equally_frequent_tokens_states_no_slope():
-    """Two tokens at 0.5 each: there is no line through one frequency, so the sentence drops its slope."""
-    config = rt.Config(steps=60, frequencies=(0.5, 0.5), optimizers="sgd,adam", sweep_lrs=(0.01,))
+def test_a_rare_tokens_run_with_one_token_seen_states_no_slope():
+    """Two tokens, the rare one never drawn in 5 steps: one frequency seen determines no line, so the sentence
+    drops its slope (all-equal frequencies, the other such case, are refused)."""
+    config = rt.Config(steps=5, frequencies=(0.9999, 0.0001), optimizers="sgd,adam", sweep_lrs=(0.01,))
     results = {"experiment": "rare-tokens", **rt.run(config, None)}
+    assert results["occurrences"][1] == 0  # the case at hand
     (said,) = [text(s) for s in headlines(results) if text(s).startswith("Adam's effective learning rate")]
     assert said.endswith("for the most common.") and "slope" not in said, said
 
@@ -148,3 +150,20 @@ def test_an_edge_of_stability_run_that_diverged_says_whether_it_reached_its_edge
     assert said[second["label"]].endswith(": diverged at step <30>, at most <nan>× it.")
     shown = [part.text for s in headlines(results) for part in s if isinstance(part, Number)]
     assert "∞" in shown and "not a number (NaN)" in shown and "inf" not in shown and "nan" not in shown
+
+
+def test_a_bias_correction_run_that_diverged_is_said_to_and_compares_no_steps():
+    """At η = 1e300 x stops being finite at once: the page said nothing of the bias-correction runs (their largest
+    step is None), while the figure says they diverged. The oracle: each run's diverged_at in the results."""
+    from optiscope.experiments import landscapes as ls
+
+    config = ls.Config(steps=20, lrs=(0.01,), optimizers="sgd", bias_lr=1e300, bias_steps=10, decay_steps=10)
+    results = {"experiment": "landscapes", **ls.run(config, None)}
+    at = {name: run["diverged_at"] for name, run in results["bias_correction"]["runs"].items()}
+    assert all(step is not None for step in at.values())  # the case at hand
+    (said,) = [text(s) for s in headlines(results) if text(s).startswith("Bias correction: ")]
+    assert said == (
+        "Bias correction: "
+        + "; ".join(f"{name} diverged at step <{step}>" for name, step in at.items())
+        + " (x not finite), so the steps are not compared."
+    )

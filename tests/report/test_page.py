@@ -221,6 +221,13 @@ def test_a_diverged_runs_exploding_loss_does_not_flatten_the_other_runs(browser,
     assert span["start"] <= min(stable) and max(stable) <= span["end"] < 2 * max(stable), (span, stable)
     assert {"stable eta=0.05", "exploding eta=5.0"} <= set(span["drawn"])
     assert "runs that did not diverge" in span["title"]
+    # the stable run hidden by its legend entry: the axis fits the diverged run's finite losses, not nothing
+    chart = page.locator(".chart").filter(has_text="Loss at each logged step").first
+    chart.get_by_text("stable eta=0.05", exact=True).first.click()
+    shown = [v for v in exploding if math.isfinite(v)]
+    page.wait_for_function(f"() => ({Y_SPAN})('Loss at each logged step').end >= {max(shown)}", timeout=10_000)
+    span = page.evaluate(Y_SPAN, "Loss at each logged step")
+    assert span["start"] <= min(shown) and max(shown) <= span["end"], (span, shown)
     assert page.errors == []
     context.close()
 

@@ -121,3 +121,26 @@ def test_a_run_that_logs_at_every_step_gets_the_page_rebuilt_at_most_once_per_fo
     gaps = [b - a for a, b in zip(builds, builds[1:], strict=False)]
     assert len(builds) >= 2 and all(gap >= 5.0 for gap in gaps), builds  # 1 s building, 4 s resting
     assert served[-1] == f"page {len(builds)}"  # each poll got the page as last built
+
+
+def test_a_parameter_that_appears_mid_run_reloads_the_page(tmp_path):
+    """The u/w heatmap's rows and their hover names are fixed when the page is made: a parameter first recorded
+    later (a layer unfrozen mid-run) must change the page's signature, or the live rows and names drift apart."""
+    import json
+
+    from optiscope.report import read_run
+    from optiscope.report.page import signature
+
+    def record(step, names):
+        params = {name: {"g": 1.0, "w": 1.0, "u": 0.1, "u_over_w": 0.1} for name in names}
+        return json.dumps({"step": step, "loss": 1.0, "params": params}) + "\n"
+
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(record(1, ["a"]))
+    before = signature([read_run(tmp_path)], [], {})
+    with metrics.open("a") as f:
+        f.write(record(2, ["a"]))
+    assert signature([read_run(tmp_path)], [], {}) == before  # a longer series alone does not reload
+    with metrics.open("a") as f:
+        f.write(record(3, ["a", "b"]))
+    assert signature([read_run(tmp_path)], [], {}) != before

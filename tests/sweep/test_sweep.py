@@ -66,17 +66,21 @@ def test_diverged_and_crashed_trials_are_recorded(synthetic, tmp_path):
         ((0.01, 0.1), {"diverge_above": 0.001}, "diverged"),
         ((0.01,), {"crash_at": 0.01}, "failed"),
         ((0.01, 0.1), {"crash_at": 0.01, "diverge_above": 0.02}, "failed"),
+        ((0.01, 0.1), {"miss_below": 1.0}, "failed"),
+        ((0.01, 0.1), {"miss_below": 0.05, "diverge_above": 0.05}, "failed"),
     ],
-    ids=["all-diverged", "all-crashed", "crashed-and-diverged"],
+    ids=["all-diverged", "all-crashed", "crashed-and-diverged", "all-missed", "missed-and-diverged"],
 )
 def test_a_sweep_without_a_value_says_diverged_only_when_every_trial_diverged(
     synthetic, tmp_path, lrs, options, status
 ):
     """A sweep every trial of which crashed (or some crashed, the rest diverged) said "diverged", which the
-    trials' own records contradict; it is "failed". The oracle: the trials' recorded statuses."""
+    trials' own records contradict; one whose trials all missed their target said "ok" with nothing tuned. Both
+    are "failed". The oracle: the trials' recorded statuses and objectives."""
     results = run_sweep(config(optimizers=("sgd",), seeds=1, lrs=lrs, options=options), tmp_path / "s")
     ended = {t["status"] for t in results["trials"]}
-    assert "ok" not in ended and (ended == {"diverged"}) == (status == "diverged")  # the case at hand
+    assert not any(math.isfinite(t["objective"]) for t in results["trials"])  # the case at hand: no value
+    assert (ended == {"diverged"}) == (status == "diverged")
     assert results["status"] == status
 
 

@@ -348,3 +348,13 @@ def test_a_bad_checkpoint_is_refused_by_name_and_left_alone(tmp_path, damage, me
     with pytest.raises(runs.CheckpointError, match=message) as error:
         train.train(make_run(tmp_path), Regression(), PLAN, path)
     assert str(path) in str(error.value) and path.read_bytes() == before
+
+
+def test_an_interruption_crosses_a_process_boundary_as_it_was():
+    """A sweep's pool worker stopped by SIGTERM raises Interrupted, which the pool pickles back: it could not be
+    unpickled (its __init__ takes the label and step), so the pool was reported broken."""
+    import pickle
+
+    sent = train.Interrupted("sgd@0.1", 7)
+    back = pickle.loads(pickle.dumps(sent))
+    assert type(back) is train.Interrupted and (back.label, back.step, str(back)) == ("sgd@0.1", 7, str(sent))

@@ -21,6 +21,7 @@ from bokeh.models import (
     AjaxDataSource,
     ColorBar,
     ColumnDataSource,
+    CustomJS,
     CustomJSHover,
     FixedTicker,
     HoverTool,
@@ -146,7 +147,8 @@ def lines(
 
     On a linear y axis the scale fits the lines not labelled in ``diverged`` (runs that diverged): a diverged
     run's last, exploding values would flatten every other line to the axis. Its line is still drawn, leaving
-    the plot at the top, and the title says so."""
+    the plot at the top, and the title says so; with every other line hidden by its legend entry, the axis fits
+    the diverged ones."""
     series = {label: pts for label, pts in series.items() if pts["x"]}
     if not series:
         return None
@@ -155,7 +157,7 @@ def lines(
         title += " (y axis fitted to the runs that did not diverge)"
     p = _figure(name, title, x_label, y_label, x_log=x_log, y_log=y_log)
     seen: dict[str, int] = {}
-    fitted = []  # the glyphs the y axis fits
+    fitted, every = [], []  # the glyphs the y axis fits, and all of them
     for i, (label, pts) in enumerate(series.items()):
         c = color(label, i)
         dash = DASHES[seen.get(c, 0) % len(DASHES)]
@@ -169,8 +171,17 @@ def lines(
         if markers or not line or len(pts["x"]) == 1:
             glyphs.append(p.scatter("x", "y", source=source, color=c, size=5, legend_label=label, name=label))
         fitted += [] if label in left_out else glyphs
+        every += glyphs
     if left_out:
         p.y_range.renderers = fitted
+        # with every fitted line hidden by its legend entry, the axis fits the diverged lines still shown (Bokeh
+        # would otherwise fit nothing and show an empty plot)
+        refit = CustomJS(
+            args={"axis": p.y_range, "fitted": fitted, "every": every},
+            code="axis.renderers = fitted.some((g) => g.visible) ? fitted : every",
+        )
+        for glyph in fitted:
+            glyph.js_on_change("visible", refit)
     p.add_tools(HoverTool(tooltips=[("", "$name"), (x_label, "@x{0.[000]}"), (y_label, "@y{0.[0000]}")]))
     _legend_outside(p, len(series))
     return p

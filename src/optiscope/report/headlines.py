@@ -124,8 +124,8 @@ def rare_tokens(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     ]
 
     def slope_clause() -> Sentence:
-        # tokens all equally frequent (--frequencies 0.5,0.5), or fewer than two seen, determine no line: its slope
-        # is nan, not stated; a fit that left unseen tokens out says over how many it ran
+        # fewer than two tokens seen (or, in an older results.json, all equally frequent) determine no line: its
+        # slope is nan, not stated; a fit that left unseen tokens out says over how many it ran
         fit = r["optimizers"][adam]["effective_lr_fit"]
         slope = n("optimizers", adam, "effective_lr_fit", "slope")
         if not math.isfinite(slope.value):
@@ -197,21 +197,34 @@ def landscapes(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
 
         yield sentence
     bc = ("bias_correction", "runs")
-    yield lambda: [
-        "Adam without bias correction: first step ",
-        n(*bc, "adam-no-bc", "first_step"),
-        " (with it ",
-        n(*bc, "adam", "first_step"),
-        "), largest ",
-        n(*bc, "adam-no-bc", "largest_step"),
-        " at step ",
-        n(*bc, "adam-no-bc", "largest_step_at"),
-        ", overshoot ",
-        n(*bc, "adam-no-bc", "overshoot"),
-        " (with it ",
-        n(*bc, "adam", "overshoot"),
-        ").",
-    ]
+    bias_runs = r.get("bias_correction", {}).get("runs", {})
+    diverged = [name for name, run in bias_runs.items() if run.get("diverged_at") is not None]
+    if diverged:  # x stopped being finite: as the figure, say where, and compare no steps
+        yield lambda: [
+            "Bias correction: ",
+            *[
+                part
+                for i, name in enumerate(diverged)
+                for part in ("; " if i else "", f"{name} diverged at step ", n(*bc, name, "diverged_at"))
+            ],
+            " (x not finite), so the steps are not compared.",
+        ]
+    else:
+        yield lambda: [
+            "Adam without bias correction: first step ",
+            n(*bc, "adam-no-bc", "first_step"),
+            " (with it ",
+            n(*bc, "adam", "first_step"),
+            "), largest ",
+            n(*bc, "adam-no-bc", "largest_step"),
+            " at step ",
+            n(*bc, "adam-no-bc", "largest_step_at"),
+            ", overshoot ",
+            n(*bc, "adam-no-bc", "overshoot"),
+            " (with it ",
+            n(*bc, "adam", "overshoot"),
+            ").",
+        ]
     wd = ("weight_decay", "runs")
     yield lambda: [
         "RMS distance to the L2-regularised optimum: Adam+L2 ",

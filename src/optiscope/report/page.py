@@ -62,12 +62,19 @@ class Page:
 
 
 def signature(run_dirs: Sequence[RunDir], titles: Sequence[str], live: dict[str, dict[str, Any]]) -> str:
-    """What an open page cannot follow by polling its data: each directory's results, runs and divergences, the
+    """What an open page cannot follow by polling its data: each directory's results, runs (with the parameters
+    each names: a heatmap's rows and their hover names are fixed when the page is made) and divergences, the
     charts drawn and the columns of each chart's live data (a chart that appears mid-run, e.g. the sharpness
     at the first measurement, changes them) — not the lengths of the series."""
     shape = [
         [
-            (str(r.path), r.results is not None, r.in_progress, sorted(series.by_run(r.metrics)), divergence_lines(r))
+            (
+                str(r.path),
+                r.results is not None,
+                r.in_progress,
+                {label: series.parameter_names(rows) for label, rows in sorted(series.by_run(r.metrics).items())},
+                divergence_lines(r),
+            )
             for r in run_dirs
         ],
         list(titles),

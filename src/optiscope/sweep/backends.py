@@ -32,9 +32,10 @@ class Local:
     for the whole sweep (its workers import torch once, not once per round of trials).
 
     A pool worker that dies (killed by the kernel for its memory, or exiting) breaks the whole pool, and
-    which trial it was running is unknown: the trials left unfinished run again one at a time, each alone
-    in a fresh worker, and one that still kills its worker is that trial's crash, as on Ray. Alone, a trial
-    killed only for the memory that trials beside it took now finishes."""
+    which trial it was running is unknown: the trials left unfinished (the round's queued ones too, which the
+    broken pool fails alike) run again one at a time, each alone in a fresh worker, and one that still kills
+    its worker is that trial's crash, as on Ray. Alone, a trial killed only for the memory that trials beside
+    it took now finishes; the price is the rest of that round run serially (the next round has a pool again)."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers

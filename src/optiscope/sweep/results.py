@@ -263,9 +263,10 @@ def summarise(
         for opt in optimizers
     }
     ranking, comparison, neighbours = compare(per, direction)
-    # "ok" while any trial has a value; otherwise "diverged" only when every trial did, else "failed"
-    ended = {r["status"] for r in records}
-    status = "ok" if "ok" in ended else "diverged" if ended == {"diverged"} else "failed"
+    # "ok" while any trial has a value (a finite objective: one that finished but missed its target has none);
+    # otherwise "diverged" only when every trial did, else "failed"
+    valued = any(math.isfinite(r["objective"]) for r in records)
+    status = "ok" if valued else "diverged" if all(r["status"] == "diverged" for r in records) else "failed"
     return {
         "experiment": "sweep",
         "swept": name,

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 
 class Interrupted(KeyboardInterrupt):
@@ -22,6 +23,9 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, label: str, step: int) -> None:
         self.label, self.step = label, step
         super().__init__(f"{label}: stopped after step {step}; its checkpoint resumes it exactly (--resume)")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled as it was made: a sweep's pool worker sends it back
+        return type(self), (self.label, self.step)
 
 
 class StopRequest:
