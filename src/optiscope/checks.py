@@ -33,6 +33,10 @@ def is_count(x: Any, least: int = 1) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= least
 
 
+#: What ``is_seed`` takes, as error messages say it.
+SEEDS = "an integer from -2**63 to 2**64 - 1"
+
+
 def is_seed(x: Any) -> bool:
     """An integer (not a bool) that torch's generators take as a seed: from -2**63 to 2**64 - 1."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool) and -(2**63) <= x < 2**64

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..checks import is_count, is_number, is_seed, require_optimizer
+from ..checks import SEEDS, is_count, is_number, is_seed, require_optimizer
 from ..optim.adam import adam_steps
 from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
@@ -119,7 +119,7 @@ def operator(
     stability = stability_threshold(optimizer)
     if optimizer is None:
         return Objective(HessianOperator(model, loss_fn, batch, dtype=dtype), stability)
-    optimizer = inner_optimizer(optimizer)  # a wrapper's type says nothing of the preconditioner or the decay
+    optimizer = inner_optimizer(optimizer)  # as stability_threshold reads it: a wrapper's type says nothing here
     op = HessianOperator(
         model, loss_fn, batch, dtype=dtype, params=moved_parameters(model, optimizer, stability.preconditioned)
     )
@@ -190,7 +190,7 @@ def sharpness(
     if not (is_number(tol) and 0 < tol < 1):
         raise ValueError(f"sharpness: tol={tol!r} must be a number in (0, 1) (a relative residual)")
     if not is_seed(seed):
-        raise ValueError(f"sharpness: seed={seed!r} must be an integer from -2**63 to 2**64 - 1 (a random seed)")
+        raise ValueError(f"sharpness: seed={seed!r} must be {SEEDS} (a random seed)")
     if init is not None and not isinstance(init, Tensor):
         raise TypeError(
             f"sharpness: init is a {type(init).__name__}; give the previous call's vector (a tensor) or None"

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checks import is_count, is_seed
+from ..checks import SEEDS, is_count, is_seed
 from .hvp import HessianOperator, LossFn
 
 
@@ -30,7 +30,7 @@ def hessian_trace(
     if not is_count(probes):
         raise ValueError(f"hessian_trace: probes={probes!r} must be an integer >= 1")
     if not is_seed(seed):
-        raise ValueError(f"hessian_trace: seed={seed!r} must be an integer from -2**63 to 2**64 - 1 (a random seed)")
+        raise ValueError(f"hessian_trace: seed={seed!r} must be {SEEDS} (a random seed)")
     op = HessianOperator(model, loss_fn, batch, dtype=dtype)
     generator = torch.Generator().manual_seed(seed)
     samples = []

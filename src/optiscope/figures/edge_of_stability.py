@@ -62,7 +62,7 @@ def _diverged_at(run: RunResults, edge: float) -> str:
 
 
 def _divergence_step(run: RunResults) -> Any:
-    return (run["divergence"] or {}).get("step") if run["status"] == "diverged" else None
+    return (run.get("divergence") or {}).get("step") if run.get("status") == "diverged" else None
 
 
 def edge_before_divergence(run: RunResults) -> bool:
@@ -73,7 +73,7 @@ def edge_before_divergence(run: RunResults) -> bool:
         return False
     if run.get("status") != "diverged":
         return True
-    step = (run.get("divergence") or {}).get("step")
+    step = _divergence_step(run)
     return isinstance(step, int | float) and edge < step
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..checks import is_count, is_number, is_seed
+from ..checks import SEEDS, is_count, is_number, is_seed
 from ..curvature import (
     HessianOperator,
     batch_statistics,
@@ -110,9 +110,7 @@ class Curvature:
             )
         check_dtype(self.dtype, "Curvature")
         if not is_seed(self.seed):
-            raise ValueError(
-                f"Curvature: seed={self.seed!r} must be an integer from -2**63 to 2**64 - 1 (a random seed)"
-            )
+            raise ValueError(f"Curvature: seed={self.seed!r} must be {SEEDS} (a random seed)")
         if not (is_number(self.tol) and 0 < self.tol < 1):
             raise ValueError(f"Curvature: tol={self.tol!r} must be a number in (0, 1)")
         if self.micro_batches == 1:

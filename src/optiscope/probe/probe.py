@@ -41,7 +41,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from ..checks import is_count, is_number, is_seed
+from ..checks import SEEDS, is_count, is_number, is_seed
 from ..curvature import in_eval_mode
 from ..curvature.hvp import weight_norms_composed
 from .calls import call_kwargs, forward_mode_attention, logits_of
@@ -478,7 +478,7 @@ def subset_errors(result: dict[str, Any], eta: float, size: int, count: int, see
     if not is_count(count):
         raise ValueError(f"subset_errors: count={count!r}; valid: the number of subsets to draw, an integer >= 1")
     if not is_seed(seed):
-        raise ValueError(f"subset_errors: seed={seed!r}; valid: an integer from -2**63 to 2**64 - 1")
+        raise ValueError(f"subset_errors: seed={seed!r}; valid: {SEEDS}")
     seqs = result["approx"]["per_sequence"]
     base = torch.tensor([r["h_base"] for r in seqs], dtype=torch.float64)
     d_sum = torch.tensor([r["d_sum"] for r in seqs], dtype=torch.float64)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,14 @@ def format_number(value: float) -> str:
         if "e" in text or float(text) == value or not float(text).is_integer():
             return text
     return text
+
+
+def separated(clauses: Iterable[Sentence], by: str = "; ") -> Sentence:
+    """Several clauses as the pieces of one sentence, ``by`` between them."""
+    out: Sentence = []
+    for i, clause in enumerate(clauses):
+        out += [by, *clause] if i else list(clause)
+    return out
 
 
 def lookup(results: Any, path: tuple[str | int, ...]) -> Any:
@@ -92,11 +100,7 @@ def rare_tokens(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     if diverged:
         yield lambda: [
             "Diverged: ",
-            *(
-                part
-                for i, name in enumerate(diverged)
-                for part in ("; " if i else "", f"{name} at step ", n("optimizers", name, "diverged_at"))
-            ),
+            *separated([f"{name} at step ", n("optimizers", name, "diverged_at")] for name in diverged),
             ".",
         ]
 
@@ -178,22 +182,21 @@ def landscapes(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     def n(*path):
         return number(r, *path)
 
+    def clause(surface: str, name: str, run: dict[str, Any]) -> Sentence:
+        """How one optimizer did on one surface."""
+        grid = run.get("grid") or []
+        if run["reached_at"] is None and grid and all(g.get("diverged_at") is not None for g in grid):
+            return [f"{name} diverged at every η tried"]
+        if run["reached_at"] is None:
+            return [f"{name} never within ", n("steps")]
+        where = ("surfaces", surface, "runs", name)
+        return [f"{name} ", n(*where, "reached_at"), " (η = ", n(*where, "best_lr"), ")"]
+
     for surface, data in r["surfaces"].items():
 
         def sentence(surface=surface, data=data) -> Sentence:
-            parts: Sentence = [f"{surface}: steps to f − f* ≤ ", n("tolerance"), " — "]
-            for i, (name, run) in enumerate(data["runs"].items()):
-                parts.append("; " if i else "")
-                grid = run.get("grid") or []
-                if run["reached_at"] is None and grid and all(g.get("diverged_at") is not None for g in grid):
-                    parts.append(f"{name} diverged at every η tried")
-                elif run["reached_at"] is None:
-                    parts.append(f"{name} never within ")
-                    parts.append(n("steps"))
-                else:
-                    where = ("surfaces", surface, "runs", name)
-                    parts += [f"{name} ", n(*where, "reached_at"), " (η = ", n(*where, "best_lr"), ")"]
-            return [*parts, "."]
+            clauses = separated(clause(surface, name, run) for name, run in data["runs"].items())
+            return [f"{surface}: steps to f − f* ≤ ", n("tolerance"), " — ", *clauses, "."]
 
         yield sentence
     bc = ("bias_correction", "runs")
@@ -202,28 +205,24 @@ def landscapes(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     if diverged:  # x stopped being finite: as the figure, say where, and compare no steps
         yield lambda: [
             "Bias correction: ",
-            *[
-                part
-                for i, name in enumerate(diverged)
-                for part in ("; " if i else "", f"{name} diverged at step ", n(*bc, name, "diverged_at"))
-            ],
+            *separated([f"{name} diverged at step ", n(*bc, name, "diverged_at")] for name in diverged),
             " (x not finite), so the steps are not compared.",
         ]
     else:
+
+        def without_and_with(key: str) -> Sentence:
+            return [n(*bc, "adam-no-bc", key), " (with it ", n(*bc, "adam", key), ")"]
+
         yield lambda: [
             "Adam without bias correction: first step ",
-            n(*bc, "adam-no-bc", "first_step"),
-            " (with it ",
-            n(*bc, "adam", "first_step"),
-            "), largest ",
+            *without_and_with("first_step"),
+            ", largest ",
             n(*bc, "adam-no-bc", "largest_step"),
             " at step ",
             n(*bc, "adam-no-bc", "largest_step_at"),
             ", overshoot ",
-            n(*bc, "adam-no-bc", "overshoot"),
-            " (with it ",
-            n(*bc, "adam", "overshoot"),
-            ").",
+            *without_and_with("overshoot"),
+            ".",
         ]
     wd = ("weight_decay", "runs")
     yield lambda: [
@@ -272,16 +271,9 @@ def lm(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     if rows:
         yield lambda: [
             "Spearman correlation of a token's frequency with how far its embedding row moves: ",
-            *_joined([(f"{name} ", n("runs", name, "embedding_rows", "spearman")) for name in rows]),
+            *separated(([f"{name} ", n("runs", name, "embedding_rows", "spearman")] for name in rows), ", "),
             ".",
         ]
-
-
-def _joined(items: list[tuple[str, Number]]) -> Sentence:
-    out: Sentence = []
-    for i, (label, value) in enumerate(items):
-        out += [(", " if i else "") + label, value]
-    return out
 
 
 # ----------------------------------------------------------------------------------------------- entropy
@@ -294,12 +286,13 @@ def entropy(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
             f"{name} (η = ",
             n("optimizers", name, "lr"),
             "): log-log slope of |ΔH_true| against η ",
-            *_joined(
-                [
-                    (f"run {i}: ", n("optimizers", name, "fits", i, "slope"))
+            *separated(
+                (
+                    [f"run {i}: ", n("optimizers", name, "fits", i, "slope")]
                     for i in range(len(opt["fits"]))
                     if math.isfinite(opt["fits"][i]["slope"])
-                ]
+                ),
+                ", ",
             ),
             "; mean entropy change of its real step ",
             n("optimizers", name, "real_step", "entropy_mean"),

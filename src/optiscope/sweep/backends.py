@@ -61,7 +61,7 @@ class Local:
             try:
                 yield alone.submit(run_trial, trial).result()
             except BrokenProcessPool as e:
-                yield crashed(trial, e, f"{type(e).__name__}: {e}\n", time.perf_counter() - started)
+                yield crashed(trial, e, time.perf_counter() - started)
             finally:
                 alone.shutdown(cancel_futures=True)
 
@@ -120,7 +120,7 @@ class Ray:
                 try:
                     record = self.ray.get(ref)
                 except died as e:
-                    record = crashed(trial, e, f"{type(e).__name__}: {e}\n", time.perf_counter() - submitted)
+                    record = crashed(trial, e, time.perf_counter() - submitted)
                 yield record
         except BaseException:
             for ref in pending:

@@ -76,27 +76,39 @@ def finished_results(out: Path, config: Any) -> dict[str, Any] | None:
 TRIAL_THREADS = 1
 
 
-def crashed(trial: Trial, error: BaseException, trace: str, seconds: float) -> dict[str, Any]:
-    """The record of ``trial`` that crashed with ``error``: the worst value of every objective, the first line of
-    the error; ``trace`` goes to the trial's ``error.log``."""
-    out = Path(trial.out)
-    out.mkdir(parents=True, exist_ok=True)
-    runs.write_error_log(out, f"sweep trial {trial.label} seed {trial.seed}", trace)
-    declared = experiments.objectives(trial.experiment)
-    values = {name: declared[name].worst for name in trial.objectives}
+def identity(trial: Trial) -> dict[str, Any]:
+    """The fields every record of ``trial`` starts with."""
+    return {"optimizer": trial.optimizer, "lr": trial.lr, "seed": trial.seed, "label": trial.label}
+
+
+def record_of(
+    trial: Trial, status: str, error: str | None, values: dict[str, float], curve: Any, seconds: float
+) -> dict[str, Any]:
+    """``trial``'s record: how it ended, the value of each objective (the primary one as ``objective``), the
+    primary objective's curve (its last step as ``steps``) and the seconds it took."""
     return {
-        "optimizer": trial.optimizer,
-        "lr": trial.lr,
-        "seed": trial.seed,
-        "label": trial.label,
-        "status": "crashed",
-        "error": f"{type(error).__name__}: {error}".splitlines()[0],
+        **identity(trial),
+        "status": status,
+        "error": error,
         "objective": values[trial.primary or trial.objectives[0]],
         "objectives": values,
-        "steps": None,
-        "curve": None,
+        "steps": curve[0][-1] if curve and curve[0] else None,
+        "curve": {"step": list(curve[0]), "value": list(curve[1])} if curve else None,
         "wall_seconds": round(seconds, 3),
     }
+
+
+def crashed(trial: Trial, error: BaseException, seconds: float, trace: str | None = None) -> dict[str, Any]:
+    """The record of ``trial`` that crashed with ``error``: the worst value of every objective, the first line of
+    the error; ``trace`` (by default the error itself: a worker that died leaves no traceback) goes to the
+    trial's ``error.log``."""
+    out = Path(trial.out)
+    out.mkdir(parents=True, exist_ok=True)
+    said = f"{type(error).__name__}: {error}"
+    runs.write_error_log(out, f"sweep trial {trial.label} seed {trial.seed}", trace or said + "\n")
+    declared = experiments.objectives(trial.experiment)
+    values = {name: declared[name].worst for name in trial.objectives}
+    return record_of(trial, "crashed", said.splitlines()[0], values, None, seconds)
 
 
 def run_trial(trial: Trial) -> dict[str, Any]:
@@ -112,12 +124,6 @@ def _run_trial(trial: Trial) -> dict[str, Any]:
     started = time.perf_counter()
     declared = experiments.objectives(trial.experiment)
     primary = declared[trial.primary or trial.objectives[0]]
-    record: dict[str, Any] = {
-        "optimizer": trial.optimizer,
-        "lr": trial.lr,
-        "seed": trial.seed,
-        "label": trial.label,
-    }
     try:
         config = trial_config(trial)
         results = finished_results(out, config)
@@ -125,20 +131,12 @@ def _run_trial(trial: Trial) -> dict[str, Any]:
             results = experiments.execute(trial.experiment, config, out, resume=True, quick=trial.quick)
         values = {name: declared[name].value(results) for name in trial.objectives}
         curve = primary.curve(results) if primary.curve is not None else None
-        status = "diverged" if results.get("status") == "diverged" else "ok"
-        record.update(status=status, error=None)
     except ConfigError as e:
         # an option the experiment refused only when it ran (a --text file that is not there): every trial
         # would meet it, so it is the sweep's bad input, not a crash of this trial (the sweep stops, exit 2);
         # another UserError (this trial's damaged checkpoint, its folder in use) is this trial's crash
-        return {**record, "status": REFUSED, "error": " ".join(str(e).split())}
+        return {**identity(trial), "status": REFUSED, "error": " ".join(str(e).split())}
     except Exception as e:  # a crash of one trial is recorded; the sweep goes on
-        return crashed(trial, e, traceback.format_exc(), time.perf_counter() - started)
-    record.update(
-        objective=values[trial.primary or trial.objectives[0]],
-        objectives=values,
-        steps=curve[0][-1] if curve and curve[0] else None,
-        curve={"step": list(curve[0]), "value": list(curve[1])} if curve else None,
-        wall_seconds=round(time.perf_counter() - started, 3),
-    )
-    return record
+        return crashed(trial, e, time.perf_counter() - started, traceback.format_exc())
+    status = "diverged" if results.get("status") == "diverged" else "ok"
+    return record_of(trial, status, None, values, curve, time.perf_counter() - started)

@@ -112,24 +112,27 @@ class Plan:
     checkpoint_every: int | None = None
 
     def __post_init__(self) -> None:
-        integer, every = lambda x: is_count(x, -math.inf), "None or an integer >= 1"
-        clip = is_number(self.clip) and self.clip > 0
-        # name: (valid, of the right type (so a ValueError, else a TypeError), what would be valid)
-        checks = {
-            "steps": (is_count(self.steps, 0), integer(self.steps), "an integer >= 0"),
-            "clip": (self.clip is None or clip, is_number(self.clip), "None or a number > 0 (the gradient norm cap)"),
-            "eval_every": (self.eval_every is None or is_count(self.eval_every), integer(self.eval_every), every),
-            "eval_at_start": (isinstance(self.eval_at_start, bool), False, "True or False"),
-            "checkpoint_every": (
-                self.checkpoint_every is None or is_count(self.checkpoint_every),
-                integer(self.checkpoint_every),
-                f"{every} (None: only at the end)",
-            ),
-        }
-        for name, (ok, right_type, what) in checks.items():
-            if not ok:
-                value = getattr(self, name)
-                raise (ValueError if right_type else TypeError)(f"Plan: {name}={value!r} must be {what}")
+        every = "None or an integer >= 1"
+        if not is_count(self.steps, 0):
+            _refuse("steps", self.steps, "an integer >= 0", _is_integer(self.steps))
+        if self.clip is not None and not (is_number(self.clip) and self.clip > 0):
+            _refuse("clip", self.clip, "None or a number > 0 (the gradient norm cap)", is_number(self.clip))
+        if self.eval_every is not None and not is_count(self.eval_every):
+            _refuse("eval_every", self.eval_every, every, _is_integer(self.eval_every))
+        if not isinstance(self.eval_at_start, bool):
+            _refuse("eval_at_start", self.eval_at_start, "True or False", False)
+        if self.checkpoint_every is not None and not is_count(self.checkpoint_every):
+            what = f"{every} (None: only at the end)"
+            _refuse("checkpoint_every", self.checkpoint_every, what, _is_integer(self.checkpoint_every))
+
+
+def _is_integer(x: Any) -> bool:
+    return is_count(x, -math.inf)
+
+
+def _refuse(name: str, value: Any, what: str, right_type: bool) -> None:
+    """A Plan's one-line refusal: a ValueError for a value of the right type, a TypeError for one of another."""
+    raise (ValueError if right_type else TypeError)(f"Plan: {name}={value!r} must be {what}")
 
 
 class _Clock:
