@@ -32,6 +32,7 @@ from rich.table import Table
 
 from . import __version__, contracts, experiments, figures, runs, sweep
 from .errors import ConfigError, UserError
+from .train.signals import terminate_as_interrupt
 
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
@@ -572,7 +573,8 @@ def main(argv: list[str] | None = None) -> int:
         "sweep": lambda: cmd_sweep(args, console),
     }[args.command]
     try:
-        return command()
+        with terminate_as_interrupt():
+            return command()
     except UserError as e:
         said = f"{args.command}: error: {e}".replace("\n", " ")
         # a bad setting met before the processes joined is the command line's, alike in all; after, or any

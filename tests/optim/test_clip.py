@@ -85,3 +85,24 @@ def test_a_numpy_max_norm_clips_like_torch():
     torch.testing.assert_close(n_ours, n_theirs)
     for a, b in zip(ours, theirs, strict=True):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("as_", ["tensor", "numpy array"])
+def test_a_0d_max_norm_and_norm_type_clip_like_torch(as_):
+    """torch.nn.utils.clip_grad_norm_ takes max_norm and norm_type as 0-d tensors (and NumPy 0-d arrays)."""
+    np = pytest.importorskip("numpy")
+    wrap = torch.tensor if as_ == "tensor" else np.array
+    ours, theirs = _params(1.0), _params(1.0)
+    n_ours = clip_grad_norm(ours, wrap(0.5), norm_type=wrap(1.0))
+    n_theirs = torch.nn.utils.clip_grad_norm_(theirs, wrap(0.5), norm_type=wrap(1.0))
+    torch.testing.assert_close(n_ours, n_theirs)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_a_max_norm_of_many_entries_is_refused_in_one_line():
+    np = pytest.importorskip("numpy")
+    with pytest.raises(ValueError, match=r"^clip_grad_norm: max_norm is a tensor of shape \(100,\); give a number"):
+        clip_grad_norm(_params(1.0), torch.ones(100))
+    with pytest.raises(ValueError, match=r"^clip_grad_norm: norm_type is an array of shape \(2, 2\); give a number"):
+        clip_grad_norm(_params(1.0), 1.0, norm_type=np.ones((2, 2)))

@@ -10,6 +10,7 @@ listed twice, the same exception type for every argument torch rejects, and ever
 from __future__ import annotations
 
 import copy
+import inspect
 import io
 import warnings
 
@@ -400,3 +401,31 @@ def test_capturable_and_differentiable_false_are_taken_and_true_refused_in_one_l
             ours.add_param_group({"params": [_p()], flag: True})
         with pytest.raises(TypeError, match=rf"invalid {flag}=1 \(int\); {flag} must be False"):
             ours_cls([_p()], **kw, **{flag: 1})
+
+
+# ------------------------------------------------------------------------------------ call forms
+def _positional(cls: type) -> list[str]:
+    params = inspect.signature(cls).parameters.values()
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+@pytest.mark.parametrize(
+    "ours, theirs", sorted({(o, t) for o, t, _ in PAIRS.values()}, key=str), ids=lambda c: f"{c.__module__}.{c.__name__}"
+)
+def test_constructors_take_what_torch_takes_in_the_same_places(ours, theirs):
+    """Every call torch.optim's constructor accepts, ours accepts with the same meaning: torch's positional
+    parameters are, in order, the first of ours, and each of its keyword-only ones is a parameter of ours."""
+    assert _positional(ours)[: len(_positional(theirs))] == _positional(theirs)
+    assert set(inspect.signature(theirs).parameters) <= set(inspect.signature(ours).parameters)
+
+
+def test_rmsprop_takes_torchs_positional_flags():
+    """torch.optim.RMSprop(params, lr, alpha, eps, weight_decay, momentum, centered, capturable, foreach, maximize):
+    the same positional call gives ours the same steps (maximize=True among them)."""
+    args = (1e-2, 0.9, 1e-8, 1e-3, 0.5, True, False, False, True)
+    mine, theirs = model_for("rmsprop"), model_for("rmsprop")
+    ours, ref = RMSprop(mine.parameters(), *args), torch.optim.RMSprop(theirs.parameters(), *args)
+    assert ours.param_groups[0]["maximize"] is ref.param_groups[0]["maximize"] is True
+    train(mine, ours, 10)
+    train(theirs, ref, 10)
+    assert_same_params(mine, theirs)

@@ -10,6 +10,9 @@ raises at exactly ``--crash-at`` and kills the process running it at exactly ``-
 refuses when it runs (as ``lm`` refuses a corpus file that is not there). With ``--hold DIR`` trials meet in
 DIR before that refusal, so that trials run side by side refuse at known moments: a run above ``--slow-above``
 says it has started and refuses ``SLOW`` seconds later, one at or below it refuses once such a run has started.
+With ``--started DIR`` each run writes its process id to ``DIR/<label>-seed-<seed>`` when it starts, and with
+``--sleep-while FILE`` it then sleeps as long as FILE exists: a sweep to kill while its trials run, whose resumed
+trials finish at once once the test has removed FILE.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class Config:
     text: str = ""
     hold: str = ""
     slow_above: float = math.inf
+    started: str = ""
+    sleep_while: str = ""
     quiet: bool = field(default=False, metadata={"affects_results": False})
 
     def __post_init__(self) -> None:
@@ -82,7 +87,18 @@ def meet(config) -> None:
         time.sleep(0.05)
 
 
+def mark_start(config) -> None:
+    """Write this process's id to ``config.started``'s file of this run; sleep while ``config.sleep_while`` exists."""
+    spec = runs_of(config)[0]
+    with (Path(config.started) / f"{spec.label}-seed-{config.seed}").open("a") as f:
+        f.write(f"{os.getpid()}\n")
+    while config.sleep_while and Path(config.sleep_while).exists():
+        time.sleep(0.05)
+
+
 def run(config, run_dir):
+    if config.started:
+        mark_start(config)
     if config.hold:
         meet(config)
     if config.text:

@@ -2,7 +2,9 @@
 one in-process worker (wall times aside)."""
 
 import dataclasses
+import fcntl
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,18 @@ def test_a_trial_whose_pool_worker_died_is_its_crash_and_the_trials_beside_it_fi
     assert [(t["lr"], t["seed"], t["status"]) for t in died["trials"]] == [
         (t["lr"], t["seed"], t["status"]) for t in raised["trials"]
     ]
+
+
+def test_a_trial_waits_for_its_folder_held_by_a_stopping_process(synthetic, tmp_path):
+    """A worker of a sweep killed outright still holds its trial's folder while it stops: the resumed sweep's trial
+    waits for it instead of being recorded as crashed ('in use'). The holder here is an flock on the folder's lock
+    file, taken by the test and given back after three times the grace a run waits for a lock."""
+    out = tmp_path / "s"
+    folder = trial.trial_dir(out, "sgd", 0.01, 0)
+    folder.mkdir(parents=True)
+    fd = os.open(folder / runs.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    threading.Timer(3 * runs.LOCK_GRACE_SECONDS, os.close, (fd,)).start()  # closing the descriptor lets go
+    results = run_sweep(dataclasses.replace(small({"sgd_optimum": 0.01}), lrs=(0.01,)), out)
+    assert {t["status"] for t in results["trials"]} == {"ok"}
+    assert not (folder / runs.ERROR_LOG).exists()

@@ -22,9 +22,9 @@ class NonFiniteGradientError(ValueError):
 
 def clip_grad_norm(
     params: Iterable[Tensor] | Iterable[tuple[str, Tensor]] | Tensor,
-    max_norm: float,
+    max_norm: float | Tensor,
     *,
-    norm_type: float = 2.0,
+    norm_type: float | Tensor = 2.0,
     nonfinite: str = "raise",
 ) -> Tensor:
     """Scale the gradients of ``params`` in place so their global norm is at most ``max_norm``.
@@ -34,8 +34,10 @@ def clip_grad_norm(
     float32 although every entry is finite are measured again in float64 and clipped. If a gradient holds
     inf or nan: ``nonfinite="raise"`` raises ``NonFiniteGradientError`` naming those parameters;
     ``nonfinite="skip"`` leaves the gradients untouched and returns the (non-finite) norm, so the caller
-    can skip the step.
+    can skip the step. ``max_norm`` and ``norm_type`` may be 0-d tensors or NumPy numbers, as torch's
+    ``clip_grad_norm_`` takes them.
     """
+    max_norm, norm_type = _scalar("max_norm", max_norm), _scalar("norm_type", norm_type)
     if not positive(max_norm):
         raise ValueError(f"clip_grad_norm: max_norm={max_norm!r} must be a finite number > 0")
     if not (is_number(norm_type) and norm_type > 0):
@@ -65,6 +67,20 @@ def clip_grad_norm(
         group = [grads[i] for i in idx]
         torch._foreach_mul_(group, scale.to(device=group[0].device, dtype=group[0].dtype))
     return total
+
+
+def _scalar(name: str, x: object) -> object:
+    """A 0-d tensor or NumPy array as the Python number it holds (torch.nn.utils.clip_grad_norm_ reads them so);
+    anything else unchanged, for the checks after it to judge. A tensor or array of another shape is refused
+    here, in one line, rather than printed whole in the checks' message."""
+    if not (isinstance(x, Tensor) or (hasattr(x, "ndim") and hasattr(x, "item"))):
+        return x
+    if x.ndim != 0:
+        raise ValueError(
+            f"clip_grad_norm: {name} is a{' tensor' if isinstance(x, Tensor) else 'n array'} of shape "
+            f"{tuple(x.shape)}; give a number or a 0-d tensor"
+        )
+    return x.item()
 
 
 def _named(params: Iterable[Tensor] | Iterable[tuple[str, Tensor]] | Tensor) -> list[tuple[str, Tensor]]:

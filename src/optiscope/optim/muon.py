@@ -23,6 +23,7 @@ returns one ``MuonWithAdamW`` optimizer that steps hidden matrices with Muon and
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -308,6 +309,12 @@ class MuonWithAdamW(OptiscopeOptimizer):
         # torch.optim pickles (and deep-copies) only defaults, state and param_groups
         return {**super().__getstate__(), "adamw_defaults": self.adamw_defaults}
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A pickle made before adamw_defaults existed lacks it; add_param_group needs it.
+        super().__setstate__(state)
+        if "adamw_defaults" not in self.__dict__:
+            self.adamw_defaults = recovered_adamw_defaults(self.param_groups)
+
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         if isinstance(param_group, dict) and not param_group.get("use_muon", True):
             param_group = {**param_group, **{k: v for k, v in self.adamw_defaults.items() if k not in param_group}}
@@ -331,8 +338,26 @@ class MuonWithAdamW(OptiscopeOptimizer):
 
     @torch.no_grad()
     def effective_lr(self, param: Tensor) -> Tensor:
-        """AdamW's η / (√v̂ + ε) for a parameter of an AdamW group (KeyError for Muon parameters)."""
+        """AdamW's η / (√v̂ + ε) for a parameter of an AdamW group. KeyError for a parameter of a Muon group, whose
+        step η'·NS(b) orthogonalises the whole matrix and so has no per-element learning rate."""
+        group = next((g for g in self.param_groups if any(p is param for p in g["params"])), None)
+        if group is not None and group["use_muon"]:
+            raise KeyError(
+                f"param of shape {tuple(param.shape)} is in a Muon group (use_muon=True): Muon's step orthogonalises "
+                "the whole matrix and has no per-element effective learning rate; only AdamW groups' params have one"
+            )
         return adam_effective_lr(self.state, self.param_groups, param)
+
+
+def recovered_adamw_defaults(param_groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """``MuonWithAdamW.adamw_defaults`` for an optimizer pickled before it was kept: the constructor put its
+    adamw_lr, adamw_eps and adamw_weight_decay into its first AdamW group (whose lr a scheduler may have moved
+    since; it keeps the first as ``initial_lr``); without such a group, the constructor's own defaults."""
+    adamw = next((g for g in param_groups if not g["use_muon"]), None)
+    if adamw is None:
+        signature = inspect.signature(MuonWithAdamW).parameters
+        return {k: signature[f"adamw_{k}"].default for k in ("lr", "eps", "weight_decay")}
+    return {"lr": adamw.get("initial_lr", adamw["lr"]), "eps": adamw["eps"], "weight_decay": adamw["weight_decay"]}
 
 
 def split_params_for_muon(

@@ -125,10 +125,9 @@ class RMSprop(OptiscopeOptimizer):
         weight_decay: float = 0.0,
         momentum: float = 0.0,
         centered: bool = False,
-        *,
-        maximize: bool = False,
+        capturable: bool = False,  # positional after centered, in torch.optim.RMSprop's order
         foreach: bool | None = None,
-        capturable: bool = False,
+        maximize: bool = False,
         differentiable: bool = False,
     ) -> None:
         defaults = dict(

@@ -70,6 +70,20 @@ def finished_results(out: Path, config: Any) -> dict[str, Any] | None:
     return results if stored.get("config") == experiments.config_dict(config) else None
 
 
+#: how long a trial waits for its folder to be let go by a process still stopping: a pool worker of a sweep that was
+#: killed outright stops its trial after a complete step (``backends.stop_when_orphaned``), so a ``--resume`` at
+#: once meets the folder in use for that long; past this, the trial is recorded as crashed (in use) and run again
+#: by the next ``--resume``
+HELD_FOLDER_WAIT_SECONDS = 120.0
+
+
+def wait_until_let_go(out: Path, seconds: float = HELD_FOLDER_WAIT_SECONDS) -> None:
+    """Return once no process holds the run directory ``out`` (``runs.in_progress``), or after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while runs.in_progress(out) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 #: torch threads of every trial, whatever runs it: torch's results depend on its thread count (the order
 #: of its reductions), so one count for all keeps ``--workers`` and ``--backend`` from changing a result
 #: (more cores are used by running more trials at once: ``--workers``)
@@ -126,6 +140,7 @@ def _run_trial(trial: Trial) -> dict[str, Any]:
     primary = declared[trial.primary or trial.objectives[0]]
     try:
         config = trial_config(trial)
+        wait_until_let_go(out)
         results = finished_results(out, config)
         if results is None:
             results = experiments.execute(trial.experiment, config, out, resume=True, quick=trial.quick)

@@ -54,3 +54,23 @@ def stop_requests() -> Iterator[StopRequest]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """For the block, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does (in the main thread; elsewhere nothing
+    changes): a command stopped by ``kill`` or a job scheduler ends as an interrupted one (exit 130, saying what is
+    saved) instead of vanishing mid-way. Within it, ``stop_requests`` still takes both signals for the training
+    loop."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
