@@ -109,8 +109,14 @@ def test_an_empty_batch_a_bad_dtype_and_a_misshapen_direction_are_refused():
     for bad in ("float64", torch.int64):
         with pytest.raises(ValueError, match=rf"dtype={bad!r}; give a floating torch.dtype"):
             sharpness(model, loss_fn, (x, y), dtype=bad)
-    with pytest.raises(ValueError, match="a direction of type list; give 'gradient' or a dict of tensors keyed"):
+    with pytest.raises(
+        ValueError, match=r"along\['update'\] is of type list; give 'gradient' or a dict of tensors keyed"
+    ):
         sharpness(model, loss_fn, (x, y), along={"update": [p.detach() for p in model.parameters()]})
+    with pytest.raises(ValueError, match=r"^curvature: along\['x'\] is of type int; give 'gradient'"):
+        sharpness(model, loss_fn, (x, y), along={"x": 5})
+    with pytest.raises(ValueError, match=r"^curvature: along\['x'\]='grad'; give 'gradient' or tensors"):
+        sharpness(model, loss_fn, (x, y), along={"x": "grad"})
     transposed = {"0.weight": model[0].weight.detach().T.clone()}
     with pytest.raises(ValueError, match=r"for 0.weight has shape \(3, 6\); the parameter's is \(6, 3\)"):
         sharpness(model, loss_fn, (x, y), along={"update": transposed})

@@ -193,3 +193,21 @@ def test_a_large_coefficient_is_labelled_without_an_exponent():
     p = torch.nn.Parameter(torch.zeros(2))
     stability = stability_threshold(torch.optim.Adam([p], lr=0.1, betas=(0.999, 0.999)))
     assert stability.label == "3998/η" and stability.threshold == pytest.approx(3998 / 0.1)
+
+
+@pytest.mark.parametrize(
+    "second, said",
+    [
+        ({"nesterov": True}, "nesterov ([False, True])"),
+        ({"dampening": 0.5}, "dampening ([0.0, 0.5])"),
+        ({"lr": 0.2, "momentum": 0.5}, "lr ([0.1, 0.2]) and momentum ([0.5, 0.9])"),
+    ],
+)
+def test_sgd_groups_that_differ_get_no_threshold_and_the_reason_names_what_differs(second, said):
+    """Two SGD groups whose steps differ in lr, momentum, dampening or Nesterov have no single threshold; the
+    reason says which of those differ (it said 'lr/momentum' when only nesterov or dampening did)."""
+    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+    opt = torch.optim.SGD([{"params": a.parameters()}, {"params": b.parameters(), **second}], lr=0.1, momentum=0.9)
+    stability = stability_threshold(opt)
+    assert stability.threshold is None
+    assert stability.reason == f"SGD's param groups have different {said}; no single threshold"

@@ -221,7 +221,8 @@ def sharpness(
     # repeated among the top k would show once
     extra = [op.random(generator) for _ in range(min(k, op.size) - 1)]
     directions = {
-        name: in_operator_space(direction_vector(objective, d), objective.scale) for name, d in (along or {}).items()
+        name: in_operator_space(direction_vector(objective, d, f"along[{name!r}]"), objective.scale)
+        for name, d in (along or {}).items()
     }
     rows = [start, *extra, *directions.values()]
     result = lanczos(objective.matvec, torch.stack(rows), k=k, tol=tol, max_steps=max(max_hvps, len(rows)))
@@ -244,18 +245,18 @@ def sharpness(
     return out
 
 
-def direction_vector(objective: Objective, direction: dict[Any, Tensor] | str) -> Tensor:
+def direction_vector(objective: Objective, direction: dict[Any, Tensor] | str, called: str = "direction") -> Tensor:
     """A flat direction: "gradient" (the objective's gradient on the operator's batch: ∇L, with coupled weight
     decay ∇L + λθ), or tensors keyed by parameter name or by ``id(param)`` (parameters without an entry
-    count as 0)."""
+    count as 0). ``called``: how an error names the argument (``along['x']`` for one of several)."""
     if isinstance(direction, str):
         if direction != "gradient":
-            raise ValueError(f"curvature: direction={direction!r}; give 'gradient' or tensors")
+            raise ValueError(f"curvature: {called}={direction!r}; give 'gradient' or tensors")
         return objective.gradient()
     op = objective.op
     if not isinstance(direction, Mapping):
         raise ValueError(
-            f"curvature: a direction of type {type(direction).__name__}; give 'gradient' or a dict of tensors keyed "
+            f"curvature: {called} is of type {type(direction).__name__}; give 'gradient' or a dict of tensors keyed "
             "by parameter name or id(param)"
         )
     by_name = {**op.wrapped_names, **dict(zip(op.names, op.params, strict=True))}

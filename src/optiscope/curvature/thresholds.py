@@ -32,6 +32,7 @@ and others are not covered here) the threshold is None with the reason — never
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -59,10 +60,14 @@ class Stability:
     reason: str | None = None
 
 
-def _one(values: set, what: str, name: str) -> tuple[object | None, str | None]:
-    if len(values) == 1:
-        return next(iter(values)), None
-    return None, f"{name}'s param groups have different {what} ({sorted(values)}); no single threshold"
+def _shared(groups: list[dict], read: dict[str, Any], name: str) -> tuple[tuple | None, str | None]:
+    """(the settings ``read`` takes from each group — {field: function of the group} —, None) when every group
+    has the same; else (None, a reason naming each field that differs and its values)."""
+    values = {f: sorted({get(g) for g in groups}) for f, get in read.items()}
+    differing = [f"{f} ({vs})" for f, vs in values.items() if len(vs) > 1]
+    if differing:
+        return None, f"{name}'s param groups have different {' and '.join(differing)}; no single threshold"
+    return tuple(vs[0] for vs in values.values()), None
 
 
 def coefficient(c: float) -> str:
@@ -94,9 +99,14 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
     name = type(optimizer).__name__
     groups = moving_groups(optimizer)
     if isinstance(optimizer, _SGD_TYPES):
-        setting, why = _one(
-            {(float(g["lr"]), float(g["momentum"]), float(g["dampening"]), g["nesterov"]) for g in groups},
-            "lr/momentum",
+        setting, why = _shared(
+            groups,
+            {
+                "lr": lambda g: float(g["lr"]),
+                "momentum": lambda g: float(g["momentum"]),
+                "dampening": lambda g: float(g["dampening"]),
+                "nesterov": lambda g: bool(g["nesterov"]),
+            },
             name,
         )
         if setting is None:
@@ -112,7 +122,7 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
             coef = (2 + 2 * mu) / (1 - tau) if tau < 1 else float("inf")
         return Stability(coef / lr, f"{coefficient(coef)}/η", False)
     if isinstance(optimizer, _ADAM_TYPES):
-        setting, why = _one({(float(g["lr"]), float(g["betas"][0])) for g in groups}, "lr/beta1", name)
+        setting, why = _shared(groups, {"lr": lambda g: float(g["lr"]), "beta1": lambda g: float(g["betas"][0])}, name)
         if setting is None:
             return Stability(None, "", True, why)
         lr, beta1 = setting
