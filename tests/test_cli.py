@@ -306,6 +306,31 @@ def test_resume_compares_only_options_that_change_results(fake, tmp_path, capsys
     assert runs.read_json(out / "config.json")["config"]["steps"] == 3  # still describes the run it holds
 
 
+@pytest.mark.parametrize("wrote", [False, True])
+def test_a_refused_resume_leaves_config_json_as_it_was(fake, tmp_path, capsys, monkeypatch, wrote):
+    """A resume refused before it writes anything (its checkpoint damaged) did not happen: config.json is byte
+    for byte what it was, with no resumed_with entry for it; one refused after it wrote (a full disk mid-run)
+    did happen, and keeps its entry."""
+    import fake_experiment
+
+    out = tmp_path / "run"
+    assert cli.main(["run", "fake", "--out", str(out)]) == 0
+    before = (out / "config.json").read_bytes()
+
+    def refused(config, run_dir):
+        if wrote:
+            runs.append_jsonl(run_dir / runs.METRICS, {"step": 1})
+        raise runs.CheckpointError(f"{run_dir}/checkpoints/x.pt is damaged; delete it")
+
+    monkeypatch.setattr(fake_experiment, "run", refused)
+    assert cli.main(["run", "fake", "--out", str(out), "--quiet", "--resume"]) == cli.EXIT_BAD_INPUT
+    assert "is damaged" in errors(capsys)[-1]
+    if wrote:
+        assert runs.read_json(out / "config.json")["resumed_with"] == [{"quiet": True}]
+    else:
+        assert (out / "config.json").read_bytes() == before
+
+
 def test_a_run_that_fails_before_it_starts_leaves_no_config(fake, tmp_path):
     out = tmp_path / "run"
     assert cli.main(["run", "fake", "--out", str(out), "--crash", "user"]) == cli.EXIT_BAD_INPUT

@@ -357,13 +357,18 @@ def open_run(
                 "or choose another --out"
             )
         atomic_write_json(path / CONFIG, _config_record(stored if resuming else None, experiment, config))
+        written = _last_written(path, owned)
         try:
             yield RunDir(path, experiment, resuming)
-        except BaseException:
+        except BaseException as e:
             # bad input, memory that ran out or an interrupt before the run wrote anything: the directory is
             # left free for the corrected command (an error.log alone holds no run)
             if not resuming and _present(path, owned) == [CONFIG]:
                 (path / CONFIG).unlink()
+            elif resuming and isinstance(e, UserError) and _last_written(path, owned) == written:
+                # a resume refused before it wrote anything (a damaged checkpoint, a corpus gone): it did not
+                # happen, so config.json loses the resumed_with entry written for it
+                atomic_write_json(path / CONFIG, stored)
             raise
 
 
@@ -376,6 +381,18 @@ def _config_record(stored: dict[str, Any] | None, experiment: str, config: dict[
     started = stored["config"]
     changed = {k: v for k, v in to_jsonable(config).items() if k in started and started[k] != v}
     return {**stored, "resumed_with": [*stored.get("resumed_with", []), changed]}
+
+
+def _last_written(path: Path, owned: Iterable[str]) -> int:
+    """The latest modification time (ns) of the files a run owns in ``path``, config.json and error.log aside
+    (0 for none): it moves when the run writes anything."""
+    entries = [path / name for name in owned if name not in (CONFIG, ERROR_LOG)]
+    files = [f for e in entries for f in ([e] if e.is_file() else e.rglob("*") if e.is_dir() else [])]
+    times = []
+    for f in files:
+        with suppress(OSError):  # removed meanwhile
+            times.append(f.stat().st_mtime_ns)
+    return max(times, default=0)
 
 
 def _present(path: Path, owned: Iterable[str]) -> list[str]:

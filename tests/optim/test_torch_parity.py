@@ -410,7 +410,9 @@ def _positional(cls: type) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "ours, theirs", sorted({(o, t) for o, t, _ in PAIRS.values()}, key=str), ids=lambda c: f"{c.__module__}.{c.__name__}"
+    "ours, theirs",
+    sorted({(o, t) for o, t, _ in PAIRS.values()}, key=str),
+    ids=lambda c: f"{c.__module__}.{c.__name__}",
 )
 def test_constructors_take_what_torch_takes_in_the_same_places(ours, theirs):
     """Every call torch.optim's constructor accepts, ours accepts with the same meaning: torch's positional

@@ -104,7 +104,11 @@ def test_a_killed_sweep_leaves_no_worker_and_resumes_without_a_crash(tmp_path, s
     hold.touch()  # the trials sleep until it is gone: a survivor is seen as one
     with (tmp_path / "killed.log").open("w") as log:
         sweep = subprocess.Popen(
-            sweep_command(out, started, hold), env=environment(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            sweep_command(out, started, hold),
+            env=environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         # both trials of the first round running, each in its own worker (the pid it wrote)

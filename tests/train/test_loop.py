@@ -172,6 +172,31 @@ def test_a_finished_run_is_not_trained_again(tmp_path):
 def test_the_goal_stops_training_early(tmp_path):
     run = finished(tmp_path, Regression(goal=math.inf), train.Plan(STEPS, eval_every=4, eval_at_start=True))
     assert run.step == 0 and run.history["evals"][0][0] == 0 and run.history["status"] == "ok"
+    # checkpointed as every finished run is: resumed, it returns that outcome instead of evaluating again
+    saved = runs.load_checkpoint(tmp_path / "ckpt.pt")
+    assert saved["step"] == 0 and saved["history"]["status"] == "ok" and saved["training"] is not None
+    again = make_run(tmp_path)
+    train.train(
+        again, Regression(goal=math.inf), train.Plan(STEPS, eval_every=4, eval_at_start=True), tmp_path / "ckpt.pt"
+    )
+    assert again.history == run.history
+
+
+def test_a_run_interrupted_past_the_plans_steps_is_refused_not_called_finished(tmp_path):
+    """A run stopped at step 7, resumed with a plan of 5 steps, would be marked finished at step 7 with no
+    checkpoint of it: refused instead, naming both, and the checkpoint left as it was."""
+
+    def stop(step):
+        if step == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(train.Interrupted):
+        train.train(make_run(tmp_path), Regression(stop), PLAN, tmp_path / "ckpt.pt")
+    before = (tmp_path / "ckpt.pt").read_bytes()
+    message = r"interrupted at step 7, past the plan's steps=5; resume it with steps >= 7, or start it afresh"
+    with pytest.raises(runs.CheckpointError, match=message):
+        train.train(make_run(tmp_path), Regression(), train.Plan(5), tmp_path / "ckpt.pt")
+    assert (tmp_path / "ckpt.pt").read_bytes() == before
 
 
 class Poisoned(Regression):
@@ -315,6 +340,16 @@ def test_records_hold_the_gradient_norm_before_clipping_beside_the_clipped_one(t
     assert record["grad_norm"] == pytest.approx(clip, rel=1e-4)
 
 
+def without(path, *keys):
+    """The checkpoint at ``path`` with the entry ``keys`` (a path into it) removed: a file damaged by hand."""
+    state = torch.load(path, weights_only=False)
+    holder = state
+    for key in keys[:-1]:
+        holder = holder[key]
+    del holder[keys[-1]]
+    torch.save(state, path)
+
+
 def reshaped(path, name, shape):
     """The checkpoint at ``path`` as a run of another width (``shape``) or architecture (None: no ``name``) left
     it under the same run name."""
@@ -338,6 +373,8 @@ def reshaped(path, name, shape):
             r"is not a checkpoint of this run \(its 0.weight is \(16, 4\), this run's \(8, 4\)\)",
         ),
         (lambda p: reshaped(p, "2.bias", None), r"not a checkpoint of this run \(its model lacks '2.bias'\)"),
+        (lambda p: without(p, "history"), r"is damaged: it lacks history; delete it"),
+        (lambda p: without(p, "training", "optimizer"), r"is damaged: it lacks training.optimizer; delete it"),
     ],
 )
 def test_a_bad_checkpoint_is_refused_by_name_and_left_alone(tmp_path, damage, message):

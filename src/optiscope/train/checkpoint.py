@@ -79,6 +79,11 @@ def snapshot(run: Run, rng: list[dict[str, Any]] | None = None) -> dict[str, Any
     }
 
 
+#: what every checkpoint holds (``snapshot``), and what its training state holds when it has one
+SNAPSHOT_KEYS = ("format", "label", "step", "history", "running", "training")
+TRAINING_KEYS = ("model", "optimizer", "scheduler", "data", "rng", "monitor")
+
+
 def save(run: Run, path: Path, rng: list[dict[str, Any]]) -> Path:
     return runs.save_checkpoint(path, snapshot(run, rng))
 
@@ -93,6 +98,16 @@ def load(path: Path, label: str | None = None) -> dict[str, Any]:
         )
     if label is not None and state.get("label") != label:
         raise runs.CheckpointError(f"{path} is the checkpoint of run {state.get('label')!r}, not of {label!r}")
+    training = state.get("training")
+    missing = [k for k in SNAPSHOT_KEYS if k not in state]
+    if isinstance(training, dict):
+        missing += [f"training.{k}" for k in TRAINING_KEYS if k not in training]
+    elif training is not None:
+        missing.append(f"training (a {type(training).__name__})")
+    if missing:
+        raise runs.CheckpointError(
+            f"{path} is damaged: it lacks {', '.join(missing)}; delete it, or use --force to replace the whole run"
+        )
     return state
 
 

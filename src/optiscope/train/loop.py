@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .. import runs
 from ..checks import is_count, is_number
 from ..monitor import Diverged, Monitor
 from ..optim import clip_grad_norm
@@ -176,6 +177,11 @@ def train(
     if checkpoint is not None and checkpoint.exists():
         checkpoints.restore(run, checkpoints.load(checkpoint, run.label), checkpoint)
     running = run.history["status"] == "running"
+    if running and run.step > plan.steps:  # it would be called finished at a step the plan never reaches
+        raise runs.CheckpointError(
+            f"{checkpoint} holds run {run.label} interrupted at step {run.step}, past the plan's steps={plan.steps}; "
+            f"resume it with steps >= {run.step}, or start it afresh"
+        )
     if run.monitor is not None and running:
         # what an interrupted attempt logged after the checkpoint is dropped; a run that ended is left whole (a
         # diverged run's last record is of the step it refused, run.step + 1)
@@ -243,9 +249,10 @@ def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progres
             task.finish(run)
             kept = checkpoints.keep_outcome(run, path) if path is not None and writer else None
             progress.note(f"{run.label}: {diverged}; {_kept(path, kept)}")
-        if run.history["status"] == "running":  # the goal was reached before the first step
+        if run.history["status"] == "running":  # the goal was reached before the first step (or steps=0)
             run.history["status"] = "ok"
             task.finish(run)
+            save()  # as every finished run is: a resume returns this outcome instead of evaluating again
         # a request that came after the last step's check (while the run finished, saved or kept its divergence)
         # still stops the job here, with this run's outcome saved, rather than be forgotten when the next run starts
         if any_rank(stop.requested):
