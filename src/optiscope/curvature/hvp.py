@@ -311,9 +311,12 @@ class HessianOperator:
         self.shapes = [t.shape for t in self.theta.values()]
         self.sizes = [t.numel() for t in self.theta.values()]
         self.size = sum(self.sizes)
-        # vectors in the widest of the parameters' dtypes: a bfloat16 embedding first among float32 weights
-        # must not round every Lanczos vector to bfloat16 (3 significant digits)
-        self.dtype = functools.reduce(torch.promote_types, (t.dtype for t in self.theta.values()))
+        # vectors in the widest of the parameters' dtypes and at least float32: a bfloat16 embedding first among
+        # float32 weights must not round every Lanczos vector to bfloat16 (3 significant digits), nor a model
+        # wholly in float16 or bfloat16 round its eigenvalues and the sums behind them to its dtype; each
+        # product is still taken in the parameters' own dtypes
+        widest = functools.reduce(torch.promote_types, (t.dtype for t in self.theta.values()))
+        self.dtype = torch.promote_types(widest, torch.float32)
         self.device = next(iter(self.theta.values())).device
         devices = {t.device for t in tensors_in(self.batch)}
         if devices and self.device not in devices:  # some may be elsewhere on purpose (lengths for packing on the CPU)
