@@ -9,6 +9,7 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 (before any process group: see train.distributed._import_before_joining)
 import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 import torch
-import torch.distributed as dist
 from rich.console import Console
 from torch import Tensor, nn
 
@@ -525,8 +524,8 @@ def run(config: Config, run_dir: Path) -> Results:
         trainee = new_run(spec, config, data, initial_state, run_dir, procs, console)
         path = checkpoint_path(run_dir, spec.label)
         results_runs[spec.label] = train.train(trainee, task, plan, path, progress=progress, writer=procs.writer)
-    if procs.world > 1:
-        dist.destroy_process_group()
+        del trainee  # its DDP wrapper holds the process group, which stop_processes frees
+    train.stop_processes(procs)
     statuses = [r["status"] for r in results_runs.values()]
     return {
         "status": "diverged" if all(s == "diverged" for s in statuses) else "ok",

@@ -3,11 +3,14 @@
 Every rank draws the same global batch (from a generator all ranks hold in the same state) and trains
 on its slice of rows, so N processes reproduce the single-process run (not with dropout: each rank draws
 its own masks from its own RNG stream); gradients are averaged by ``DistributedDataParallel``; only rank 0
-writes files, and a checkpoint gathers every rank's RNG states (``gathered``).
+writes files, and a checkpoint gathers every rank's RNG states (``gathered``). A job ends with
+``stop_processes`` once its runs (and their DDP wrappers) are released: the process group is then freed and
+gloo's worker threads joined while the interpreter is whole.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -49,12 +52,35 @@ def start_processes(device: str = "auto", batch_size: int | None = None) -> Proc
     if batch_size is not None and batch_size % world:
         raise UserError(f"--batch-size={batch_size} must be divisible by the number of processes ({world})")
     if world > 1 and not dist.is_initialized():
+        _import_before_joining()
         dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank() if dist.is_initialized() else 0
     chosen = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(chosen)
     return Processes(rank, world, chosen)
+
+
+def _import_before_joining() -> None:
+    """Import ``torch.distributed.nn`` while there is no process group yet.
+
+    Its functions take ``group=group.WORLD`` as a default argument, evaluated when the module is first
+    imported; DistributedDataParallel imports it (through ``torch._dynamo``) when the first wrapper is built,
+    after the job has joined, and those defaults would then hold the process group for good (torch 2.13).
+    ``destroy_process_group`` could not free it, gloo's worker threads would outlive it, and one of them
+    releasing a finished collective's tensors (which needs the GIL) while the interpreter shuts down aborts
+    the process ("terminate called without an active exception", SIGABRT) after its work is done. Imported
+    here, the defaults are None."""
+    import torch.distributed.nn  # noqa: F401
+
+
+def stop_processes(procs: Processes) -> None:
+    """Leave the torchrun job (nothing in a single process): free its process groups, which joins gloo's
+    worker threads. Call it on every rank after the last collective, once every DDP wrapper is released (a
+    wrapper holds the group); objects in reference cycles are collected first."""
+    if procs.world > 1 and _joined():
+        gc.collect()
+        dist.destroy_process_group()
 
 
 def wrap(model: nn.Module, procs: Processes, compile: bool = False) -> nn.Module:
