@@ -1,9 +1,10 @@
-"""update_direction leaves every buffer of the model as it was, whatever its forward pass does to them, and an
-embedding's max_norm weight too; the probe takes weight-normed models and max_norm embeddings. Oracles: the buffers
-and weights before the probe, the step a training loop then really takes, and central finite differences of the
-entropy of a moved copy."""
+"""update_direction leaves every buffer of the model as it was, whatever its forward pass does to them, and the weight
+of an embedding (or embedding bag) with max_norm too; the probe takes weight-normed models and max_norm embeddings, and
+refuses one tied to an output head. Oracles: the buffers and weights before the probe, the step a training loop then
+really takes, and central finite differences of the entropy of a moved copy."""
 
 import copy
+import math
 import warnings
 
 import pytest
@@ -187,10 +188,13 @@ def test_the_probe_differentiates_an_embeddings_max_norm_rescaling(precision):
     sample_sequences(model, data[:, 0], T, T, torch.Generator().manual_seed(0))
     assert torch.equal(model.embed.weight.detach(), weight)
 
-    def entropy_at(eta):
-        moved = copy.deepcopy(model)  # the moved copy's forward pass rescales its own weight
-        return mean_entropy_moved(moved, v, eta, data)
+    # the moved copy's forward pass rescales its own weight
+    assert_central_differences(result, lambda eta: mean_entropy_moved(copy.deepcopy(model), v, eta, data))
 
+
+def assert_central_differences(result, entropy_at):
+    """The probe's ``result`` at η = 1e-3 against central differences of ``entropy_at(η)``, the mean entropy
+    after a step η along the probed direction: H, H′ (step 1e-4), H″ (step 1e-3) and the true change."""
     h = 1e-4
     up, mid, down = (entropy_at(e) for e in (h, 0.0, -h))
     assert result["base_value"] == pytest.approx(mid, rel=1e-12)
@@ -199,3 +203,102 @@ def test_the_probe_differentiates_an_embeddings_max_norm_rescaling(precision):
     up, down = (entropy_at(e) for e in (h, -h))
     assert result["approx"]["quadratic"]["vHvv"] == pytest.approx((up - 2 * mid + down) / h**2, rel=1e-5)
     assert result["true"]["entries"][0]["delta_h_true"] == pytest.approx(up - mid, rel=1e-9)
+
+
+class BagLM(TinyCausalLM):
+    """The tiny LM whose positions also see the sum of their token's and the previous token's rows of an
+    ``nn.EmbeddingBag`` with max_norm, whose rows start above it."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(VOCAB, self.embed.embedding_dim, mode="sum", max_norm=1.0)
+        with torch.no_grad():
+            self.bag.weight.mul_(2)
+
+    def forward(self, idx):
+        previous = torch.cat([idx[:, :1], idx[:, :-1]], 1)
+        bags = self.bag(torch.stack([previous, idx], -1).reshape(-1, 2)).reshape(*idx.shape, -1)
+        h = self.embed(idx) + bags
+        prefix = h.cumsum(1) / torch.arange(1, idx.shape[1] + 1, dtype=h.dtype, device=h.device).view(1, -1, 1)
+        return self.head(torch.tanh(self.mix(torch.cat([h, prefix], -1))))
+
+
+@pytest.mark.parametrize("precision", ["float64", "model"])
+def test_an_embedding_bag_with_max_norm_is_stepped_probed_and_left_as_it_was(precision):
+    """``nn.EmbeddingBag(max_norm=…)`` rescales the rows it looks up in place too. update_direction put the weight
+    back and θ + lr·v is the real step (as before). Sampling rescaled the caller's weight (by up to 3.5 here); the
+    probe along a step that leaves the bag's weight failed inside torch.func on that in-place write, after rescaling
+    the caller's weight (by up to 2.2) with ``precision="model"``. Now both leave it, and the probe's terms are central
+    differences of a copy whose forward pass rescales as torch does. Along a step that moves the bag's weight the probe
+    refuses in one line: torch 2.13's ``_embedding_bag`` has no forward-mode rule."""
+    torch.manual_seed(0)
+    model = BagLM().double()
+    batch, data = torch.randint(0, VOCAB, (8, T + 1)), torch.randint(0, VOCAB, (E, T + 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    assert bool((params["bag.weight"].norm(dim=1) > 1.5).all())  # rows the forward pass will rescale
+    v = update_direction(model, opt, lm_loss, batch)
+    sample_sequences(model, data[:, 0], T, T, torch.Generator().manual_seed(0))
+    frozen = {n: d for n, d in v.items() if n != "bag.weight"}
+    result = probe_step(model, frozen, data, [1e-3], precision=precision)
+    with pytest.raises(ValueError, match=r"does not support forward-mode AD.*_embedding_bag.*; use plain tensor ops"):
+        probe_step(model, v, data, [1e-3], precision=precision)
+    for n, p in model.named_parameters():
+        assert torch.equal(p.detach(), params[n]), n
+
+    assert_central_differences(result, lambda eta: mean_entropy_moved(copy.deepcopy(model), frozen, eta, data))
+    lm_loss(model, batch).backward()
+    opt.step()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), params[n] + 0.5 * v[n], rtol=1e-12, atol=1e-14)
+
+
+def tied_max_norm_model():
+    """The tiny LM whose output head is tied to an embedding with max_norm, whose rows start above it."""
+    torch.manual_seed(0)
+    model = TinyCausalLM().double()
+    model.embed = nn.Embedding(VOCAB, model.embed.embedding_dim, max_norm=1.0).double()
+    model.head.weight = model.embed.weight
+    return model
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_a_max_norm_embedding_tied_to_the_head_is_stepped_and_not_probed(optimizer):
+    """update_direction's v is the real step (as before). probe_step rescaled the rows for the lookup only, while
+    the model's forward pass rescales its weight in place and the head then reads it: H(θ) came out 1.871 against
+    the model's 1.921, and along the SGD step H′ 0.161 against 0.013 by central differences. The model has no
+    entropy per sequence to probe: its logits for a sequence depend on the others in the batch (the mean entropy of
+    the sequences scored one at a time is 1.897). probe_step and sample_sequences refuse it in one line."""
+    model = tied_max_norm_model()
+    batch, data = torch.randint(0, VOCAB, (8, T + 1)), torch.randint(0, VOCAB, (E, T + 1))
+    make = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.5), "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.1)}
+    opt = make[optimizer](model.parameters())
+    lr = opt.param_groups[0]["lr"]
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    v = update_direction(model, opt, lm_loss, batch)
+
+    def entropy(sequences):  # the model's own forward pass, on a copy whose weight it rescales
+        return mean_entropy_moved(copy.deepcopy(model), {}, 0.0, sequences)
+
+    alone = sum(entropy(data[i : i + 1]) for i in range(E)) / E
+    assert abs(alone - entropy(data)) > 1e-2
+    tied = r"embed.weight, the weight of an Embedding with max_norm=1.0, is also head.weight: .*; untie them, or set"
+    with pytest.raises(ValueError, match="probe_step: " + tied):
+        probe_step(model, v, data, [1e-3])
+    with pytest.raises(ValueError, match="sample_sequences: " + tied):
+        sample_sequences(model, data[:, 0], T, T, torch.Generator().manual_seed(0))
+    lm_loss(model, batch).backward()
+    opt.step()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), params[n] + lr * v[n], rtol=1e-12, atol=1e-14)
+
+
+def test_a_max_norm_embedding_registered_twice_is_not_tied():
+    """The same embedding module under two names holds its weight alone: it is probed."""
+    torch.manual_seed(0)
+    model = TinyCausalLM().double()
+    model.embed = nn.Embedding(VOCAB, model.embed.embedding_dim, max_norm=1.0).double()
+    model.again = model.embed
+    v = {n: 0.1 * torch.randn_like(p) for n, p in model.named_parameters()}
+    result = probe_step(model, v, torch.randint(0, VOCAB, (E, T + 1)), [1e-3])
+    assert math.isfinite(result["approx"]["delta_h_per_lr"])

@@ -1,14 +1,17 @@
 """update_direction against the real step: θ + lr·v is what torch.optim (or the optimizer itself) then does to a
-copy of the model, with the training loop's clipping, in half precision, and for optimizers with state of their own."""
+copy of the model, with the training loop's clipping, in half precision, for optimizers with state of their own, for
+sparse gradients, parameters the batch gives no gradient and weights over one memory."""
 
 import copy
+import math
 
 import pytest
 import torch
 from torch import nn
 
-from optiscope.probe import probe_step, update_direction
-from tiny_lm import VOCAB, T, TinyCausalLM, lm_loss, setup
+from optiscope.optim import AdamW
+from optiscope.probe import entropy_per_sequence, probe_step, update_direction
+from tiny_lm import VOCAB, E, T, TinyCausalLM, lm_loss, setup
 
 
 def real_step(model, make_optimizer, state, loss_fn, batch, max_grad_norm=None):
@@ -237,3 +240,135 @@ def test_a_learnable_weight_of_the_loss_keeps_its_gradient_and_stays_out_of_the_
     opt.step()
     for n, p in model.named_parameters():
         torch.testing.assert_close(p.detach(), params[n] + 0.1 * v[n], rtol=1e-12, atol=1e-15)
+
+
+def test_a_sparse_gradient_is_stepped_and_its_clipping_refused():
+    """``nn.Embedding(sparse=True)``: without clipping θ + lr·v is the step SGD with momentum takes. With clipping
+    there is no real step: torch's ``clip_grad_norm_`` cannot take a sparse gradient's norm (torch 2.13 raises), nor
+    can ours. The probe failed inside its clipping ("expand is unsupported for Sparse tensors"); now it refuses in
+    one line."""
+    torch.manual_seed(0)
+    model = TinyCausalLM().double()
+    model.embed = nn.Embedding(VOCAB, model.embed.embedding_dim, sparse=True).double()
+    batch = torch.randint(0, VOCAB, (8, T + 1))
+
+    def make(m):
+        return [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)]
+
+    (opt,) = make(model)
+    for _ in range(2):  # momentum buffers, sparse for the embedding
+        opt.zero_grad()
+        lm_loss(model, batch).backward()
+        opt.step()
+    opt.zero_grad()
+    v = update_direction(model, opt, lm_loss, batch)
+    delta = real_step(model, make, [opt.state_dict()], lm_loss, batch)
+    assert sorted(v) == sorted(delta)
+    for name, d in delta.items():
+        torch.testing.assert_close(0.1 * v[name].double(), d, rtol=1e-9, atol=1e-15)
+    with pytest.raises(NotImplementedError, match="linalg_vector_norm"):
+        real_step(model, make, [opt.state_dict()], lm_loss, batch, max_grad_norm=0.05)
+    with pytest.raises(ValueError, match=r"max_grad_norm=0.05, but the gradient of embed.weight is sparse .*; give "):
+        update_direction(model, opt, lm_loss, batch, max_grad_norm=0.05)
+
+
+#: optimizers with state of their own, torch's and ours
+STATEFUL = {
+    "torch-sgd-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "adamw": lambda ps: AdamW(ps, lr=1e-2),
+}
+
+
+class AuxiliaryLM(TinyCausalLM):
+    """The tiny LM with an auxiliary head that only the warm-up's loss uses: the probed batch gives it no gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.aux = nn.Linear(self.embed.embedding_dim, 1)
+
+
+def with_auxiliary_loss(model, batch):
+    return lm_loss(model, batch) + model.aux(model.embed(batch)).square().mean()
+
+
+@pytest.mark.parametrize("set_to_none", [False, True])
+@pytest.mark.parametrize("optimizer", STATEFUL)
+def test_a_parameter_without_a_gradient_moves_as_its_grad_field_says(optimizer, set_to_none):
+    """After ``zero_grad(set_to_none=False)`` a parameter the batch gives no gradient keeps a zero ``.grad``, and
+    torch's and our optimizers step it: momentum and Adam's moments move it. The probe had left it out of v (the real
+    step moved the auxiliary weight by 0.145 with SGD-momentum, 7.7e-3 with AdamW); a ``.grad`` of None is skipped."""
+    torch.manual_seed(0)
+    model = AuxiliaryLM().double()
+    opt = STATEFUL[optimizer](model.parameters())
+    batch = torch.randint(0, VOCAB, (8, T + 1))
+    for _ in range(2):
+        opt.zero_grad(set_to_none=set_to_none)
+        with_auxiliary_loss(model, batch).backward()
+        opt.step()
+    opt.zero_grad(set_to_none=set_to_none)
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    lr = opt.param_groups[0]["lr"]
+    v = update_direction(model, opt, lm_loss, batch)
+    assert ("aux.weight" in v) is not set_to_none
+    lm_loss(model, batch).backward()
+    opt.step()
+    for n, p in model.named_parameters():
+        moved = params[n] + lr * v[n] if n in v else params[n]
+        torch.testing.assert_close(p.detach(), moved, rtol=1e-12, atol=1e-15)
+
+
+def twin_weights(kind):
+    """The tiny LM whose output head's weight is the embedding's: ``tied`` (one parameter under two names) or
+    ``aliased`` (two parameters over one memory, each with its own gradient, each stepped: the step of one moves
+    the other)."""
+    torch.manual_seed(0)
+    model = TinyCausalLM().double()
+    model.head.weight = model.embed.weight if kind == "tied" else nn.Parameter(model.embed.weight.detach())
+    return model
+
+
+def mean_entropy(model, data):
+    with torch.no_grad():
+        return float(entropy_per_sequence(model(data[:, :-1])).sum()) / (data.shape[0] * T)
+
+
+@pytest.mark.parametrize("optimizer", STATEFUL)
+@pytest.mark.parametrize("kind", ["tied", "aliased"])
+def test_weights_over_one_memory_are_stepped_as_the_optimizer_steps_them(kind, optimizer):
+    """The shadow step cloned each parameter on its own, so the step of one aliased parameter did not move the
+    other: lr·v of the embedding was 1.5e-2 off a step of 1.9e-2 (SGD-momentum) and 1.0e-2 off 2.0e-2 (AdamW). Tied
+    weights (one parameter) were right. The probe's true ΔH at η = lr is the real step's."""
+    model = twin_weights(kind)
+    opt = STATEFUL[optimizer](model.parameters())
+    batch, data = torch.randint(0, VOCAB, (8, T + 1)), torch.randint(0, VOCAB, (E, T + 1))
+    for _ in range(2):
+        opt.zero_grad()
+        lm_loss(model, batch).backward()
+        opt.step()
+    opt.zero_grad()
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    lr = opt.param_groups[0]["lr"]
+    v = update_direction(model, opt, lm_loss, batch)
+    result = probe_step(model, v, data, [lr])
+    before = mean_entropy(model, data)
+    lm_loss(model, batch).backward()
+    opt.step()
+    assert model.head.weight.data_ptr() == model.embed.weight.data_ptr()  # still one memory
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), params[n] + lr * v[n], rtol=1e-12, atol=1e-15)
+    true = mean_entropy(model, data) - before
+    assert result["true"]["entries"][0]["delta_h_true"] == pytest.approx(true, rel=1e-9)
+
+
+def test_an_entry_under_a_tied_parameters_second_name_is_named_as_such():
+    """A direction keyed like ``named_parameters(remove_duplicate=False)`` or a state dict holds a tied weight twice;
+    the probe said its second name was "not a parameter of the model"."""
+    model = twin_weights("tied")
+    v = {n: torch.randn_like(p) for n, p in model.named_parameters(remove_duplicate=False)}
+    data = torch.randint(0, VOCAB, (E, T + 1))
+    with pytest.raises(
+        ValueError, match=r"^direction\['head.weight'\] is the parameter 'embed.weight' \(tied\): give its entry once"
+    ):
+        probe_step(model, v, data, [1e-3])
+    del v["head.weight"]
+    assert math.isfinite(probe_step(model, v, data, [1e-3])["approx"]["delta_h_per_lr"])

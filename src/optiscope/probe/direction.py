@@ -12,6 +12,11 @@ norm's running statistics, a call counter, a quantisation observer's range) is u
 its gradients, the optimizer's state and the global random-number state are left exactly as they were. (An
 embedding with ``max_norm`` rescales rows of its weight in place as it looks them up: v includes that, as
 the step's Δθ does, and the weight is put back.)
+
+The shadow step sees what the real one would. A parameter the batch gives no gradient is stepped with a zero
+gradient where its ``.grad`` is a tensor (a loop calling ``zero_grad(set_to_none=False)``: momentum and Adam's
+moments still move it) and skipped where its ``.grad`` is None. Two parameters over one memory (two
+``nn.Parameter`` objects of one tensor) have copies over one copy of it, so that the step of one moves the other.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..checks import is_optimizer, positive
 from ..curvature import loss_fault, map_tensors, require_optimizer_of, rng_forked, tensors_in
@@ -150,12 +156,19 @@ def check_arguments(model: nn.Module, optimizer: Any, loss_fn: Any, max_grad_nor
         )
 
 
-def clip_like_the_model(model: nn.Module, grads: dict[int, Tensor], max_grad_norm: float) -> None:
+def clip_like_the_model(named: dict[int, str], grads: dict[int, Tensor], max_grad_norm: float) -> None:
     """Scale ``grads`` in place (the clones' gradients are these tensors) as ``clip_grad_norm(model.parameters(),
-    max_grad_norm)`` would: the model's by the global norm of them all, those of parameters another optimizer
-    steps included; a tensor outside the model that the optimizer holds is neither counted nor scaled."""
-    own = {id(p) for p in model.parameters()}
-    clip_grad_norm([holding(g) for i, g in grads.items() if i in own], max_grad_norm)
+    max_grad_norm)`` would: the model's (``named``, by id) by the global norm of them all, those of parameters another
+    optimizer steps included; a tensor outside the model that the optimizer holds is neither counted nor scaled. A
+    sparse gradient (``nn.Embedding(sparse=True)``) is refused: neither torch's ``clip_grad_norm_`` nor ours can take
+    its norm (torch 2.13 has no sparse ``vector_norm``), so no training loop clips it so."""
+    sparse = [named[i] for i, g in grads.items() if i in named and g.is_sparse]
+    if sparse:
+        raise ValueError(
+            f"update_direction: max_grad_norm={max_grad_norm!r}, but the gradient of {sparse[0]} is sparse "
+            "(nn.Embedding(sparse=True)), which clip_grad_norm_ cannot clip; give max_grad_norm=None, or sparse=False"
+        )
+    clip_grad_norm([holding(g) for i, g in grads.items() if i in named], max_grad_norm)
 
 
 def holding(grad: Tensor) -> Tensor:
@@ -163,6 +176,46 @@ def holding(grad: Tensor) -> Tensor:
     holder = grad.new_empty(()).expand(grad.shape)
     holder.grad = grad
     return holder
+
+
+def shadow_parameters(params: dict[int, Tensor], start: dict[int, Tensor]) -> dict[int, Tensor]:
+    """Copies of ``params`` (by id) for the shadow step, holding ``start``'s values where it has them (the weights the
+    forward pass renormalised). Parameters over one memory get copies over one copy of it, each at its own offset and
+    strides: the optimizer steps each in place, and the step of one moves the other, as it does the originals."""
+    by_memory: dict[Any, list[int]] = {}
+    for i, p in params.items():
+        by_memory.setdefault(memory_of(p) or i, []).append(i)
+    clones = {}
+    for ids in by_memory.values():
+        if len(ids) == 1:
+            clones[ids[0]] = start.get(ids[0], params[ids[0]]).detach().clone()
+            continue
+        memory = params[ids[0]].untyped_storage().clone()
+        for i in ids:
+            p = params[i]
+            clones[i] = torch.empty(0, dtype=p.dtype, device=p.device).set_(
+                memory, p.storage_offset(), p.shape, p.stride()
+            )
+        with torch.no_grad():
+            for i in ids:
+                if i in start:
+                    clones[i].copy_(start[i])
+    return {i: c.requires_grad_(params[i].requires_grad) for i, c in clones.items()}
+
+
+def memory_of(p: Tensor) -> tuple[torch.device, int] | None:
+    """Where ``p``'s elements are stored: its device and its storage's address; None for a tensor without elements,
+    or without storage of its own (a subclass wrapping other tensors, a DTensor), which is copied on its own."""
+    if p.numel() == 0 or is_traceable_wrapper_subclass(p):
+        return None
+    return p.device, p.untyped_storage().data_ptr()
+
+
+def gradient_left(p: Tensor) -> Tensor | None:
+    """The gradient the step sees on ``p`` when the batch gives it none: zeros where ``p.grad`` is a tensor (the loop
+    zeroes it rather than freeing it, and torch's and our optimizers step a zero gradient), None where it is None
+    (the step skips ``p``)."""
+    return None if p.grad is None else torch.zeros_like(p.grad)
 
 
 @gradients_on()  # a measurement taken from an evaluation loop, under no_grad or inference_mode, too
@@ -180,7 +233,8 @@ def update_direction(
     that calls ``clip_grad_norm_(model.parameters(), max_grad_norm)`` would: by the global norm of all the
     model's gradients, those of parameters another optimizer steps included. Δθ is taken in float64 and v
     returned in the parameter's dtype or float32, whichever is wider: a bfloat16 v would be 1e-3 off the
-    step. Parameters the step does not move are left out (their v is zero).
+    step. Parameters the step does not move are left out (their v is zero); whether one the batch gives no
+    gradient moves is read from its ``.grad`` as the step would (module doc).
     """
     check_arguments(model, optimizer, loss_fn, max_grad_norm)
     named = own_names(model)
@@ -193,11 +247,11 @@ def update_direction(
         else {i: p for i, p in ((id(p), p) for p in model.parameters()) if i in grads}
     )
     # the step starts from the parameters as the forward pass left them: θ + η₀v is where it lands
-    clones = {i: renormalised.get(i, p).detach().clone().requires_grad_(p.requires_grad) for i, p in params.items()}
+    clones = shadow_parameters(params, renormalised)
     for i, clone in clones.items():
-        clone.grad = grads.get(i)
+        clone.grad = grads[i] if i in grads else gradient_left(params[i])
     if max_grad_norm is not None:
-        clip_like_the_model(model, grads, max_grad_norm)
+        clip_like_the_model(named, grads, max_grad_norm)
     if optimizer is None:
         return {named[i]: -c.grad for i, c in clones.items() if i in named and c.grad is not None}
     lr = float(optimizer.param_groups[0]["lr"])

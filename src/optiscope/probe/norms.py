@@ -24,8 +24,11 @@ it looks up the rows of
 
     e · min(1, max_norm / (‖e‖ + 10⁻⁷))        (torch's factor, applied where ‖e‖ > max_norm)
 
-computed out of place, which is the function of the weight a single lookup is; an embedding whose rescaled
-weight is then used again (tied to an output head called after it) is not covered.
+computed out of place, which is the function of the weight a single lookup is; ``F.embedding_bag``'s ``max_norm``
+(``nn.EmbeddingBag``) likewise. An embedding whose weight another module holds too (an output head tied to it) is
+refused (``check_max_norms_untied``): torch's forward pass rescales the rows the whole batch looks up before the
+head reads them, so a sequence's logits depend on the other sequences and on its own later tokens. A forward pass
+that reads the embedding's weight outside the embedding without another module holding it is not detected.
 """
 
 from __future__ import annotations
@@ -35,21 +38,22 @@ from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-NAMES = ("layer_norm", "batch_norm", "instance_norm", "embedding")
+NAMES = ("layer_norm", "batch_norm", "instance_norm", "embedding", "embedding_bag")
 
 
 @contextlib.contextmanager
 def composed_norms() -> Iterator[None]:
-    """``F.layer_norm``, ``F.batch_norm``, ``F.instance_norm`` and ``F.embedding``'s ``max_norm`` from ordinary ops
-    for the duration."""
+    """``F.layer_norm``, ``F.batch_norm``, ``F.instance_norm``, and ``F.embedding``'s and ``F.embedding_bag``'s
+    ``max_norm``, from ordinary ops for the duration."""
     originals = {name: getattr(F, name) for name in NAMES}
     composed = {
         "layer_norm": _layer_norm,
         "batch_norm": _batch_norm(originals["batch_norm"]),
         "instance_norm": _instance_norm(originals["instance_norm"]),
         "embedding": _embedding(originals["embedding"]),
+        "embedding_bag": _embedding_bag(originals["embedding_bag"]),
     }
     for name in NAMES:
         setattr(F, name, composed[name])
@@ -105,11 +109,45 @@ def _instance_norm(original):
     return instance_norm
 
 
+def renormalised_rows(weight: Tensor, max_norm: float | None, norm_type: float) -> Tensor:
+    """``weight`` with every row whose norm exceeds ``max_norm`` rescaled by torch's factor, out of place (module
+    doc); ``weight`` itself without ``max_norm``."""
+    if max_norm is None:
+        return weight
+    norms = torch.linalg.vector_norm(weight, ord=norm_type, dim=-1, keepdim=True)
+    return torch.where(norms > max_norm, weight * (max_norm / (norms + 1e-7)), weight)
+
+
 def _embedding(original):
     def embedding(x, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
-        if max_norm is not None:
-            norms = torch.linalg.vector_norm(weight, ord=norm_type, dim=-1, keepdim=True)
-            weight = torch.where(norms > max_norm, weight * (max_norm / (norms + 1e-7)), weight)
+        weight = renormalised_rows(weight, max_norm, norm_type)
         return original(x, weight, padding_idx, None, norm_type, scale_grad_by_freq, sparse)
 
     return embedding
+
+
+def _embedding_bag(original):
+    def embedding_bag(x, weight, offsets=None, max_norm=None, norm_type=2, *args, **kwargs):
+        weight = renormalised_rows(weight, max_norm, norm_type)
+        return original(x, weight, offsets, None, norm_type, *args, **kwargs)
+
+    return embedding_bag
+
+
+def check_max_norms_untied(model: nn.Module, who: str) -> None:
+    """A one-line error for an embedding with ``max_norm`` whose weight another module holds too (module doc)."""
+    holders: dict[int, list[tuple[nn.Module, str]]] = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for name, p in module.named_parameters(prefix=prefix, recurse=False):
+            holders.setdefault(id(p), []).append((module, name))
+    for module in model.modules():
+        if isinstance(module, nn.Embedding | nn.EmbeddingBag) and module.max_norm is not None:
+            held = holders[id(module.weight)]
+            others = [name for m, name in held if m is not module]
+            if others:
+                mine = next(name for m, name in held if m is module)
+                raise ValueError(
+                    f"{who}: {mine}, the weight of an {type(module).__name__} with max_norm={module.max_norm}, is "
+                    f"also {others[0]}: torch rescales the rows a batch looks up in place before {others[0]} reads "
+                    "them, so a sequence's logits depend on the whole batch; untie them, or set max_norm=None"
+                )

@@ -46,7 +46,7 @@ from ..curvature import in_eval_mode
 from ..curvature.hvp import weight_norms_composed
 from .calls import call_kwargs, forward_mode_attention, logits_of
 from .functionals import check_logits, per_sequence
-from .norms import composed_norms
+from .norms import check_max_norms_untied, composed_norms
 from .terms import along, derivatives, fixed_state, gradient_dot, hessian_quadratic, unwrap
 
 MODES = ("fixed", "policy")
@@ -83,9 +83,11 @@ def sample_sequences(
     followed by ones. The model is sampled as ``probe_step`` scores it, whose importance weights assume as
     much: in eval mode (no dropout, which would also draw from the global random stream; each module's own
     flag is restored after), on copies of its buffers (a forward pass that counts its calls leaves the count), with
-    the probe's normalisations (``norms``: an embedding's ``max_norm`` rescales a copy of its weight)."""
+    the probe's normalisations (``norms``: an embedding's ``max_norm`` rescales a copy of its weight; one whose
+    weight another module holds, a tied output head, is refused)."""
     check_sampling(starts, length, block_size, generator, attention_mask)
     net = unwrap(model)
+    check_max_norms_untied(net, "sample_sequences")
     seq = starts.reshape(len(starts), -1)
     mask = None if attention_mask is None else attention_mask.reshape(seq.shape)
     state = fixed_state(net, {})  # one set of buffer copies for the whole draw, not one per token
@@ -178,7 +180,8 @@ def probe_step(
     positions t whose next-token distribution counts — by default those where both x_t and x_{t+1} are real
     tokens; on-policy with prompts, pass the sampled positions only (their log-probabilities are the importance
     weights). ``F.scaled_dot_product_attention`` runs its math backend and a 🤗 model uses ``eager`` attention meanwhile
-    (``calls.forward_mode_attention``): the fused attention kernels have no forward-mode rules.
+    (``calls.forward_mode_attention``): the fused attention kernels have no forward-mode rules. An embedding with
+    ``max_norm`` whose weight another module holds (a tied output head) is refused (``norms``).
     Returns the seed's ``results.json`` layout (module doc).
     """
     if mode not in MODES:
@@ -226,6 +229,7 @@ def probe_step(
             )
         if not bool(torch.isfinite(v).all()):
             raise ValueError(f"direction[{name!r}] is not finite (a step that diverged?): there is no step to probe")
+    check_max_norms_untied(net, "probe_step")
     half = sorted({str(p.dtype) for p in net.parameters() if p.dtype in (torch.float16, torch.bfloat16)})
     if precision == "model" and half:
         # ΔH of one step is ~1e-6 and below; half precision rounds it away and its derivatives overflow.

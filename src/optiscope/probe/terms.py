@@ -33,8 +33,20 @@ def base_parameters(model: nn.Module, direction: dict[str, Tensor]) -> dict[str,
     params = {n: p.detach() for n, p in model.named_parameters()}
     missing = sorted(set(direction) - set(params))
     if missing:
-        raise ValueError(f"direction has entries for {missing[:5]}, which are not parameters of the model")
+        raise ValueError(unknown_entries(model, missing))
     return {n: params[n] for n in direction}
+
+
+def unknown_entries(model: nn.Module, missing: list[str]) -> str:
+    """The error for direction entries that are no parameter's name. A tied parameter (an output head's weight that is
+    the embedding's) has one name, the first ``named_parameters()`` gives; an entry under its second says so."""
+    first = {id(p): n for n, p in model.named_parameters()}
+    second = {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False) if n != first[id(p)]}
+    tied = [n for n in missing if n in second]
+    if tied:
+        name = second[tied[0]]
+        return f"direction[{tied[0]!r}] is the parameter {name!r} (tied): give its entry once, under {name!r}"
+    return f"direction has entries for {missing[:5]}, which are not parameters of the model"
 
 
 def fixed_state(model: nn.Module, direction: dict[str, Tensor]) -> dict[str, Tensor]:
