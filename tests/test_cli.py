@@ -732,6 +732,7 @@ def test_a_bad_setting_met_after_the_processes_joined_is_said_by_each_that_meets
     monkeypatch.setattr(cli, "cmd_run", failing)
     monkeypatch.setattr(experiments, "data_parallel", lambda: ["fake"])  # not refused under torchrun
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: any(group))
+    monkeypatch.setattr(cli, "leave_job", lambda: None)  # the job joined here is pretend: nothing to free
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
@@ -770,3 +771,20 @@ def test_fresh_seeds_are_said_without_inf_or_nan(values, mean, std, interval, sa
     text = cli.fresh_seeds({"values": values, "mean": mean, "std": std, "interval": interval})
     assert text.startswith(said), text
     assert not re.search(r"\b(nan|inf)\b", text), text
+
+
+@pytest.mark.parametrize("crash, code", [("", 0), ("user", 2), ("internal", 1), ("interrupt", 130)])
+def test_every_command_ends_by_leaving_its_distributed_job(fake, tmp_path, monkeypatch, capsys, crash, code):
+    """A torchrun job's process group is freed as the command line's last act on every path (finished, refused,
+    failed, interrupted), after the error's traceback is gone: a group left alive lets a gloo thread meet the
+    interpreter's shutdown and abort a finished process (train.distributed)."""
+    import fake_experiment
+
+    left = []
+    monkeypatch.setattr(cli, "leave_job", lambda: left.append(sys.exc_info()[1]))
+    if crash == "interrupt":
+        monkeypatch.setattr(fake_experiment, "run", lambda config, run_dir: (_ for _ in ()).throw(KeyboardInterrupt))
+        crash = ""
+    argv = ["run", "fake", "--out", str(tmp_path / "run")] + (["--crash", crash] if crash else [])
+    assert cli.main(argv) == code
+    assert left == [None]  # called once, with no exception in flight

@@ -32,6 +32,7 @@ from rich.table import Table
 
 from . import __version__, contracts, experiments, figures, runs, sweep
 from .errors import ConfigError, UserError
+from .train.distributed import leave_job
 from .train.signals import terminate_as_interrupt
 
 EXIT_INTERNAL = 1
@@ -564,6 +565,14 @@ def main(argv: list[str] | None = None) -> int:
         if runs.is_rank_zero():  # every process gets here: one says it
             _error(refused)
         return EXIT_BAD_INPUT
+    try:
+        return run_command(args, argv, console)
+    finally:
+        leave_job()  # a torchrun job's process group, freed before the interpreter's shutdown (train.distributed)
+
+
+def run_command(args: argparse.Namespace, argv: list[str], console: Console) -> int:
+    """Run the parsed command; its exit code, every error said as the module's docstring says."""
     command = {
         "list": lambda: cmd_list(console),
         "run": lambda: cmd_run(args, console),

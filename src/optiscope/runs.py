@@ -198,11 +198,13 @@ def _record(path: Path, number: int, line: bytes) -> dict[str, Any]:
 
 def truncate_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
     """Rewrite ``path`` atomically with only the records ``keep`` accepts (used when resuming, so
-    records logged after the checkpoint are not duplicated)."""
+    records logged after the checkpoint are not duplicated); left untouched when that is every record, written
+    as they are (a refused resume must not look like one that wrote: ``open_run``)."""
     path = Path(path)
     if path.exists():
-        kept = [json.dumps(r) + "\n" for r in iter_jsonl(path) if keep(r)]
-        atomic_write_text(path, "".join(kept))
+        kept = "".join(json.dumps(r) + "\n" for r in iter_jsonl(path) if keep(r))
+        if kept.encode() != path.read_bytes():
+            atomic_write_text(path, kept)
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> Path:
@@ -356,6 +358,7 @@ def open_run(
                 f"{path} already holds {what}; pass --resume to continue it, --force to replace it, "
                 "or choose another --out"
             )
+        original = (path / CONFIG).read_bytes() if resuming else b""
         atomic_write_json(path / CONFIG, _config_record(stored if resuming else None, experiment, config))
         written = _last_written(path, owned)
         try:
@@ -367,8 +370,8 @@ def open_run(
                 (path / CONFIG).unlink()
             elif resuming and isinstance(e, UserError) and _last_written(path, owned) == written:
                 # a resume refused before it wrote anything (a damaged checkpoint, a corpus gone): it did not
-                # happen, so config.json loses the resumed_with entry written for it
-                atomic_write_json(path / CONFIG, stored)
+                # happen, so config.json is again what it was, without the resumed_with entry written for it
+                atomic_write_bytes(path / CONFIG, original)
             raise
 
 
@@ -383,13 +386,20 @@ def _config_record(stored: dict[str, Any] | None, experiment: str, config: dict[
     return {**stored, "resumed_with": [*stored.get("resumed_with", []), changed]}
 
 
+#: files a run writes whether or not it does any work: its config.json, error.log and lock, and those of the runs
+#: it holds (a sweep's trials), which a refused resume writes too
+BOOKKEEPING = (CONFIG, ERROR_LOG, LOCK)
+
+
 def _last_written(path: Path, owned: Iterable[str]) -> int:
-    """The latest modification time (ns) of the files a run owns in ``path``, config.json and error.log aside
-    (0 for none): it moves when the run writes anything."""
-    entries = [path / name for name in owned if name not in (CONFIG, ERROR_LOG)]
+    """The latest modification time (ns) of the files a run owns in ``path``, its bookkeeping aside (0 for none):
+    it moves when the run writes any result, record, checkpoint or figure."""
+    entries = [path / name for name in owned]
     files = [f for e in entries for f in ([e] if e.is_file() else e.rglob("*") if e.is_dir() else [])]
     times = []
     for f in files:
+        if f.name in BOOKKEEPING or f.is_dir():
+            continue
         with suppress(OSError):  # removed meanwhile
             times.append(f.stat().st_mtime_ns)
     return max(times, default=0)

@@ -211,3 +211,14 @@ def test_sgd_groups_that_differ_get_no_threshold_and_the_reason_names_what_diffe
     stability = stability_threshold(opt)
     assert stability.threshold is None
     assert stability.reason == f"SGD's param groups have different {said}; no single threshold"
+
+
+@pytest.mark.parametrize("make", [lambda ps: torch.optim.SGD(ps, lr=0.1), lambda ps: torch.optim.Adam(ps, lr=0.1)])
+def test_an_optimizer_of_frozen_parameters_has_no_threshold_and_says_why(make):
+    """Every parameter frozen (requires_grad False): no group moves anything, so no threshold, with the reason
+    (it raised IndexError)."""
+    model = nn.Linear(2, 2)
+    opt = make(model.parameters())
+    model.requires_grad_(False)
+    stability = stability_threshold(opt)
+    assert stability.threshold is None and "moves no parameter" in stability.reason

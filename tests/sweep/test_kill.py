@@ -57,7 +57,7 @@ def sweep_command(out: Path, started: Path, hold: Path, *extra: str) -> list[str
         "--optimizers",
         "sgd",
         "--lrs",
-        "0.01,0.1",
+        "0.01,0.1,1",
         "--seeds",
         "1",
         "--workers",
@@ -93,12 +93,14 @@ def survivors():
             os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C", "SIGKILL"])
+@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C", "SIGKILL", "Ctrl-C at the start"])
 def test_a_killed_sweep_leaves_no_worker_and_resumes_without_a_crash(tmp_path, survivors, how):
     """The parent killed (SIGTERM, or SIGKILL) left its pool workers running their trials, each holding its trial's
     folder: an immediate --resume met those folders in use and recorded both trials as crashed. Now a stopped
     sweep stops its workers before it ends, a SIGKILLed one's workers stop by themselves, and the resume waits
-    for a folder still held."""
+    for a folder still held. The round has three trials for two workers: the third, queued by the pool, must not
+    start once the sweep stops (stopped or killed). A Ctrl-C while the workers are still starting (importing
+    torch) reaches the sweep alone: no worker prints a traceback."""
     out, started, hold = tmp_path / "s", tmp_path / "started", tmp_path / "hold"
     started.mkdir()
     hold.touch()  # the trials sleep until it is gone: a survivor is seen as one
@@ -111,14 +113,19 @@ def test_a_killed_sweep_leaves_no_worker_and_resumes_without_a_crash(tmp_path, s
             start_new_session=True,
         )
     try:
-        # both trials of the first round running, each in its own worker (the pid it wrote)
-        wait_for(lambda: len(list(started.iterdir())) == 2 or sweep.poll() is not None, "the trials never started")
-        assert sweep.poll() is None, (tmp_path / "killed.log").read_text()
-        workers = {int(f.read_text().split()[0]) for f in started.iterdir()}
-        family = descendants(sweep.pid)
-        survivors.update(family)
-        assert workers <= family and len(workers) == 2  # the case at hand: two workers running trials
-        if how == "Ctrl-C":  # a terminal sends it to the whole foreground process group
+        if how == "Ctrl-C at the start":  # two workers spawned, neither running a trial yet
+            wait_for(lambda: len(workers_of(sweep.pid)) == 2 or sweep.poll() is not None, "no workers started")
+            workers = set(workers_of(sweep.pid))
+            family = descendants(sweep.pid)
+            survivors.update(family)
+        else:  # both trials of the first round running, each in its own worker (the pid it wrote)
+            wait_for(lambda: len(list(started.iterdir())) == 2 or sweep.poll() is not None, "the trials never started")
+            assert sweep.poll() is None, (tmp_path / "killed.log").read_text()
+            workers = {int(f.read_text().split()[0]) for f in started.iterdir()}
+            family = descendants(sweep.pid)
+            survivors.update(family)
+            assert workers <= family and len(workers) == 2  # the case at hand: two workers running trials
+        if how.startswith("Ctrl-C"):  # a terminal sends it to the whole foreground process group
             os.killpg(sweep.pid, signal.SIGINT)
         else:
             os.kill(sweep.pid, getattr(signal, how))
@@ -130,11 +137,13 @@ def test_a_killed_sweep_leaves_no_worker_and_resumes_without_a_crash(tmp_path, s
     said = (tmp_path / "killed.log").read_text()
     if how == "SIGKILL":
         assert code == -signal.SIGKILL
-        wait_for(lambda: not any(running(pid) for pid in family), f"left running: {sorted(filter(running, family))}")
-    else:  # stopped, not killed: it ends as an interrupted sweep, once it has stopped every process it started
-        assert code == 130 and "interrupted" in said, said
-        assert not any(running(pid) for pid in family), f"left running: {sorted(filter(running, family))}"
-    assert not list((out / "trials").glob("*/*/error.log"))  # neither trial was recorded as crashed
+    else:  # stopped, not killed: it ends as an interrupted sweep, once it has stopped every worker it started
+        assert code == 130 and "interrupted" in said and "Traceback" not in said, said
+        assert not any(running(pid) for pid in workers), f"left running: {sorted(filter(running, workers))}"
+    # the rest (multiprocessing's resource tracker) ends once the sweep and its workers have
+    wait_for(lambda: not any(running(pid) for pid in family), f"left running: {sorted(filter(running, family))}")
+    assert not (started / "sgd@1-seed-0").exists()  # the queued trial never started
+    assert not list((out / "trials").glob("*/*/error.log"))  # no trial was recorded as crashed
     hold.unlink()
     resumed = subprocess.run(
         sweep_command(out, started, hold, "--resume"),
@@ -145,5 +154,12 @@ def test_a_killed_sweep_leaves_no_worker_and_resumes_without_a_crash(tmp_path, s
     )
     assert resumed.returncode == 0, resumed.stderr
     records = runs.read_jsonl(out / "trials.jsonl")
-    assert [r["status"] for r in records] == ["ok"] * 3, records  # two tuning trials, one fresh seed
+    assert [r["status"] for r in records] == ["ok"] * 4, records  # three tuning trials, one fresh seed
     assert runs.read_json(out / "results.json")["optimizers"]["sgd"]["tuned_lr"] == 0.01
+
+
+def workers_of(pid: int) -> list[int]:
+    """The spawned pool workers among ``pid``'s children (the resource tracker, also a child, runs another
+    command line)."""
+    children = [p for p in descendants(pid) if parent_of(p) == pid]
+    return [p for p in children if b"spawn_main" in (Path("/proc") / str(p) / "cmdline").read_bytes()]

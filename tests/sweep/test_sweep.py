@@ -231,3 +231,26 @@ def test_optimizers_named_with_spaces_or_as_a_string_are_refused_in_one_line(syn
         run_sweep(config(optimizers=optimizers, seeds=1, lrs=(0.01, 0.1)), tmp_path / "s")
     assert str(refused.value).startswith(says) and "\n" not in str(refused.value)
     assert not (tmp_path / "s").exists()
+
+
+def test_a_resume_whose_trials_refuse_leaves_the_sweeps_config_as_it_was(synthetic, tmp_path, monkeypatch):
+    """A killed sweep resumed after its input went away (every trial refuses: 'corpus file gone') did not
+    resume: its config.json is byte for byte what it was. The trial folders it opened (their locks, their own
+    config.json written and taken back) are no work of the sweep's."""
+
+    def kill_after_two(record):
+        if len(runs.read_jsonl(tmp_path / "s" / "trials.jsonl")) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(config(seeds=2), tmp_path / "s", report=kill_after_two)
+    before = (tmp_path / "s" / "config.json").read_bytes()
+    module = experiments.load("synthetic")
+
+    def gone(config, run_dir):
+        raise ConfigError("corpus file corpus.txt does not exist")
+
+    monkeypatch.setattr(module, "run", gone)
+    with pytest.raises(ConfigError, match="corpus file corpus.txt does not exist"):
+        run_sweep(config(seeds=2), tmp_path / "s", resume=True)
+    assert (tmp_path / "s" / "config.json").read_bytes() == before

@@ -162,6 +162,28 @@ def test_a_second_stop_request_stops_at_once(tmp_path):
     assert not isinstance(info.value, train.Interrupted) and not (tmp_path / "ckpt.pt").exists()
 
 
+def test_sigterm_then_sigint_is_one_request(tmp_path, straight):
+    """A scheduler's SIGTERM to every process of a job and the sweep's SIGINT passing its own stop on reach a
+    trial's worker together: one request (the step completes and is checkpointed), not the second that stops at
+    once; the resumed run equals the uninterrupted one."""
+
+    def both(step):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    stopped = None
+    try:  # a plain KeyboardInterrupt (stopped at once) must fail this test, not end pytest's session
+        train.train(make_run(tmp_path), Regression(both), PLAN, tmp_path / "ckpt.pt")
+    except KeyboardInterrupt as e:
+        stopped = e
+    assert isinstance(stopped, train.Interrupted), f"stopped by {stopped!r}, not as one request"
+    assert stopped.step == 3 and runs.load_checkpoint(tmp_path / "ckpt.pt")["step"] == 3
+    resumed = make_run(tmp_path)
+    train.train(resumed, Regression(), PLAN, tmp_path / "ckpt.pt")
+    assert_same(straight[0], resumed, straight[1], tmp_path)
+
+
 def test_a_finished_run_is_not_trained_again(tmp_path):
     run = finished(tmp_path)
     again = make_run(tmp_path)
@@ -193,7 +215,7 @@ def test_a_run_interrupted_past_the_plans_steps_is_refused_not_called_finished(t
     with pytest.raises(train.Interrupted):
         train.train(make_run(tmp_path), Regression(stop), PLAN, tmp_path / "ckpt.pt")
     before = (tmp_path / "ckpt.pt").read_bytes()
-    message = r"interrupted at step 7, past the plan's steps=5; resume it with steps >= 7, or start it afresh"
+    message = r"interrupted at step 7, past the plan's steps=5; resume it with steps >= 7, or start it afresh elsewhere"
     with pytest.raises(runs.CheckpointError, match=message):
         train.train(make_run(tmp_path), Regression(), train.Plan(5), tmp_path / "ckpt.pt")
     assert (tmp_path / "ckpt.pt").read_bytes() == before

@@ -63,6 +63,8 @@ class Stability:
 def _shared(groups: list[dict], read: dict[str, Any], name: str) -> tuple[tuple | None, str | None]:
     """(the settings ``read`` takes from each group — {field: function of the group} —, None) when every group
     has the same; else (None, a reason naming each field that differs and its values)."""
+    if not groups:  # every parameter frozen
+        return None, f"{name} moves no parameter (none of its groups holds one that requires grad)"
     values = {f: sorted({get(g) for g in groups}) for f, get in read.items()}
     differing = [f"{f} ({vs})" for f, vs in values.items() if len(vs) > 1]
     if differing:

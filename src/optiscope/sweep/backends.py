@@ -6,12 +6,9 @@ parent, torch's thread pool included). One worker runs the trials in this proces
 pool to start). Every trial runs on ``trial.TRIAL_THREADS`` torch threads in every backend, so that where
 it ran never changes its result.
 
-A sweep that stops (Ctrl-C, SIGTERM, an error) stops its workers before it ends: each gets one SIGINT, the
-training loop's request to stop after a complete step with its checkpoint, and the sweep waits for them, so
-that ``--resume`` finds no trial folder still in use. The workers sit in process groups of their own, so a
-terminal's Ctrl-C reaches the sweep alone and each worker is asked once (a second request would stop it at once,
-without its last steps' checkpoint). A worker whose sweep was killed outright (SIGKILL) notices that its parent
-is gone, stops its trial the same way and exits.
+A sweep that stops (Ctrl-C, SIGTERM, an error) stops its workers before it ends, each after a complete step
+with its checkpoint, so that ``--resume`` finds no trial folder still in use; a worker whose sweep was killed
+outright stops by itself (``workers``).
 
 Ray: each trial is a Ray task asking for one CPU, on the cluster at ``address`` (``ray.init(address)``)
 or, without one, on a local Ray instance started here — so a user with many machines uses Ray's
@@ -21,18 +18,17 @@ scheduler, not ours.
 from __future__ import annotations
 
 import os
-import signal
-import threading
 import time
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from multiprocessing import get_context
 from typing import Any
 
 from ..errors import UserError
 from .trial import Trial, crashed, run_trial
+from .workers import quietly_submitted, start_worker, stop_workers
 
 BACKENDS = ("local", "ray")
 
@@ -49,12 +45,16 @@ class Local:
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
+        self.context = get_context("spawn")
+        self.stopping = self.context.Event()  # set once the sweep stops: no worker of any of its pools starts a trial
         self.pool = self.new_pool(workers) if workers > 1 else None
 
-    @staticmethod
-    def new_pool(workers: int) -> ProcessPoolExecutor:
+    def new_pool(self, workers: int) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(
-            max_workers=workers, mp_context=get_context("spawn"), initializer=start_worker, initargs=(os.getpid(),)
+            max_workers=workers,
+            mp_context=self.context,
+            initializer=start_worker,
+            initargs=(os.getpid(), self.stopping),
         )
 
     def run(self, trials: Sequence[Trial]) -> Iterator[dict[str, Any]]:
@@ -71,18 +71,18 @@ class Local:
             alone = self.new_pool(1)
             started = time.perf_counter()
             try:
-                yield alone.submit(run_in_worker, trial).result()
+                yield quietly_submitted(alone, trial).result()
             except BrokenProcessPool as e:
                 yield crashed(trial, e, time.perf_counter() - started)
             except BaseException:
-                stop_workers(alone)
+                stop_workers(alone, self.stopping)
                 raise
             finally:
                 alone.shutdown(cancel_futures=True)
 
     def in_pool(self, trials: Sequence[Trial]) -> Generator[dict[str, Any], None, list[Trial]]:
         """Yields the records of ``trials`` run on the pool; returns those a dead worker left unfinished."""
-        futures = {self.pool.submit(run_in_worker, trial): i for i, trial in enumerate(trials)}
+        futures = {quietly_submitted(self.pool, trial): i for i, trial in enumerate(trials)}
         unfinished = []
         try:
             for future in as_completed(futures):
@@ -101,69 +101,11 @@ class Local:
     def stop(self) -> None:
         """Stop the trials running now (the sweep is stopping: interrupted, or an error)."""
         if self.pool is not None:
-            stop_workers(self.pool)
+            stop_workers(self.pool, self.stopping)
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
-
-
-#: how often a pool worker looks whether its sweep is still there (seconds)
-PARENT_POLL_SECONDS = 0.2
-#: set in a pool worker while it runs a trial
-_busy = threading.Event()
-
-
-def start_worker(parent: int) -> None:
-    """A pool worker's set-up: a process group of its own (a terminal's Ctrl-C goes to the sweep, which asks
-    each worker once), SIGINT ignored while idle (an idle worker has nothing to stop; ``run_in_worker`` takes it
-    while a trial runs), and a watch on ``parent``, the sweep."""
-    os.setpgrp()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=stop_when_orphaned, args=(parent,), name="optiscope-parent-watch", daemon=True).start()
-
-
-def run_in_worker(trial: Trial) -> dict[str, Any]:
-    """``run_trial`` in a pool worker, where a SIGINT stops the trial as it stops ``optiscope run``."""
-    _busy.set()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return run_trial(trial)
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        _busy.clear()
-
-
-def stop_when_orphaned(parent: int) -> None:
-    """Once ``parent`` is gone (killed outright: a sweep that stops stops its workers itself), stop this worker's
-    trial after a complete step, as a SIGINT does, and end the process: nobody is left to give it work or to
-    read its record (the sweep's ``--resume`` runs the trial on from its checkpoint)."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_POLL_SECONDS)
-    if _busy.is_set():
-        os.kill(os.getpid(), signal.SIGINT)
-        while _busy.is_set():
-            time.sleep(PARENT_POLL_SECONDS)
-    os._exit(0)
-
-
-def stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Ask every worker of ``pool`` once to stop its trial (SIGINT: after a complete step, with its checkpoint)
-    and wait until they have all ended. A second Ctrl-C while waiting asks them again, which stops them at once
-    (their last periodic checkpoints are intact), and ends the wait."""
-    # the pool's own table of its processes: Python 3.11 offers no public handle on them (3.14 adds
-    # ProcessPoolExecutor.terminate_workers)
-    workers = list((getattr(pool, "_processes", None) or {}).values())
-    for worker in workers:
-        with suppress(ProcessLookupError):
-            os.kill(worker.pid, signal.SIGINT)
-    try:
-        pool.shutdown(wait=True, cancel_futures=True)
-    except KeyboardInterrupt:
-        for worker in workers:
-            with suppress(ProcessLookupError):
-                os.kill(worker.pid, signal.SIGINT)
-        raise
 
 
 class Ray:

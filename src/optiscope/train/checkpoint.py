@@ -103,7 +103,10 @@ def load(path: Path, label: str | None = None) -> dict[str, Any]:
     if isinstance(training, dict):
         missing += [f"training.{k}" for k in TRAINING_KEYS if k not in training]
     elif training is not None:
-        missing.append(f"training (a {type(training).__name__})")
+        raise runs.CheckpointError(
+            f"{path} is damaged: its training entry is a {type(training).__name__}, not a dict; delete it, or use "
+            "--force to replace the whole run"
+        )
     if missing:
         raise runs.CheckpointError(
             f"{path} is damaged: it lacks {', '.join(missing)}; delete it, or use --force to replace the whole run"

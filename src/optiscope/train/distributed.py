@@ -78,7 +78,15 @@ def stop_processes(procs: Processes) -> None:
     """Leave the torchrun job (nothing in a single process): free its process groups, which joins gloo's
     worker threads. Call it on every rank after the last collective, once every DDP wrapper is released (a
     wrapper holds the group); objects in reference cycles are collected first."""
-    if procs.world > 1 and _joined():
+    if procs.world > 1:
+        leave_job()
+
+
+def leave_job() -> None:
+    """``stop_processes`` for whatever job this process is in, if any: the command line's last act, on every
+    path (finished, interrupted, refused, failed), once the command's frames and any error's traceback, which may
+    hold a DDP wrapper, are gone."""
+    if _joined():
         gc.collect()
         dist.destroy_process_group()
 

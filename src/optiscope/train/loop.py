@@ -174,22 +174,22 @@ def train(
     If ``checkpoint`` exists the run continues from it; a finished run's checkpoint returns its history
     as it is. Only the ``writer`` (rank 0) writes the checkpoint. Returns ``run.history``.
     """
-    if checkpoint is not None and checkpoint.exists():
-        checkpoints.restore(run, checkpoints.load(checkpoint, run.label), checkpoint)
-    running = run.history["status"] == "running"
-    if running and run.step > plan.steps:  # it would be called finished at a step the plan never reaches
-        raise runs.CheckpointError(
-            f"{checkpoint} holds run {run.label} interrupted at step {run.step}, past the plan's steps={plan.steps}; "
-            f"resume it with steps >= {run.step}, or start it afresh"
-        )
-    if run.monitor is not None and running:
-        # what an interrupted attempt logged after the checkpoint is dropped; a run that ended is left whole (a
-        # diverged run's last record is of the step it refused, run.step + 1)
-        run.monitor.rewind_sinks(run.step)
-        if run.monitor.guard is not None:
-            run.monitor.guard = run.monitor.guard.within(plan.steps)
     progress = progress or Progress(enabled=False)
     try:
+        if checkpoint is not None and checkpoint.exists():
+            checkpoints.restore(run, checkpoints.load(checkpoint, run.label), checkpoint)
+        running = run.history["status"] == "running"
+        if running and run.step > plan.steps:  # it would be called finished at a step the plan never reaches
+            raise runs.CheckpointError(
+                f"{checkpoint} holds run {run.label} interrupted at step {run.step}, past the plan's "
+                f"steps={plan.steps}; resume it with steps >= {run.step}, or start it afresh elsewhere"
+            )
+        if run.monitor is not None and running:
+            # what an interrupted attempt logged after the checkpoint is dropped; a run that ended is left whole (a
+            # diverged run's last record is of the step it refused, run.step + 1)
+            run.monitor.rewind_sinks(run.step)
+            if run.monitor.guard is not None:
+                run.monitor.guard = run.monitor.guard.within(plan.steps)
         if running:
             _loop(run, task, plan, checkpoint, progress, writer)
     finally:

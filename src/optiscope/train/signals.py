@@ -1,10 +1,12 @@
 """Ctrl-C and SIGTERM as requests to stop after the current step, so the checkpoint is a complete one.
 
 Inside ``stop_requests()`` the first SIGINT or SIGTERM only sets a flag: the training loop finishes the
-step it is in, writes a checkpoint of that complete state and raises ``Interrupted``. A second signal
-stops at once (``KeyboardInterrupt``); the last periodic checkpoint is intact, because every checkpoint
-is written atomically. Outside the main thread (where Python cannot install handlers) the signals keep
-their default behaviour.
+step it is in, writes a checkpoint of that complete state and raises ``Interrupted``. The same signal a
+second time stops at once (``KeyboardInterrupt``: a second Ctrl-C); the last periodic checkpoint is intact,
+because every checkpoint is written atomically. The other signal is the same request again, not a second one:
+a job scheduler that sends SIGTERM to every process of a job reaches a sweep's workers as well as the sweep,
+which passes its stop on to them as SIGINT. Outside the main thread (where Python cannot install handlers)
+the signals keep their default behaviour.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ class StopRequest:
         return self.signal is not None
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signal is not None:
-            raise KeyboardInterrupt  # the second request: stop now
+        if self.signal == signum:
+            raise KeyboardInterrupt  # the same signal again: stop now
         self.signal = signum
 
 
