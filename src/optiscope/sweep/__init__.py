@@ -4,6 +4,7 @@ that grows until the best is interior, then several seeds — run on a local pro
 * ``grid`` — the protocol, as pure functions of the measurements;
 * ``trial`` — one optimizer at one learning rate and seed, an ordinary run directory of the experiment;
 * ``backends`` — a local process pool, or Ray tasks;
+* ``workers`` — the local pool's processes, and how a sweep that stops stops them;
 * ``stats`` — mean ± std, Student's and Welch's intervals, differences beyond seed noise;
 * ``results`` — the ``Results`` of a sweep's results.json;
 * ``sweep`` — ``run_sweep``: the directory, the rounds of trials, resume.
