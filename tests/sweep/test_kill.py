@@ -111,6 +111,7 @@ def test_a_killed_sweep_leaves_no_worker_and_resumes_without_a_crash(tmp_path, s
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=sigint_as_at_a_terminal,
         )
     try:
         if how == "Ctrl-C at the start":  # two workers spawned, neither running a trial yet
@@ -156,6 +157,13 @@ def test_a_killed_sweep_leaves_no_worker_and_resumes_without_a_crash(tmp_path, s
     records = runs.read_jsonl(out / "trials.jsonl")
     assert [r["status"] for r in records] == ["ok"] * 4, records  # three tuning trials, one fresh seed
     assert runs.read_json(out / "results.json")["optimizers"]["sgd"]["tuned_lr"] == 0.01
+
+
+def sigint_as_at_a_terminal() -> None:
+    """SIGINT's default action in the sweep, whatever this process was started with: a test run in the background
+    by a non-interactive shell (``make test &``, a CI runner) inherits SIGINT ignored, which Python then keeps
+    ignoring, as would the sweep, and a Ctrl-C from a terminal never reaches such a process anyway."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def workers_of(pid: int) -> list[int]:
