@@ -97,6 +97,8 @@ def mark_start(config) -> None:
 
 
 def run(config, run_dir):
+    if runs_of(config)[0].lr == config.die_at:
+        os._exit(1)
     if config.started:
         mark_start(config)
     if config.hold:
@@ -105,8 +107,6 @@ def run(config, run_dir):
         raise ConfigError(f"corpus file {config.text} does not exist")
     out = {}
     for spec in runs_of(config):
-        if spec.lr == config.die_at:
-            os._exit(1)
         if spec.lr == config.crash_at:
             raise RuntimeError(f"trial at {spec.lr} crashed on purpose")
         optimum = config.sgd_optimum if spec.optimizer == "sgd" else config.adam_optimum

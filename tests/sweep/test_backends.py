@@ -5,6 +5,7 @@ import dataclasses
 import fcntl
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,35 @@ def test_a_trial_whose_pool_worker_died_is_its_crash_and_the_trials_beside_it_fi
     assert [(t["lr"], t["seed"], t["status"]) for t in died["trials"]] == [
         (t["lr"], t["seed"], t["status"]) for t in raised["trials"]
     ]
+
+
+def test_a_broken_pool_stops_the_trials_beside_the_dead_one_and_starts_none(synthetic, tmp_path):
+    """A worker that dies breaks the pool, which fails every call it had not finished: the trial running beside
+    it is stopped after a step (to run again alone, from its checkpoint) instead of finishing for nothing, and
+    the trial the pool had queued does not start in the broken pool (it ran to its end there, with nobody to
+    read its record). The markers the trials leave when they start are the oracle: each process that ran it."""
+    started, hold = tmp_path / "started", tmp_path / "hold"
+    started.mkdir()
+    hold.touch()  # the survivor at 0.01 sleeps until the test removes it
+    options = {"sgd_optimum": 0.01, "die_at": 0.1, "started": str(started), "sleep_while": str(hold)}
+    config = dataclasses.replace(small(options, workers=2), lrs=(0.01, 0.1, 1.0), seeds=1)
+    done = []
+    sweep = threading.Thread(target=lambda: done.append(run_sweep(config, tmp_path / "s")))
+    sweep.start()
+    try:
+        survivor = started / "sgd@0.01-seed-0"
+        deadline = time.monotonic() + 120
+        # the survivor stopped and started again alone (a second process id): the broken pool is behind
+        while not (survivor.exists() and len(survivor.read_text().split()) == 2):
+            assert time.monotonic() < deadline and sweep.is_alive(), "the survivor never ran again alone"
+            time.sleep(0.05)
+        assert not (started / "sgd@1-seed-0").exists()  # the queued trial did not start in the broken pool
+    finally:
+        hold.unlink()
+        sweep.join(timeout=120)
+    tuning = [(t["lr"], t["status"]) for t in done[0]["trials"] if t["seed"] == 0]
+    assert sorted(tuning) == [(0.01, "ok"), (0.1, "crashed"), (1.0, "ok")]
+    assert len((started / "sgd@1-seed-0").read_text().split()) == 1  # it ran once, alone
 
 
 def test_a_trial_waits_for_its_folder_held_by_a_stopping_process(synthetic, tmp_path):

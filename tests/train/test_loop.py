@@ -184,6 +184,22 @@ def test_sigterm_then_sigint_is_one_request(tmp_path, straight):
     assert_same(straight[0], resumed, straight[1], tmp_path)
 
 
+def test_a_signal_that_came_before_stops_at_once_whichever_came_between(tmp_path):
+    """SIGTERM, SIGINT (one request), then SIGTERM again: a second request, which stops at once."""
+
+    def thrice(step):
+        if step == 3:
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
+                os.kill(os.getpid(), signum)
+
+    stopped = None
+    try:
+        train.train(make_run(tmp_path), Regression(thrice), PLAN, tmp_path / "ckpt.pt")
+    except KeyboardInterrupt as e:
+        stopped = e
+    assert type(stopped) is KeyboardInterrupt and not (tmp_path / "ckpt.pt").exists()
+
+
 def test_a_finished_run_is_not_trained_again(tmp_path):
     run = finished(tmp_path)
     again = make_run(tmp_path)

@@ -17,10 +17,9 @@ scheduler, not ours.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Generator, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from multiprocessing import get_context
@@ -28,7 +27,7 @@ from typing import Any
 
 from ..errors import UserError
 from .trial import Trial, crashed, run_trial
-from .workers import quietly_submitted, start_worker, stop_workers
+from .workers import WorkerPool
 
 BACKENDS = ("local", "ray")
 
@@ -46,16 +45,8 @@ class Local:
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self.context = get_context("spawn")
-        self.stopping = self.context.Event()  # set once the sweep stops: no worker of any of its pools starts a trial
-        self.pool = self.new_pool(workers) if workers > 1 else None
-
-    def new_pool(self, workers: int) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=self.context,
-            initializer=start_worker,
-            initargs=(os.getpid(), self.stopping),
-        )
+        self.pool = WorkerPool(workers, self.context) if workers > 1 else None
+        self.alone: WorkerPool | None = None  # the pool of one rerunning a trial that a broken pool left
 
     def run(self, trials: Sequence[Trial]) -> Iterator[dict[str, Any]]:
         if self.pool is None:
@@ -65,30 +56,37 @@ class Local:
         unfinished = yield from self.in_pool(trials)
         if not unfinished:
             return
-        self.pool.shutdown()
-        self.pool = self.new_pool(self.workers)  # for the rounds to come
+        self.pool.close()
+        self.pool = WorkerPool(self.workers, self.context)  # for the rounds to come
         for trial in unfinished:
-            alone = self.new_pool(1)
+            self.alone = WorkerPool(1, self.context)
             started = time.perf_counter()
             try:
-                yield quietly_submitted(alone, trial).result()
+                yield self.alone.submit(trial).result()
             except BrokenProcessPool as e:
                 yield crashed(trial, e, time.perf_counter() - started)
-            except BaseException:
-                stop_workers(alone, self.stopping)
+            except BaseException:  # stopped before close() would wait for the trial to finish
+                self.alone.stop()
                 raise
             finally:
-                alone.shutdown(cancel_futures=True)
+                self.alone.close()
+                self.alone = None
 
     def in_pool(self, trials: Sequence[Trial]) -> Generator[dict[str, Any], None, list[Trial]]:
-        """Yields the records of ``trials`` run on the pool; returns those a dead worker left unfinished."""
-        futures = {quietly_submitted(self.pool, trial): i for i, trial in enumerate(trials)}
+        """Yields the records of ``trials`` run on the pool; returns those a dead worker left unfinished. Once
+        one has died, the pool is stopped: the executor fails every call it had not finished, so the trials its
+        other workers run are stopped after a step (each to run again from its checkpoint) rather than finished
+        for nothing, and the trial it had queued does not start."""
+        assert self.pool is not None
+        futures = {self.pool.submit(trial): i for i, trial in enumerate(trials)}
         unfinished = []
         try:
             for future in as_completed(futures):
                 try:
                     record = future.result()
                 except BrokenProcessPool:
+                    if not unfinished:
+                        self.pool.stop()
                     unfinished.append(futures[future])
                     continue
                 yield record
@@ -100,12 +98,13 @@ class Local:
 
     def stop(self) -> None:
         """Stop the trials running now (the sweep is stopping: interrupted, or an error)."""
-        if self.pool is not None:
-            stop_workers(self.pool, self.stopping)
+        for pool in (self.pool, self.alone):
+            if pool is not None:
+                pool.stop()
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
+            self.pool.close()
 
 
 class Ray:

@@ -71,7 +71,7 @@ def finished_results(out: Path, config: Any) -> dict[str, Any] | None:
 
 
 #: how long a trial waits for its folder to be let go by a process still stopping: a pool worker of a sweep that was
-#: killed outright stops its trial after a complete step (``backends.stop_when_orphaned``), so a ``--resume`` at
+#: killed outright stops its trial after a complete step (``workers.stop_when_orphaned``), so a ``--resume`` at
 #: once meets the folder in use for that long; past this, the trial is recorded as crashed (in use) and run again
 #: by the next ``--resume``
 HELD_FOLDER_WAIT_SECONDS = 120.0

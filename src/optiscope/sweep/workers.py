@@ -1,21 +1,21 @@
-"""The processes of the local pool, and how a sweep that stops stops them.
+"""The local backend's process pool, and how a sweep that stops stops its workers.
 
-A sweep stopped by Ctrl-C, SIGTERM or an error asks each of its workers once to stop its trial: it sets the
-pool's ``stopping`` event, then sends each worker SIGINT, which the training loop takes as its request to stop
-after a complete step, with that step's checkpoint (``train.signals``). The event keeps a worker from starting
-another trial afterwards: the pool hands a worker the next queued trial as soon as its last one ended (Python's
-``ProcessPoolExecutor`` queues one call more than it has workers, and a call already queued cannot be
-cancelled), and a worker that took its trial just before the signal came had not yet installed the handler that
-turns it into a stop. The sweep then waits for its workers, at most ``STOP_GRACE_SECONDS``; one still running
-past that is killed, from its last periodic checkpoint.
+A ``WorkerPool`` is a ``ProcessPoolExecutor`` of spawned processes set up by ``start_worker``, with an event,
+``stopping``, that tells its workers to start no further trial. Stopping a pool (the sweep was interrupted or
+failed, or one of the pool's workers died and broke it) sets that event, then asks each live worker once, by
+SIGINT, to stop its trial: the training loop takes it as its request to stop after a complete step, with that
+step's checkpoint (``train.signals``). The event is needed because the executor hands a worker the next queued
+trial as soon as its last one ends (Python's executor queues one call more than it has workers, and a call once
+queued cannot be cancelled), and because a worker that took its trial just before the signal came had not yet
+installed the handler that turns the signal into a stop. Then the pool waits for its workers, at most
+``STOP_GRACE_SECONDS``; one still running past that is killed, from its last periodic checkpoint. A second
+Ctrl-C meanwhile asks the workers again, which stops them at once (``train.signals``), and a third kills them:
+no worker is ever left for the interpreter's exit to wait on.
 
-Each worker is a process group of its own, so a terminal's Ctrl-C reaches the sweep alone, and asks each worker
-once (a second request would stop it at once, without its last steps' checkpoint). It ignores SIGINT while it
-runs no trial, and SIGTERM from outside (a scheduler signalling every process of a job), whose stop the sweep
-passes on as SIGINT; a SIGTERM that comes during training is the same request as that SIGINT
-(``train.signals``: only the same signal twice stops at once). A worker started with SIGINT blocked
-(``quietly_submitted``) keeps it blocked until it is in its own group, so a Ctrl-C while the worker imports torch
-does not reach it either. A worker whose sweep was killed outright (SIGKILL) notices that its parent is gone,
+Each worker is a process group of its own, so that a terminal's Ctrl-C reaches the sweep alone and each worker
+is asked once. While it starts (spawned, it imports torch for seconds before ``start_worker`` runs) it holds
+SIGINT blocked, inherited from the sweep's thread that started it (``submit``), and it ignores SIGINT
+whenever it runs no trial. A worker whose sweep was killed outright (SIGKILL) notices that its parent is gone,
 stops its trial the same way, starts no other and exits.
 """
 
@@ -26,54 +26,114 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from .trial import Trial, run_trial
 
 #: how often a worker looks whether its sweep is still there (seconds)
 PARENT_POLL_SECONDS = 0.2
-#: how long a stopping sweep waits for its workers to stop their trials before it kills them (seconds)
+#: how long a stopping pool waits for its workers to stop their trials before it kills them (seconds)
 STOP_GRACE_SECONDS = 120.0
+#: after a second Ctrl-C (the workers asked to stop at once), how long before they are killed (seconds)
+AT_ONCE_GRACE_SECONDS = 10.0
 
 #: set in a worker while it runs a trial (or is about to)
 _busy = threading.Event()
 #: set in a worker once its sweep is gone
 _orphaned = threading.Event()
-#: the pool's event, set by a sweep that is stopping (``start_worker`` keeps it)
+#: the worker's pool's ``stopping`` event (``start_worker`` keeps it)
 _stopping: Any = None
 
 
-def quietly_submitted(pool: ProcessPoolExecutor, trial: Trial) -> Future:
-    """``pool.submit(run_in_worker, trial)`` with SIGINT blocked in this thread meanwhile: a worker it starts
-    inherits the blocked signal and keeps it until ``start_worker`` has moved it to a process group of its own.
-    A Ctrl-C in that moment waits, and reaches this process once the worker has started."""
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+class WorkerPool:
+    """``workers`` spawned processes (``start_worker``) that run trials, and the event that stops them."""
+
+    def __init__(self, workers: int, context: Any) -> None:
+        self.stopping = context.Event()
+        self.executor = ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=start_worker, initargs=(os.getpid(), self.stopping)
+        )
+
+    def submit(self, trial: Trial) -> Future:
+        """``run_in_worker(trial)`` on the pool. A worker started meanwhile inherits SIGINT blocked (see the
+        module's docstring); a Ctrl-C or SIGTERM that comes meanwhile is acted on once the call is made, not
+        raised inside the executor, where it could leave a worker half-started."""
+        with signals_held():
+            return self.executor.submit(run_in_worker, trial)
+
+    def stop(self) -> None:
+        """Set ``stopping``, ask every live worker once to stop its trial (SIGINT) and wait until each has
+        ended, killing any still running after ``STOP_GRACE_SECONDS``. A Ctrl-C while waiting asks them again
+        (stop at once), waits ``AT_ONCE_GRACE_SECONDS``, kills what is left and is raised; one more kills them
+        now."""
+        workers: list[Any] = []
+        try:
+            self.stopping.set()
+            # the executor's own table of its processes: Python 3.11 offers no public handle on them (3.14 adds
+            # ProcessPoolExecutor.terminate_workers); one that has ended is not signalled (its pid may be reused)
+            workers = [w for w in list((getattr(self.executor, "_processes", None) or {}).values()) if w.is_alive()]
+            signal_each(workers, signal.SIGINT)
+            # they end once their trials have and the executor has told them to (shutdown, not waited for here)
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            signal_each(wait_for_exit(workers, STOP_GRACE_SECONDS), signal.SIGKILL)
+        except KeyboardInterrupt:
+            try:
+                self.executor.shutdown(wait=False, cancel_futures=True)
+                signal_each(workers, signal.SIGINT)
+                signal_each(wait_for_exit(workers, AT_ONCE_GRACE_SECONDS), signal.SIGKILL)
+            finally:
+                signal_each(workers, signal.SIGKILL)  # a third Ctrl-C: now (nothing left after the second)
+            raise
+
+    def close(self) -> None:
+        """Shut the pool down once its trials have ended."""
+        self.executor.shutdown(cancel_futures=True)
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """For the block, SIGINT blocked in this thread (a process started meanwhile inherits the mask) and, in the
+    main thread, SIGINT and SIGTERM noted instead of acted on (torch's threads do not block them, and Python runs
+    its handlers in the main thread whichever thread received the signal); after, each noted signal is raised
+    again under the handler restored."""
+    noted: list[int] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM):
+            previous[s] = signal.signal(s, lambda signum, frame: noted.append(signum))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        return pool.submit(run_in_worker, trial)
+        yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: one set outside Python
+        for s in dict.fromkeys(noted):
+            signal.raise_signal(s)
 
 
 def start_worker(parent: int, stopping: Any) -> None:
-    """A worker's set-up (the pool's ``initializer``): a process group of its own, SIGINT and SIGTERM ignored
-    while it runs no trial, and a watch on ``parent``, the sweep. ``stopping``: the pool's event."""
+    """A worker's set-up (the executor's ``initializer``): a process group of its own, SIGINT ignored while it
+    runs no trial and then unblocked, and a watch on ``parent``, the sweep. ``stopping``: its pool's event."""
     global _stopping
     _stopping = stopping
     os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     threading.Thread(target=stop_when_orphaned, args=(parent,), name="optiscope-parent-watch", daemon=True).start()
 
 
 def run_in_worker(trial: Trial) -> dict[str, Any]:
     """``run_trial`` in a worker, where a SIGINT stops the trial as it stops ``optiscope run``; none starts once
-    the sweep is stopping or gone (it raises ``KeyboardInterrupt`` instead, as an interrupted trial does)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    _busy.set()
-    try:  # checked after the handler is in place: a stop requested since is seen here or by the handler
+    its pool is stopping or its sweep is gone (it raises ``KeyboardInterrupt`` instead, as an interrupted trial
+    does)."""
+    _busy.set()  # while SIGINT is still ignored: nothing can interrupt it before the try
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # checked after the handler is in place: a stop requested since is seen here or by the handler
         if _orphaned.is_set() or (_stopping is not None and _stopping.is_set()):
             raise KeyboardInterrupt
         return run_trial(trial)
@@ -84,42 +144,26 @@ def run_in_worker(trial: Trial) -> dict[str, Any]:
 
 def stop_when_orphaned(parent: int) -> None:
     """Once ``parent`` is gone (killed outright: a sweep that stops stops its workers itself), stop this worker's
-    trial after a complete step, as a SIGINT does, and end the process: nobody is left to give it work or to
-    read its record (the sweep's ``--resume`` runs the trial on from its checkpoint)."""
+    trial after a complete step, as a SIGINT does, and end the process (after ``STOP_GRACE_SECONDS`` at most):
+    nobody is left to give it work or to read its record (the sweep's ``--resume`` runs the trial on from its
+    checkpoint)."""
     while os.getppid() == parent:
         time.sleep(PARENT_POLL_SECONDS)
     _orphaned.set()  # before looking at _busy: a trial taken from now on does not start
     if _busy.is_set():
         os.kill(os.getpid(), signal.SIGINT)
-        while _busy.is_set():
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while _busy.is_set() and time.monotonic() < deadline:
             time.sleep(PARENT_POLL_SECONDS)
     os._exit(0)
 
 
-def stop_workers(pool: ProcessPoolExecutor, stopping: Any) -> None:
-    """Set ``stopping`` (the pool's event), ask every worker of ``pool`` once to stop its trial (SIGINT), and
-    wait until each has ended, killing any still running after ``STOP_GRACE_SECONDS``. A Ctrl-C while waiting
-    asks them again, which stops them at once (their last periodic checkpoints are intact), and is raised."""
-    stopping.set()
-    # the pool's own table of its processes: Python 3.11 offers no public handle on them (3.14 adds
-    # ProcessPoolExecutor.terminate_workers); a worker that has ended is not signalled (its pid may be reused)
-    workers = [w for w in list((getattr(pool, "_processes", None) or {}).values()) if w.is_alive()]
-    try:
-        signal_each(workers, signal.SIGINT)
-        # the workers end once their trials have and the pool has told them to (shutdown, without waiting here)
-        pool.shutdown(wait=False, cancel_futures=True)
-        left = wait_for_exit(workers, STOP_GRACE_SECONDS)
-        signal_each(left, signal.SIGKILL)
-    except KeyboardInterrupt:
-        signal_each([w for w in workers if w.is_alive()], signal.SIGINT)
-        raise
-    pool.shutdown(wait=True)
-
-
 def signal_each(workers: list[Any], signum: int) -> None:
+    """Send ``signum`` to each of ``workers`` (multiprocessing processes) that has not ended."""
     for worker in workers:
-        with suppress(ProcessLookupError):
-            os.kill(worker.pid, signum)
+        if worker.exitcode is None:
+            with suppress(ProcessLookupError):
+                os.kill(worker.pid, signum)
 
 
 def wait_for_exit(workers: list[Any], seconds: float) -> list[Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -82,13 +83,22 @@ def stop_processes(procs: Processes) -> None:
         leave_job()
 
 
-def leave_job() -> None:
+#: how long ``leave_job`` waits for the process group to be freed (seconds)
+LEAVE_SECONDS = 10.0
+
+
+def leave_job(seconds: float = LEAVE_SECONDS) -> None:
     """``stop_processes`` for whatever job this process is in, if any: the command line's last act, on every
     path (finished, interrupted, refused, failed), once the command's frames and any error's traceback, which may
-    hold a DDP wrapper, are gone."""
-    if _joined():
-        gc.collect()
-        dist.destroy_process_group()
+    hold a DDP wrapper, are gone. It waits ``seconds`` at most: a rank stopped at once in the middle of a
+    collective (a second Ctrl-C) would otherwise wait for the peer that never joins it, until gloo's timeout
+    (30 minutes by default)."""
+    if not _joined():
+        return
+    gc.collect()
+    leaving = threading.Thread(target=dist.destroy_process_group, name="optiscope-leave-job", daemon=True)
+    leaving.start()
+    leaving.join(seconds)
 
 
 def wrap(model: nn.Module, procs: Processes, compile: bool = False) -> nn.Module:

@@ -1,9 +1,9 @@
 """Ctrl-C and SIGTERM as requests to stop after the current step, so the checkpoint is a complete one.
 
 Inside ``stop_requests()`` the first SIGINT or SIGTERM only sets a flag: the training loop finishes the
-step it is in, writes a checkpoint of that complete state and raises ``Interrupted``. The same signal a
-second time stops at once (``KeyboardInterrupt``: a second Ctrl-C); the last periodic checkpoint is intact,
-because every checkpoint is written atomically. The other signal is the same request again, not a second one:
+step it is in, writes a checkpoint of that complete state and raises ``Interrupted``. A signal that has
+come before stops at once (``KeyboardInterrupt``: a second Ctrl-C); the last periodic checkpoint is intact,
+because every checkpoint is written atomically. The first of each kind is the same request, not a second one:
 a job scheduler that sends SIGTERM to every process of a job reaches a sweep's workers as well as the sweep,
 which passes its stop on to them as SIGINT. Outside the main thread (where Python cannot install handlers)
 the signals keep their default behaviour.
@@ -32,16 +32,16 @@ class Interrupted(KeyboardInterrupt):
 
 class StopRequest:
     def __init__(self) -> None:
-        self.signal: int | None = None
+        self.seen: set[int] = set()
 
     @property
     def requested(self) -> bool:
-        return self.signal is not None
+        return bool(self.seen)
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signal == signum:
-            raise KeyboardInterrupt  # the same signal again: stop now
-        self.signal = signum
+        if signum in self.seen:
+            raise KeyboardInterrupt  # a signal that came before: stop now
+        self.seen.add(signum)
 
 
 @contextmanager
