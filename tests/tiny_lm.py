@@ -38,6 +38,16 @@ def setup(seed=0, optimizer="adamw"):
     return model, opt, data, batch
 
 
+def give_state(model, opt, loss_fn, batch, steps=2, set_to_none=True):
+    """``steps`` optimizer steps on ``loss_fn(model, batch)``, the gradients zeroed after as a loop zeroes them
+    before its next batch: an optimizer with state, ready to be probed."""
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=set_to_none)
+        loss_fn(model, batch).backward()
+        opt.step()
+    opt.zero_grad(set_to_none=set_to_none)
+
+
 def lm_loss(model, batch):
     logits = model(batch[:, :-1])
     return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), batch[:, 1:].reshape(-1))

@@ -13,7 +13,7 @@ from torch import nn
 
 from optiscope.optim import AdamW
 from optiscope.probe import entropy_per_sequence, probe_step, sample_sequences, update_direction
-from tiny_lm import VOCAB, CountingLM, E, T, TinyCausalLM, lm_loss
+from tiny_lm import VOCAB, CountingLM, E, T, TinyCausalLM, give_state, lm_loss
 
 
 class InPlaceCounter(CountingLM):
@@ -123,11 +123,7 @@ def test_a_weight_normed_model_is_probed_and_its_terms_are_finite_differences(ki
     model = weight_normed(kind)
     batch, data = torch.randint(0, VOCAB, (8, T + 1)), torch.randint(0, VOCAB, (E, T + 1))
     opt = AdamW(model.parameters(), lr=1e-2)
-    for _ in range(2):
-        opt.zero_grad()
-        lm_loss(model, batch).backward()
-        opt.step()
-    opt.zero_grad()
+    give_state(model, opt, lm_loss, batch)
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
     v = update_direction(model, opt, lm_loss, batch)
     assert any(n.startswith("mix.") and n != "mix.bias" for n in v)  # the weight norm's g and v move

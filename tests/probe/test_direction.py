@@ -11,7 +11,7 @@ from torch import nn
 
 from optiscope.optim import AdamW
 from optiscope.probe import entropy_per_sequence, probe_step, update_direction
-from tiny_lm import VOCAB, E, T, TinyCausalLM, lm_loss, setup
+from tiny_lm import VOCAB, E, T, TinyCausalLM, give_state, lm_loss, setup
 
 
 def real_step(model, make_optimizer, state, loss_fn, batch, max_grad_norm=None):
@@ -141,11 +141,7 @@ def counting_setup():
     """The tiny LM after two steps of CountingSGD; built afresh each call, the same each time."""
     model, _, _, batch = setup()
     opt = CountingSGD(model.parameters(), lr=0.1)
-    for _ in range(2):
-        opt.zero_grad()
-        lm_loss(model, batch).backward()
-        opt.step()
-    opt.zero_grad()
+    give_state(model, opt, lm_loss, batch)
     return model, opt, batch
 
 
@@ -226,11 +222,7 @@ def test_a_learnable_weight_of_the_loss_keeps_its_gradient_and_stays_out_of_the_
 
     opt = torch.optim.SGD([*model.parameters(), temperature], lr=0.1, momentum=0.9)
     batch = torch.randint(0, VOCAB, (8, T + 1))
-    for _ in range(2):
-        opt.zero_grad()
-        loss_fn(model, batch).backward()
-        opt.step()
-    opt.zero_grad()
+    give_state(model, opt, loss_fn, batch)
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
     c = 0.05
     v = update_direction(model, opt, loss_fn, batch, max_grad_norm=c)
@@ -256,11 +248,7 @@ def test_a_sparse_gradient_is_stepped_and_its_clipping_refused():
         return [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)]
 
     (opt,) = make(model)
-    for _ in range(2):  # momentum buffers, sparse for the embedding
-        opt.zero_grad()
-        lm_loss(model, batch).backward()
-        opt.step()
-    opt.zero_grad()
+    give_state(model, opt, lm_loss, batch)  # momentum buffers, sparse for the embedding
     v = update_direction(model, opt, lm_loss, batch)
     delta = real_step(model, make, [opt.state_dict()], lm_loss, batch)
     assert sorted(v) == sorted(delta)
@@ -301,11 +289,7 @@ def test_a_parameter_without_a_gradient_moves_as_its_grad_field_says(optimizer, 
     model = AuxiliaryLM().double()
     opt = STATEFUL[optimizer](model.parameters())
     batch = torch.randint(0, VOCAB, (8, T + 1))
-    for _ in range(2):
-        opt.zero_grad(set_to_none=set_to_none)
-        with_auxiliary_loss(model, batch).backward()
-        opt.step()
-    opt.zero_grad(set_to_none=set_to_none)
+    give_state(model, opt, with_auxiliary_loss, batch, set_to_none=set_to_none)
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
     lr = opt.param_groups[0]["lr"]
     v = update_direction(model, opt, lm_loss, batch)
@@ -341,11 +325,7 @@ def test_weights_over_one_memory_are_stepped_as_the_optimizer_steps_them(kind, o
     model = twin_weights(kind)
     opt = STATEFUL[optimizer](model.parameters())
     batch, data = torch.randint(0, VOCAB, (8, T + 1)), torch.randint(0, VOCAB, (E, T + 1))
-    for _ in range(2):
-        opt.zero_grad()
-        lm_loss(model, batch).backward()
-        opt.step()
-    opt.zero_grad()
+    give_state(model, opt, lm_loss, batch)
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
     lr = opt.param_groups[0]["lr"]
     v = update_direction(model, opt, lm_loss, batch)
