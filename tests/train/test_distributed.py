@@ -38,7 +38,7 @@ net = distributed.wrap(torch.nn.Linear(3, 1), procs)
 net(torch.ones(1, 3)).sum().backward()
 distributed.global_mean(1.0)
 del net
-distributed.stop_processes(procs)
+distributed.leave_job()
 tasks = "/proc/self/task"
 names = [open(f"{tasks}/{t}/comm").read().strip() for t in os.listdir(tasks)] if os.path.isdir(tasks) else []
 left = [name for name in names if "gloo" in name]
@@ -48,7 +48,7 @@ sys.exit(0 if group() is None and not left else 1)
 
 
 def test_a_job_that_ends_frees_its_process_group(tmp_path):
-    """After ``stop_processes`` no gloo thread of the job is left to run while the interpreter shuts down: one
+    """After ``leave_job`` no gloo thread of the job is left to run while the interpreter shuts down: one
     that was (the group held by ``torch.distributed.nn``'s defaults, imported by DDP after the job joined)
     could abort a finished process (SIGABRT: "terminate called without an active exception")."""
     script = tmp_path / "one_rank.py"
@@ -62,5 +62,5 @@ def test_a_job_that_ends_frees_its_process_group(tmp_path):
 
 def test_a_single_process_has_no_job_to_stop():
     procs = distributed.start_processes("cpu")
-    distributed.stop_processes(procs)
+    distributed.leave_job()
     assert procs.world == 1 and not torch.distributed.is_initialized()

@@ -524,8 +524,8 @@ def run(config: Config, run_dir: Path) -> Results:
         trainee = new_run(spec, config, data, initial_state, run_dir, procs, console)
         path = checkpoint_path(run_dir, spec.label)
         results_runs[spec.label] = train.train(trainee, task, plan, path, progress=progress, writer=procs.writer)
-        del trainee  # its DDP wrapper holds the process group, which stop_processes frees
-    train.stop_processes(procs)
+        del trainee  # its DDP wrapper holds the process group, which leave_job frees
+    train.leave_job()
     statuses = [r["status"] for r in results_runs.values()]
     return {
         "status": "diverged" if all(s == "diverged" for s in statuses) else "ok",

@@ -69,24 +69,24 @@ class WorkerPool:
         ended, killing any still running after ``STOP_GRACE_SECONDS``. A Ctrl-C while waiting asks them again
         (stop at once), waits ``AT_ONCE_GRACE_SECONDS``, kills what is left and is raised; one more kills them
         now."""
-        workers: list[Any] = []
+        self.stopping.set()
+        # the executor's own table of its processes: Python 3.11 offers no public handle on them (3.14 adds
+        # ProcessPoolExecutor.terminate_workers); one that has ended is not signalled (``signal_each``)
+        workers = list((getattr(self.executor, "_processes", None) or {}).values())
         try:
-            self.stopping.set()
-            # the executor's own table of its processes: Python 3.11 offers no public handle on them (3.14 adds
-            # ProcessPoolExecutor.terminate_workers); one that has ended is not signalled (its pid may be reused)
-            workers = [w for w in list((getattr(self.executor, "_processes", None) or {}).values()) if w.is_alive()]
             signal_each(workers, signal.SIGINT)
             # they end once their trials have and the executor has told them to (shutdown, not waited for here)
             self.executor.shutdown(wait=False, cancel_futures=True)
-            signal_each(wait_for_exit(workers, STOP_GRACE_SECONDS), signal.SIGKILL)
+            wait_for_exit(workers, STOP_GRACE_SECONDS)
         except KeyboardInterrupt:
             try:
                 self.executor.shutdown(wait=False, cancel_futures=True)
                 signal_each(workers, signal.SIGINT)
-                signal_each(wait_for_exit(workers, AT_ONCE_GRACE_SECONDS), signal.SIGKILL)
-            finally:
-                signal_each(workers, signal.SIGKILL)  # a third Ctrl-C: now (nothing left after the second)
+                wait_for_exit(workers, AT_ONCE_GRACE_SECONDS)
+            finally:  # past the grace, or a third Ctrl-C
+                signal_each(workers, signal.SIGKILL)
             raise
+        signal_each(workers, signal.SIGKILL)  # those still running past the grace
 
     def close(self) -> None:
         """Shut the pool down once its trials have ended."""
@@ -166,11 +166,10 @@ def signal_each(workers: list[Any], signum: int) -> None:
                 os.kill(worker.pid, signum)
 
 
-def wait_for_exit(workers: list[Any], seconds: float) -> list[Any]:
-    """Wait up to ``seconds`` for ``workers`` (multiprocessing processes) to exit; returns those still running."""
+def wait_for_exit(workers: list[Any], seconds: float) -> None:
+    """Wait up to ``seconds`` for ``workers`` (multiprocessing processes) to exit."""
     deadline = time.monotonic() + seconds
     running = list(workers)
     while running and (left := deadline - time.monotonic()) > 0:
         ended = multiprocessing.connection.wait([w.sentinel for w in running], timeout=left)
         running = [w for w in running if w.sentinel not in ended]
-    return running

@@ -8,7 +8,7 @@ complete step, so a run interrupted anywhere (Ctrl-C, SIGTERM, ``kill -9``) resu
 """
 
 from .checkpoint import FORMAT, load, save
-from .distributed import Processes, barrier, global_mean, start_processes, stop_processes, wrap
+from .distributed import Processes, barrier, global_mean, leave_job, start_processes, wrap
 from .loop import Plan, Run, Task, new_history, optimizer_step, train
 from .progress import Progress
 from .signals import Interrupted
@@ -23,12 +23,12 @@ __all__ = [
     "Task",
     "barrier",
     "global_mean",
+    "leave_job",
     "load",
     "new_history",
     "optimizer_step",
     "save",
     "start_processes",
-    "stop_processes",
     "train",
     "wrap",
 ]

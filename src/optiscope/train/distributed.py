@@ -3,9 +3,8 @@
 Every rank draws the same global batch (from a generator all ranks hold in the same state) and trains
 on its slice of rows, so N processes reproduce the single-process run (not with dropout: each rank draws
 its own masks from its own RNG stream); gradients are averaged by ``DistributedDataParallel``; only rank 0
-writes files, and a checkpoint gathers every rank's RNG states (``gathered``). A job ends with
-``stop_processes`` once its runs (and their DDP wrappers) are released: the process group is then freed and
-gloo's worker threads joined while the interpreter is whole.
+writes files, and a checkpoint gathers every rank's RNG states (``gathered``). A job ends with ``leave_job``
+once its runs (and their DDP wrappers) are released.
 """
 
 from __future__ import annotations
@@ -75,24 +74,18 @@ def _import_before_joining() -> None:
     import torch.distributed.nn  # noqa: F401
 
 
-def stop_processes(procs: Processes) -> None:
-    """Leave the torchrun job (nothing in a single process): free its process groups, which joins gloo's
-    worker threads. Call it on every rank after the last collective, once every DDP wrapper is released (a
-    wrapper holds the group); objects in reference cycles are collected first."""
-    if procs.world > 1:
-        leave_job()
-
-
 #: how long ``leave_job`` waits for the process group to be freed (seconds)
 LEAVE_SECONDS = 10.0
 
 
 def leave_job(seconds: float = LEAVE_SECONDS) -> None:
-    """``stop_processes`` for whatever job this process is in, if any: the command line's last act, on every
-    path (finished, interrupted, refused, failed), once the command's frames and any error's traceback, which may
-    hold a DDP wrapper, are gone. It waits ``seconds`` at most: a rank stopped at once in the middle of a
-    collective (a second Ctrl-C) would otherwise wait for the peer that never joins it, until gloo's timeout
-    (30 minutes by default)."""
+    """Leave the torchrun job this process is in, if any: free its process groups, which joins gloo's worker
+    threads while the interpreter is whole. Call it on every rank after the last collective, once every DDP
+    wrapper is released (a wrapper holds the group; objects in reference cycles are collected here first): an
+    experiment when its runs are done, and the command line as its last act on every path (finished,
+    interrupted, refused, failed), once the command's frames and any error's traceback are gone. It waits
+    ``seconds`` at most: a rank stopped at once in the middle of a collective (a second Ctrl-C) would otherwise
+    wait for the peer that never joins it, until gloo's timeout (30 minutes by default)."""
     if not _joined():
         return
     gc.collect()
