@@ -292,6 +292,55 @@ def test_adamw_shift_puts_the_threshold_where_its_linear_map_meets_minus_1():
     assert distance_to_minus_1(edge) < 1e-8 < 1e-4 < distance_to_minus_1(without)
 
 
+def test_adamw_groups_at_different_lrs_against_a_state_and_a_linear_map_built_by_hand():
+    """torch's AdamW with its layers at lrs 0.01 and 0.003 and decays 5 and 2: the eigenvalues are those of
+    D H D + 19·S·Λ, D² = S P⁻¹ with S = diag(η_g/η_max) and P from the state (by hand), against 38/η_max; and
+    the update's own linear map with P frozen, M = [[I − EΛ − (1 − β)EP⁻¹H, −βEP⁻¹], [(1 − β)H, βI]],
+    E = diag(η_g), has an eigenvalue −1 when both lrs are scaled by 1/ratio, where the ratio says the edge is."""
+    model, loss_fn, batch = mlp_problem(2)
+    first = list(model[0].parameters())
+    rest = [p for p in model.parameters() if all(p is not q for q in first)]
+    lrs, decays, beta = (0.01, 0.003), (5.0, 2.0), 0.9
+    opt = torch.optim.AdamW(
+        [
+            {"params": first, "lr": lrs[0], "weight_decay": decays[0]},
+            {"params": rest, "lr": lrs[1], "weight_decay": decays[1]},
+        ]
+    )
+    for _ in range(5):
+        opt.zero_grad()
+        loss_fn(model, batch).backward()
+        opt.step()
+
+    def per_entry(values):
+        return torch.cat(
+            [torch.full((p.numel(),), values[0] if i < 2 else values[1]) for i, p in enumerate(model.parameters())]
+        ).double()
+
+    H = exact_hessian(model, loss_fn, batch)
+    p_inv, eta, lam = adam_scaling(model, opt) ** 2, per_entry(lrs), per_entry(decays)
+    s = eta / max(lrs)
+    d = (s * p_inv).sqrt()
+    exact = torch.linalg.eigvalsh(d[:, None] * H * d[None, :] + torch.diag(19 * s * lam)).flip(0)[:2]
+    out = sharpness(model, loss_fn, batch, opt, k=2, tol=1e-12, max_hvps=200)
+    torch.testing.assert_close(torch.tensor(out["eigenvalues"], dtype=torch.float64), exact, rtol=1e-6, atol=0)
+    assert out["threshold"] == pytest.approx(38 / max(lrs), rel=1e-12) and out["label"] == "38/η_max"
+    n = H.shape[0]
+
+    def distance_to_minus_1(factor):
+        E, P = torch.diag(factor * eta), torch.diag(p_inv)
+        identity = torch.eye(n, dtype=H.dtype)
+        M = torch.cat(
+            [
+                torch.cat([identity - E @ torch.diag(lam) - (1 - beta) * E @ P @ H, -beta * E @ P], 1),
+                torch.cat([(1 - beta) * H, beta * identity], 1),
+            ]
+        )
+        return float((torch.linalg.eigvals(M) + 1).abs().min())
+
+    assert distance_to_minus_1(1 / out["ratio"]) < 1e-6 < 1e-3 < distance_to_minus_1(1.05 / out["ratio"])
+
+
 def _embedding_model(sparse):
     torch.manual_seed(0)
     return nn.Sequential(nn.Embedding(10, 4, sparse=sparse), nn.Flatten(), nn.Linear(12, 1)).double()

@@ -1,7 +1,8 @@
 r"""Sharpness: the top eigenvalues of the loss Hessian, preconditioned by the optimizer when it has one.
 
 Without an optimizer, or with SGD, the sharpness is λ₁(H). With an Adam-family optimizer it is the
-*preconditioned* sharpness λ₁(P⁻¹H), P = diag(√v̂ + ε) from the optimizer's state, computed as the
+*preconditioned* sharpness λ₁(P⁻¹H), P = diag(√v̂ + ε) from the optimizer's state (and with param groups at
+different lrs η_g, P⁻¹ carries η_g/η_max, SGD's then being diag(η_g/η_max): ``thresholds.py``), computed as the
 top eigenvalue of the symmetric D H D with D = P^{-1/2} (same eigenvalues as P⁻¹H, as it is similar to
 it). Either is compared with the optimizer's stability threshold (``thresholds.py``): a ratio
 λ₁/threshold above 1 means the step is unstable along the top eigenvector.
@@ -38,23 +39,24 @@ from .hvp import HessianOperator, LossFn, unwrap
 from .lanczos import lanczos
 from .thresholds import (
     Stability,
+    adam_family,
     inner_optimizer,
     inverse_preconditioner,
     moving_groups,
     stability_threshold,
+    step_scales,
     weight_decay,
 )
 
 
-def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer, preconditioned: bool) -> list[Tensor]:
+def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[Tensor]:
     """The parameters whose stability the optimizer's threshold speaks of: those it moves — in its param
-    groups at lr > 0 (``moving_groups``), requiring grad, and, for a ``preconditioned`` (Adam-family)
-    optimizer that has stepped, holding its state (a parameter that never had a gradient, an unused head, is
-    not moved). Before the first step no parameter has state, and all of those are returned (``operator``
-    then measures H)."""
+    groups at lr > 0 (``moving_groups``), requiring grad, and, for an Adam-family optimizer that has stepped,
+    holding its state (a parameter that never had a gradient, an unused head, is not moved). Before the first
+    step no parameter has state, and all of those are returned (``operator`` then measures H)."""
     params = [p for group in moving_groups(optimizer) for p in group["params"] if p.requires_grad]
     require_optimizer_of(model, optimizer, params, "curvature", "parameters that require grad")
-    stepped = [p for p in params if adam_steps(optimizer.state.get(p, {})) > 0] if preconditioned else []
+    stepped = [p for p in params if adam_steps(optimizer.state.get(p, {})) > 0] if adam_family(optimizer) else []
     return stepped or params
 
 
@@ -81,8 +83,9 @@ class Objective:
     the gradient before its step (torch's and our SGD, Adam without decoupling, ``AdamL2``), which its
     moments and its preconditioner see as part of the gradient. ``matvec`` is v ↦ A v with
     A = D ∇²J D + C, D = P^{-1/2} for a preconditioned optimizer that has stepped (``scale``), else D = I, and
-    C the diagonal of decoupled decay's shifts cλ_p (``thresholds.weight_decay``): the matrix whose top
-    eigenvalue the optimizer's threshold bounds. ``op`` is the loss's own ``HessianOperator``.
+    C the diagonal of decoupled decay's shifts c·s_p·λ_p (``thresholds.weight_decay``; s_p, the group's step
+    scale: ``step_scales``): the matrix whose top eigenvalue the optimizer's threshold bounds. ``op`` is the
+    loss's own ``HessianOperator``.
     """
 
     op: HessianOperator
@@ -90,7 +93,7 @@ class Objective:
     sign: float = 1.0
     decay: Tensor | None = None  # coupled λ_p per entry, flat; None without
     scale: Tensor | None = None
-    shift: Tensor | None = None  # decoupled cλ_p per entry, flat; None without
+    shift: Tensor | None = None  # decoupled c·s_p·λ_p per entry, flat; None without
 
     def hessian(self, v: Tensor) -> Tensor:
         """∇²J v = s·H v + λ ⊙ v."""
@@ -120,9 +123,7 @@ def operator(
     if optimizer is None:
         return Objective(HessianOperator(model, loss_fn, batch, dtype=dtype), stability)
     optimizer = inner_optimizer(optimizer)  # as stability_threshold reads it: a wrapper's type says nothing here
-    op = HessianOperator(
-        model, loss_fn, batch, dtype=dtype, params=moved_parameters(model, optimizer, stability.preconditioned)
-    )
+    op = HessianOperator(model, loss_fn, batch, dtype=dtype, params=moved_parameters(model, optimizer))
     groups = moving_groups(optimizer)
     maximizing = {bool(g.get("maximize", False)) for g in groups}
     if len(maximizing) > 1:
@@ -130,12 +131,13 @@ def operator(
         stability = Stability(None, stability.label, stability.preconditioned, why)
     sign = -1.0 if maximizing == {True} else 1.0
     decays = {id(p): weight_decay(optimizer, g) for g in groups for p in g["params"]}
+    scales = {id(p): s for g, s in zip(groups, step_scales(groups), strict=True) for p in g["params"]}
     decay = per_entry(op, {i: d.coupled for i, d in decays.items()})
-    shift = per_entry(op, {i: d.shift for i, d in decays.items()})
+    shift = per_entry(op, {i: d.shift * scales[i] for i, d in decays.items()})
     if not stability.preconditioned:
         return Objective(op, stability, sign, decay, shift=shift)
     try:
-        parts = {id(p): inverse_preconditioner(optimizer, p).sqrt() for p in op.params}
+        parts = {id(p): inverse_preconditioner(optimizer, p, scales[id(p)]).sqrt() for p in op.params}
     except KeyError:  # no threshold without P, and the shifts are in P⁻¹H's units: H of J alone
         why = f"{type(optimizer).__name__} has no state yet (before its first step): H, not P⁻¹H"
         return Objective(op, Stability(None, stability.label, False, why), sign, decay)

@@ -25,6 +25,13 @@ for AdamW at β₁ = 0.9 — and c = (1 + β)/(1 + 2β) for Nesterov momentum. W
 groups the eigenvectors differ too, but the Schur complement of the map (θ, m) ↦ (θ′, m′) + (θ, m) shows the
 eigenvalue −1 still lies exactly where D H D + diag(cλ) has an eigenvalue at the threshold (tested).
 
+Param groups at different learning rates η_g (with the same betas, momentum, dampening and Nesterov flag)
+share one threshold too: η_g = η_max·s_g, with η_max the largest lr of a group a step moves, makes each step
+that of one optimizer at η_max whose preconditioner carries the factor s_g, P⁻¹ → s_g P⁻¹ (P = I for SGD),
+and whose decoupled decay is s_g λ_g. The threshold is then the formula above at η_max ("2/η_max",
+"38/η_max"), and it bounds the top eigenvalue of that P⁻¹H (``preconditioned``; tested against torch's own
+SGD and Adam diverging just above it and converging just below).
+
 For optimizers without such a linear analysis (Lion and Muon are sign / orthogonalising maps, RMSprop
 and others are not covered here) the threshold is None with the reason — never a made-up number.
 """
@@ -50,8 +57,9 @@ class Stability:
     """An optimizer's stability threshold now.
 
     ``threshold``: the value the (preconditioned) sharpness must stay below, or None; ``label``: its
-    formula in η, e.g. "2/η" or "38/η"; ``preconditioned``: whether it bounds λ(P⁻¹H) rather than λ(H);
-    ``reason``: why there is no threshold (None when there is one).
+    formula in η, e.g. "2/η" or "38/η" ("38/η_max" for groups at different lrs); ``preconditioned``: whether it
+    bounds λ(P⁻¹H) rather than λ(H) (Adam's P, or the groups' lr ratios: ``step_scales``); ``reason``: why
+    there is no threshold (None when there is one).
     """
 
     threshold: float | None
@@ -78,6 +86,23 @@ def coefficient(c: float) -> str:
     return f"{c:.3g}" if c < 1000 else f"{c:.0f}"
 
 
+def label(coef: float, lrs: list[float]) -> str:
+    """The threshold's formula: c/η, or c/η_max when the groups' ``lrs`` differ (the threshold is then at the
+    largest)."""
+    return f"{coefficient(coef)}/η" + ("_max" if len(set(lrs)) > 1 else "")
+
+
+def step_scales(groups: list[dict]) -> list[float]:
+    """s_g = η_g/η_max for each of ``groups`` (those a step moves): the factor by which a group's steps are
+    smaller than at the largest lr, which the preconditioner and decoupled decay carry (module docstring).
+    1 for every group when the largest lr is not > 0 (no threshold then) or a group has no lr to read."""
+    lrs = [g.get("lr") for g in groups]
+    if any(lr is None for lr in lrs):
+        return [1.0] * len(groups)
+    largest = max((float(lr) for lr in lrs), default=0.0)
+    return [float(lr) / largest if largest > 0 else 1.0 for lr in lrs]
+
+
 def inner_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """The optimizer inside a library's wrapper that forwards its ``param_groups`` (🤗 Accelerate's
     ``AcceleratedOptimizer`` holds it as ``.optimizer``): its type says which threshold and preconditioner apply,
@@ -92,8 +117,8 @@ def inner_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
 
 def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
     """The threshold of ``optimizer`` (or of the one a wrapper holds: ``inner_optimizer``) from its current
-    learning rate (schedules included; a tensor lr is read as its value) and betas, over the param groups a
-    step moves (``moving_groups``)."""
+    learning rates (schedules included; a tensor lr is read as its value; at the largest where groups differ)
+    and betas, over the param groups a step moves (``moving_groups``)."""
     if optimizer is None:
         return Stability(None, "", False, "no optimizer given")
     require_optimizer(optimizer, "stability_threshold")
@@ -104,7 +129,6 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
         setting, why = _shared(
             groups,
             {
-                "lr": lambda g: float(g["lr"]),
                 "momentum": lambda g: float(g["momentum"]),
                 "dampening": lambda g: float(g["dampening"]),
                 "nesterov": lambda g: bool(g["nesterov"]),
@@ -113,7 +137,9 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
         )
         if setting is None:
             return Stability(None, "", False, why)
-        lr, mu, tau, nesterov = setting
+        mu, tau, nesterov = setting
+        lrs = [float(g["lr"]) for g in groups]
+        lr = max(lrs)
         if lr <= 0:
             return Stability(None, "", False, f"{name} has lr={lr}")
         if mu == 0:
@@ -122,16 +148,18 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
             coef = (2 + 2 * mu) / (1 + 2 * mu)
         else:
             coef = (2 + 2 * mu) / (1 - tau) if tau < 1 else float("inf")
-        return Stability(coef / lr, f"{coefficient(coef)}/η", False)
+        return Stability(coef / lr, label(coef, lrs), len(set(lrs)) > 1)
     if isinstance(optimizer, _ADAM_TYPES):
-        setting, why = _shared(groups, {"lr": lambda g: float(g["lr"]), "beta1": lambda g: float(g["betas"][0])}, name)
+        setting, why = _shared(groups, {"beta1": lambda g: float(g["betas"][0])}, name)
         if setting is None:
             return Stability(None, "", True, why)
-        lr, beta1 = setting
+        (beta1,) = setting
+        lrs = [float(g["lr"]) for g in groups]
+        lr = max(lrs)
         if lr <= 0 or beta1 >= 1:
             return Stability(None, "", True, f"{name} has lr={lr}, beta1={beta1}")
         coef = (2 + 2 * beta1) / (1 - beta1)
-        return Stability(coef / lr, f"{coefficient(coef)}/η", True)
+        return Stability(coef / lr, label(coef, lrs), True)
     return Stability(None, "", False, f"no known stability threshold for {name}")
 
 
@@ -184,8 +212,17 @@ def weight_decay(optimizer: torch.optim.Optimizer, group: dict) -> Decay:
     return Decay(shift=lam * (1 + mu) / (1 + 2 * mu) if group["nesterov"] else lam * (1 + mu) / (1 - tau))
 
 
-def inverse_preconditioner(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor:
-    """P⁻¹ = 1/(√v̂ + ε) for ``param`` of an Adam-family optimizer, from its state (KeyError for a param not in
-    it or before its first step); independent of η, so defined at η = 0 too (a warm-up from 0)."""
+def adam_family(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` (the one inside a wrapper: ``inner_optimizer``) preconditions by Adam's
+    P = diag(√v̂ + ε)."""
+    return isinstance(inner_optimizer(optimizer), _ADAM_TYPES)
+
+
+def inverse_preconditioner(optimizer: torch.optim.Optimizer, param: Tensor, step_scale: float = 1.0) -> Tensor:
+    """P⁻¹ for ``param``, whose group's steps carry ``step_scale`` (``step_scales``): s/(√v̂ + ε) for an
+    Adam-family optimizer, from its state (KeyError for a param not in it or before its first step; independent
+    of η, so defined at η = 0 too, a warm-up from 0), s elsewhere."""
+    if not adam_family(optimizer):
+        return torch.full_like(param, step_scale)
     _, denominator = adam_denominator(optimizer.state, optimizer.param_groups, param)
-    return 1 / denominator
+    return step_scale / denominator
