@@ -86,6 +86,31 @@ def test_measures_inside_no_grad_and_inference_mode(context):
     assert trace["trace"] == hessian_trace(model, loss_fn, batch, probes=2)["trace"]
 
 
+@pytest.mark.parametrize("case", ["float64 of a float32 model", "eval-mode batch norm"])
+def test_measures_inside_inference_mode_what_it_measures_outside(case):
+    """An evaluation loop under ``torch.inference_mode``: a float64 measurement of a float32 model, and a model in
+    eval mode whose batch norm normalises by its running statistics (buffers), against the exact Hessian taken
+    outside it (the parameters and buffers copied in inference mode cannot be saved for the backward pass)."""
+    model, loss_fn, batch = mlp_problem(2)
+    dtype = None
+    if case == "eval-mode batch norm":
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 2)).double()
+        model[1].running_mean.uniform_(-1, 1)
+        model[1].running_var.uniform_(0.5, 2)
+        model.eval()
+    else:  # float32 values, so that the float64 oracle sees the same numbers
+        model, batch, dtype = model.float().double(), tuple(t.float().double() for t in batch), torch.float64
+    expected = top_eigenvalue(model, loss_fn, batch)
+    if dtype is not None:
+        model, batch = model.float(), tuple(t.float() for t in batch)
+    with torch.inference_mode():
+        out = sharpness(model, loss_fn, batch, tol=1e-10, dtype=dtype)
+        trace = hessian_trace(model, loss_fn, batch, probes=2, dtype=dtype)
+    assert out["eigenvalues"][0] == pytest.approx(expected, rel=1e-6)
+    assert trace["trace"] == pytest.approx(hessian_trace(model, loss_fn, batch, probes=2, dtype=dtype)["trace"])
+
+
 @pytest.mark.parametrize(
     ("loss_fn", "message"),
     [

@@ -556,20 +556,19 @@ def test_adam_at_learning_rate_zero_is_preconditioned_as_at_any_other():
     assert out["threshold"] is None and "lr=0.0" in out["reason"]
 
 
-def test_the_hessian_is_over_the_parameters_the_optimizer_moves():
-    """A head the loss never uses gets no gradient, so Adam never steps it and has no state for it: the
-    preconditioned sharpness is taken over the rest (the exact D H D of their block), not dropped for H.
-    Parameters outside an SGD's groups are likewise left out of its H."""
+class WithUnusedHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(3, 6), nn.Tanh(), nn.Linear(6, 2))
+        self.unused_head = nn.Linear(6, 4)
 
-    class WithUnusedHead(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = nn.Sequential(nn.Linear(3, 6), nn.Tanh(), nn.Linear(6, 2))
-            self.unused_head = nn.Linear(6, 4)
+    def forward(self, x):
+        return self.body(x)
 
-        def forward(self, x):
-            return self.body(x)
 
+def unused_head_problem():
+    """A float64 MLP body beside a head its loss never uses, after 3 steps of torch.optim.Adam (at 0.01) over
+    both: (model, loss_fn, batch, opt). Adam never stepped the head: no state for it."""
     _, loss_fn, batch = mlp_problem(4)
     torch.manual_seed(4)
     model = WithUnusedHead().double()
@@ -578,6 +577,15 @@ def test_the_hessian_is_over_the_parameters_the_optimizer_moves():
         opt.zero_grad()
         loss_fn(model, batch).backward()
         opt.step()
+    return model, loss_fn, batch, opt
+
+
+def test_the_hessian_is_over_the_parameters_the_optimizer_moves():
+    """A head the loss never uses gets no gradient, so Adam never steps it and has no state for it: the
+    preconditioned sharpness is taken over the rest (the exact D H D of their block), not dropped for H.
+    Parameters outside an SGD's groups are likewise left out of its H."""
+
+    model, loss_fn, batch, opt = unused_head_problem()
     n = sum(p.numel() for p in model.body.parameters())
     H = exact_hessian(model, loss_fn, batch)[:n, :n]  # the body's parameters come first
     d = adam_scaling(model.body, opt)
@@ -591,6 +599,56 @@ def test_the_hessian_is_over_the_parameters_the_optimizer_moves():
     assert out["eigenvalues"][0] == pytest.approx(float(torch.linalg.eigvalsh(last)[-1]), rel=1e-8)
     with pytest.raises(ValueError, match="none of the SGD's parameters that require grad is a parameter of the model"):
         sharpness(model, loss_fn, batch, torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1))
+
+
+@pytest.mark.parametrize("make", [lambda ps: torch.optim.SGD(ps, lr=0.1), lambda ps: torch.optim.Adam(ps, lr=0.1)])
+def test_an_optimizer_of_a_frozen_model_is_said_to_move_nothing_not_to_be_another_models(make):
+    """The model's own optimizer with every parameter frozen (``requires_grad_(False)``): the error says they are
+    frozen; it said the optimizer was another model's ("give the optimizer that trains this model")."""
+    model, loss_fn, batch = mlp_problem(0)
+    opt = make(model.parameters())
+    model.requires_grad_(False)
+    name = type(opt).__name__
+    for measure in (
+        lambda: sharpness(model, loss_fn, batch, opt),
+        lambda: directional_curvature(model, loss_fn, batch, optimizer=opt),
+    ):
+        with pytest.raises(
+            ValueError, match=rf"^curvature: every parameter of the {name} is frozen \(requires_grad False\)"
+        ):
+            measure()
+
+
+def test_a_direction_over_every_named_parameter_counts_those_h_is_not_taken_over_as_0():
+    """A direction keyed by every name of ``model.named_parameters()``, where Adam never stepped an unused head
+    (no state: H is over the body) or a bias is frozen: those entries count as 0, as they do keyed by id(param),
+    against the exact dᵀHd/dᵀPd of the body (the oracle). It said "'unused_head.weight' is not a trainable
+    parameter". A name that is no parameter of the model is still refused."""
+
+    model, loss_fn, batch, opt = unused_head_problem()
+    gen = torch.Generator().manual_seed(0)
+    direction = {n: torch.randn(p.shape, generator=gen, dtype=p.dtype) for n, p in model.named_parameters()}
+    n = sum(p.numel() for p in model.body.parameters())
+    H = exact_hessian(model, loss_fn, batch)[:n, :n]  # the body's parameters come first
+    d = torch.cat([direction[name].reshape(-1) for name, _ in model.named_parameters()])[:n]
+    p_diag = adam_scaling(model.body, opt) ** -2
+    expected = float(d @ H @ d / (d @ (p_diag * d)))
+    out = directional_curvature(model, loss_fn, batch, direction, opt)
+    assert out["preconditioned"] and out["curvature"] == pytest.approx(expected, rel=1e-8)
+    along = sharpness(model, loss_fn, batch, opt, along={"d": direction})["along"]["d"]["curvature"]
+    assert along == pytest.approx(expected, rel=1e-8)
+    frozen, loss_fn, batch = mlp_problem(0)
+    frozen[0].bias.requires_grad_(False)
+    direction = {n: torch.randn(p.shape, generator=gen, dtype=p.dtype) for n, p in frozen.named_parameters()}
+    H = exact_hessian(frozen, loss_fn, batch)
+    d = torch.cat([direction[name].reshape(-1) for name, _ in frozen.named_parameters()])
+    keep = torch.ones_like(d, dtype=torch.bool)
+    keep[18:24] = False  # 0.bias: 3·6 weights come first
+    d, H = d[keep], H[keep][:, keep]
+    out = directional_curvature(frozen, loss_fn, batch, direction)
+    assert out["curvature"] == pytest.approx(float(d @ H @ d / (d @ d)), rel=1e-8)
+    with pytest.raises(ValueError, match=r"^curvature: 'body.9.weight' is not a parameter of the model; names:"):
+        directional_curvature(model, loss_fn, batch, {"body.9.weight": torch.ones(2)}, opt)
 
 
 def test_the_search_settings_are_checked_against_the_problem():

@@ -289,3 +289,32 @@ def test_an_optimizer_of_frozen_parameters_has_no_threshold_and_says_why(make):
     model.requires_grad_(False)
     stability = stability_threshold(opt)
     assert stability.threshold is None and "moves no parameter" in stability.reason
+
+
+def test_full_dampening_with_decoupled_decay_is_measured_not_divided_by_zero():
+    """SGD(momentum=0.9, dampening=1) takes no gradient into its buffer after the first step: its threshold is
+    infinite (no curvature can destabilise it), and decoupled decay, whose shift λ(1 + β)/(1 − τ) divided by
+    1 − τ = 0 (a ZeroDivisionError), adds nothing to H's top eigenvalue, the exact one (the oracle). The dynamics
+    agree: on ½·h θ² with η h 200 times SGD's 2 (and η λ = 1 < 2, what decay alone needs) it stays bounded."""
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1).double()
+    x, y = torch.randn(12, 3, dtype=torch.float64), torch.randn(12, 1, dtype=torch.float64)
+
+    def loss_fn(m, batch):
+        return nn.functional.mse_loss(m(batch[0]), batch[1])
+
+    features = torch.cat([x, torch.ones(12, 1, dtype=torch.float64)], 1)
+    exact = float(torch.linalg.eigvalsh(2 * features.T @ features / 12)[-1])
+    opt = optim.SGD(
+        model.parameters(), lr=0.1, momentum=0.9, dampening=1.0, weight_decay=0.1, decoupled_weight_decay=True
+    )
+    out = sharpness(model, loss_fn, (x, y), opt, tol=1e-10)
+    assert out["eigenvalues"][0] == pytest.approx(exact, rel=1e-8)
+    assert out["threshold"] == float("inf") and out["ratio"] == 0.0
+    theta = nn.Parameter(torch.ones(1, dtype=torch.float64))
+    dyn = optim.SGD([theta], lr=100.0, momentum=0.9, dampening=1.0, weight_decay=0.01, decoupled_weight_decay=True)
+    for _ in range(200):
+        dyn.zero_grad()
+        (2 * theta**2).sum().backward()
+        dyn.step()
+    assert float(theta.detach().abs()) < 1e6

@@ -173,7 +173,16 @@ def _noise_by_ranks(rank: int, tmp: str) -> None:
         refused = None
     except ValueError as error:
         refused = str(error)
+    # an nn.Embedding(sparse=True)'s gradient is sparse: gathered as its dense values (the oracle: gloo's
+    # all_gather of those dense values by hand)
+    embedding = nn.Embedding(5, 2, sparse=True)
+    embedding(torch.tensor([rank, rank, 4])).sum().backward()
+    by_hand = [torch.empty(5, 2) for _ in range(2)]
+    dist.all_gather(by_hand, embedding.weight.grad.to_dense())
+    gathered = rank_gradients([embedding.weight.grad])
+    sparse = all(torch.equal(got[0], want) for got, want in zip(gathered, by_hand, strict=True))
     result = {"measured": measured, "oracle": oracle, "names": names, "identical": identical, "refused": refused}
+    result["sparse"] = sparse and len(gathered) == 2 and not torch.equal(by_hand[0], by_hand[1])
     with open(f"{tmp}/ranks{rank}.json", "w") as f:
         json.dump(runs.to_jsonable(result), f)
 
@@ -182,6 +191,7 @@ def test_noise_scale_over_the_ranks_matches_their_gathered_local_gradients(spawn
     rank0 = json.loads((spawned / "ranks0.json").read_text())
     rank1 = json.loads((spawned / "ranks1.json").read_text())
     assert rank0["measured"] == rank1["measured"]  # every rank records the same values
+    assert rank0["sparse"] and rank1["sparse"]  # sparse gradients gathered as their dense values
     assert [m["step"] for m in rank0["measured"]] == [2, 4]
     for got, want in zip(rank0["measured"], rank0["oracle"], strict=True):
         assert got["noise_source"] == "ranks" and want["b_big"] == 32

@@ -298,16 +298,21 @@ class HessianOperator:
         # the names the caller's own model gives them through its wrappers (DDP's "module.", torch.compile's
         # "_orig_mod."): a direction read from that model's named_parameters() is keyed by those
         ours = {id(p) for p in self.params}
-        wrapped = [] if model is self.model else model.named_parameters()
+        wrapped = [] if model is self.model else list(model.named_parameters())
         self.wrapped_names = {n: p for n, p in wrapped if id(p) in ours}
+        # every name the model (inside its wrappers or through them) gives a parameter, H taken over it or not
+        self.model_names = {n for n, _ in named} | {n for n, _ in wrapped}
         cast = (lambda t: t.detach()) if dtype is None else (lambda t: cast_floats(t.detach(), dtype))
-        self.theta = {"model." + n: cast(p) for n, p in zip(self.names, self.params, strict=True)}
+        # copies made outside inference mode, even inside the caller's: autograd cannot save an inference tensor
+        # (a cast parameter, an eval-mode batch norm's running statistics) for the backward pass
+        with torch.inference_mode(False):
+            self.theta = {"model." + n: cast(p) for n, p in zip(self.names, self.params, strict=True)}
+            # the other parameters and the floating buffers are constants (cast too, so that float64 is float64
+            # throughout)
+            self.constants = {"model." + n: cast(p) for n, p in named if "model." + n not in self.theta}
+            # buffers are copied even where no cast copies them (``buffer_copies``)
+            self.constants.update({n: cast(b) for n, b in buffer_copies(self.model, "model.").items()})
         self.inside = len(self.params) - len(self.outside)  # the model's come first in theta
-        # the other parameters and the floating buffers are constants (cast too, so that float64 is float64
-        # throughout)
-        self.constants = {"model." + n: cast(p) for n, p in named if "model." + n not in self.theta}
-        # buffers are copied even where no cast copies them (``buffer_copies``)
-        self.constants.update({n: cast(b) for n, b in buffer_copies(self.model, "model.").items()})
         self.shapes = [t.shape for t in self.theta.values()]
         self.sizes = [t.numel() for t in self.theta.values()]
         self.size = sum(self.sizes)
@@ -338,7 +343,8 @@ class HessianOperator:
         return torch.cat([(t.to_dense() if t.is_sparse else t).reshape(-1).to(self.device, self.dtype) for t in values])
 
     def flatten_by_param(self, by_param: dict[int, Tensor], fill: float = 0.0) -> Tensor:
-        """A flat vector from tensors keyed by ``id(param)``; parameters missing get ``fill``."""
+        """A flat vector from tensors keyed by ``id(param)`` (a sparse one, an ``nn.Embedding(sparse=True)``'s
+        gradient, as its dense values); parameters missing get ``fill``."""
         parts = []
         for name, p, size in zip(self.names, self.params, self.sizes, strict=True):
             t = by_param.get(id(p))
@@ -350,7 +356,7 @@ class HessianOperator:
             parts.append(
                 torch.full((size,), fill, dtype=self.dtype, device=self.device)
                 if t is None
-                else t.detach().reshape(-1).to(self.device, self.dtype)
+                else (t.detach().to_dense() if t.is_sparse else t.detach()).reshape(-1).to(self.device, self.dtype)
             )
         return torch.cat(parts)
 
@@ -373,11 +379,11 @@ class HessianOperator:
 
         def prepared(t: Tensor) -> Tensor:
             if t.is_inference():
-                with torch.inference_mode(False):
-                    t = t.clone()
+                t = t.clone()
             return t.to(self.cast) if self.cast is not None and t.is_floating_point() else t
 
-        return map_tensors(prepared, batch)
+        with torch.inference_mode(False):  # a cast made in the caller's inference mode would be an inference tensor
+            return map_tensors(prepared, batch)
 
     def loss(self, batch: Any = None) -> float:
         with evaluating(self.model), torch.no_grad():

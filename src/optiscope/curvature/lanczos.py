@@ -85,6 +85,11 @@ def lanczos(
         raise ValueError(f"lanczos: tol={tol!r} must be a number > 0")
     if not is_count(max_steps):
         raise ValueError(f"lanczos: max_steps={max_steps!r} must be an integer >= 1")
+    fault = _start_fault(start)
+    if fault is not None:
+        raise ValueError(
+            f"lanczos: start is {fault}; give one floating vector (n,) with n >= 1, or several as the rows of (m, n)"
+        )
     starts = start.reshape(1, -1) if start.ndim == 1 else start
     m, n = starts.shape
     max_steps = min(max_steps, n + m - 1)
@@ -132,6 +137,18 @@ def lanczos(
         q, _ = expansion
         space.append(q, matvec(q))
         steps += 1
+
+
+def _start_fault(start: object) -> str | None:
+    """What ``start`` is, said for an error, when it is not a real floating vector (n,) or block (m, n) with
+    n, m >= 1; None when it is one."""
+    if not isinstance(start, Tensor):
+        return f"a {type(start).__name__}"
+    if not start.is_floating_point():
+        return f"a {start.dtype} tensor"
+    if start.ndim not in (1, 2) or start.numel() == 0:
+        return f"a tensor of shape {tuple(start.shape)}"
+    return None
 
 
 def stalled(history: list[float], floor: float) -> bool:

@@ -55,6 +55,13 @@ def moved_parameters(model: nn.Module, optimizer: torch.optim.Optimizer) -> list
     holding its state (a parameter that never had a gradient, an unused head, is not moved). Before the first
     step no parameter has state, and all of those are returned (``operator`` then measures H)."""
     params = [p for group in moving_groups(optimizer) for p in group["params"] if p.requires_grad]
+    if not params:  # every one frozen: say so, not that the optimizer is another model's
+        held = [p for group in optimizer.param_groups for p in group["params"]]
+        require_optimizer_of(model, optimizer, held, "curvature")
+        raise ValueError(
+            f"curvature: every parameter of the {type(optimizer).__name__} is frozen (requires_grad False): it moves "
+            "nothing to take the Hessian over; unfreeze the parameters to measure"
+        )
     require_optimizer_of(model, optimizer, params, "curvature", "parameters that require grad")
     stepped = [p for p in params if adam_steps(optimizer.state.get(p, {})) > 0] if adam_family(optimizer) else []
     return stepped or params
@@ -250,7 +257,8 @@ def sharpness(
 def direction_vector(objective: Objective, direction: dict[Any, Tensor] | str, called: str = "direction") -> Tensor:
     """A flat direction: "gradient" (the objective's gradient on the operator's batch: ∇L, with coupled weight
     decay ∇L + λθ), or tensors keyed by parameter name or by ``id(param)`` (parameters without an entry
-    count as 0). ``called``: how an error names the argument (``along['x']`` for one of several)."""
+    count as 0, and entries of parameters H is not taken over are left out). ``called``: how an error names the
+    argument (``along['x']`` for one of several)."""
     if isinstance(direction, str):
         if direction != "gradient":
             raise ValueError(f"curvature: {called}={direction!r}; give 'gradient' or tensors")
@@ -268,9 +276,10 @@ def direction_vector(objective: Objective, direction: dict[Any, Tensor] | str, c
         if not isinstance(t, Tensor):
             raise ValueError(f"curvature: the direction's {key!r} is a {type(t).__name__}; give a tensor per parameter")
         if isinstance(key, str):
-            if key not in by_name:
-                raise ValueError(f"curvature: {key!r} is not a trainable parameter; names: {op.names[:5]} …")
-            by_id[id(by_name[key])] = t
+            if key in by_name:
+                by_id[id(by_name[key])] = t
+            elif key not in op.model_names:  # one of the model's that H is not taken over (frozen, not moved) is 0
+                raise ValueError(f"curvature: {key!r} is not a parameter of the model; names: {op.names[:5]} …")
         elif isinstance(key, int) and not isinstance(key, bool):
             by_id[key] = t  # ids of tensors H is not taken over (another module's, a frozen one's) count as 0
         else:

@@ -209,6 +209,8 @@ def weight_decay(optimizer: torch.optim.Optimizer, group: dict) -> Decay:
     mu, tau = float(group["momentum"]), float(group["dampening"])
     if mu == 0:
         return Decay(shift=lam)
+    if tau >= 1 and not group["nesterov"]:  # the buffer takes no gradient after the first step: the threshold is
+        return Decay()  # infinite (``stability_threshold``), and no shift of H can reach it
     return Decay(shift=lam * (1 + mu) / (1 + 2 * mu) if group["nesterov"] else lam * (1 + mu) / (1 - tau))
 
 
