@@ -344,14 +344,15 @@ def test_accumulated_noise_counts_a_pass_that_missed_a_parameter_as_zero_and_a_s
 
 
 def test_micro_batches_of_a_named_tuple_or_a_mapping_batch_keep_its_type():
-    """The noise scale from slices of a namedtuple or a UserDict batch (a 🤗 BatchEncoding is one) equals
-    McCandlish et al.'s estimators written out on each slice's gradient, with the slices as the loss expects."""
+    """The noise scale from slices of a namedtuple or a UserDict batch (a 🤗 BatchEncoding is one), or of a dict
+    holding a 0-d loss weight too (it was refused as uncuttable), equals McCandlish et al.'s estimators written
+    out on each slice's gradient, with the slices as the loss expects."""
     Pair = collections.namedtuple("Pair", "x y")
     model, _, (x, y) = mlp_problem(2)
 
     def loss_fn(m, b):
-        x, y = (b.x, b.y) if isinstance(b, tuple) else (b["x"], b["y"])
-        return nn.functional.mse_loss(m(x), y)
+        x, y, weight = (b.x, b.y, 1.0) if isinstance(b, tuple) else (b["x"], b["y"], b.get("weight", 1.0))
+        return nn.functional.mse_loss(m(x), y) * weight
 
     passes = []
     for i in range(4):
@@ -359,7 +360,8 @@ def test_micro_batches_of_a_named_tuple_or_a_mapping_batch_keep_its_type():
         loss_fn(model, Pair(x[5 * i : 5 * i + 5], y[5 * i : 5 * i + 5])).backward()
         passes.append([p.grad.clone() for p in model.parameters()])
     expected = noise_scale_by_formula(passes, 5)["noise_scale"]
-    for batch in (Pair(x, y), collections.UserDict({"x": x, "y": y})):
+    scalar = {"x": x, "y": y, "weight": torch.tensor(1.0, dtype=x.dtype)}  # a 0-d entry goes whole into each slice
+    for batch in (Pair(x, y), collections.UserDict({"x": x, "y": y}), scalar):
         opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: every measurement at the same θ
         monitor = Monitor(model, opt, curvature=Curvature(batch, loss_fn, every=1, micro_batches=4, directions=()))
         record = train(model, opt, monitor, loss_fn, batch, 1)[-1]

@@ -158,14 +158,18 @@ class SmallBatchNorms:
 
 def split_batch(batch: Any, parts: int) -> list[Any]:
     """``batch`` (a tensor, or tuples / lists / mappings of them: ``curvature.map_tensors``) cut into ``parts``
-    equal slices along dim 0, each in the batch's own containers."""
-    tensors = tensors_in(batch)
+    equal slices along dim 0, each in the batch's own containers. A 0-d tensor (a temperature, a loss weight) is
+    no example and goes whole into every slice."""
+    tensors = [t for t in tensors_in(batch) if t.ndim > 0]
     if not tensors:
-        raise ValueError(f"Curvature: cannot cut a batch of type {type(batch).__name__} into micro-batches")
+        raise ValueError(
+            f"Curvature: cannot cut a batch of type {type(batch).__name__} into micro-batches (no tensor with a "
+            "batch dimension)"
+        )
     for t in tensors:
-        if t.ndim == 0 or t.shape[0] % parts:
+        if t.shape[0] % parts:
             raise ValueError(f"Curvature: a batch of {tuple(t.shape)} cannot be cut into {parts} equal micro-batches")
-    return [map_tensors(lambda t, i=i: t.chunk(parts)[i], batch) for i in range(parts)]
+    return [map_tensors(lambda t, i=i: t.chunk(parts)[i] if t.ndim else t, batch) for i in range(parts)]
 
 
 def check_curvature(curvature: Any, who: str) -> None:
@@ -296,4 +300,4 @@ def measure(
 
 
 def _batch_size(part: Any) -> int:
-    return int(tensors_in(part)[0].shape[0])
+    return int(next(t for t in tensors_in(part) if t.ndim > 0).shape[0])
