@@ -664,3 +664,49 @@ def test_a_module_with_two_optimizers_is_refused_in_one_line(tmp_path):
         trainer.fit(TwoOptimizers(automatic=False), data)
     assert not any(opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks for opt in trainer.optimizers)
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("precision", ["64-true", "bf16-true"])
+def test_curvature_under_a_true_precision_measures_on_the_batch_as_lightning_converts_it(precision, tmp_path):
+    """``precision="64-true"`` (or "bf16-true") casts the module's weights, and Lightning casts each training batch
+    to match (``precision_plugin.convert_input``): a Curvature batch given as the data comes, in float32, is
+    measured as Lightning would feed it, rather than failing the fit when the monitor is built. The oracle: the
+    exact Hessian of the loss on the batch at the weights each measured step left, in float64 (for bfloat16
+    weights and batch, whose products round to 3 significant digits, within 1 %; 4e-4 seen)."""
+    from optiscope.monitor import Curvature
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 4, generator=generator)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    fixed_x = torch.randn(8, 4, generator=generator)
+    fixed = (fixed_x, fixed_x.sum(1, keepdim=True))
+    curvature = Curvature(fixed, regression_loss, every=CURVATURE_EVERY, tol=1e-6, max_hvps=100, directions=())
+    oracle = ExactCurvature(fixed, CURVATURE_EVERY)
+    trainer = quiet_trainer(tmp_path, 4, [OptiscopeCallback(every=1, curvature=curvature), oracle], precision=precision)
+    trainer.fit(HeavyBall(automatic=True), data)
+    assert fixed[0].dtype == torch.float32  # the user's batch is left as it was
+    records = {r["step"]: r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())}
+    rel = 1e-6 if precision == "64-true" else 1e-2
+    for step in (2, 4):
+        assert records[step]["threshold"] == pytest.approx((2 + 2 * BETA) / LR, rel=1e-12)
+        assert records[step]["sharpness"] == pytest.approx(oracle.seen[step]["sharpness"], rel=rel), step
+
+
+def test_a_noise_scale_from_accumulation_without_accumulation_is_refused_in_one_line(tmp_path):
+    """``Curvature(accumulation_batch_size=4)`` in automatic optimisation without ``accumulate_grad_batches``:
+    every step takes one backward pass, so every record would silently lack the noise scale; refused in one line
+    naming both settings, and the optimizer keeps no hook of the monitor's."""
+    from optiscope.monitor import Curvature
+
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    curvature = Curvature((x[:8], x[:8].sum(1, keepdim=True)), regression_loss, every=2, accumulation_batch_size=4)
+    trainer = quiet_trainer(tmp_path, 2, [OptiscopeCallback(every=1, curvature=curvature)])
+    with pytest.raises(
+        ValueError,
+        match=r"^OptiscopeCallback: Curvature\(accumulation_batch_size=4\).*"
+        r"accumulate_grad_batches=1 takes one per step[^\n]*$",
+    ):
+        trainer.fit(Regression(automatic=True), data)
+    assert not any(opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks for opt in trainer.optimizers)
+    assert not (tmp_path / "metrics.jsonl").exists()

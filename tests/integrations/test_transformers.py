@@ -644,3 +644,29 @@ def test_two_callbacks_and_a_training_that_raised_leave_the_accelerator_as_they_
     records = read_records(tmp_path)
     assert [r["step"] for r in records] == [1, 2, 3]
     assert [r["grad_norm_before_clip"] for r in records] == pytest.approx(logged[-3:], rel=1e-5)
+
+
+def test_a_noise_scale_from_accumulation_without_accumulation_is_refused_in_one_line(tmp_path):
+    """``Curvature(accumulation_batch_size=2)`` takes the noise scale from the backward passes of each step; with
+    ``gradient_accumulation_steps=1`` every step has one and every record would silently lack it: refused in one
+    line naming both settings, before anything is hooked or written."""
+    from optiscope.monitor import Curvature
+
+    def loss_fn(model, batch):
+        return model(**batch).loss
+
+    fixed = {key: torch.stack([row[key] for row in dataset(n=4, seed=1)]) for key in ("input_ids", "labels")}
+    callback = OptiscopeCallback(every=1, curvature=Curvature(fixed, loss_fn, every=2, accumulation_batch_size=2))
+    trainer = Trainer(
+        model=tiny_hf.model("qwen2"),
+        args=arguments(tmp_path, gradient_accumulation_steps=1),
+        train_dataset=dataset(),
+        callbacks=[callback],
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"^OptiscopeCallback: Curvature\(accumulation_batch_size=2\).*"
+        r"gradient_accumulation_steps=1 takes one per step[^\n]*$",
+    ):
+        trainer.train()
+    assert callback.monitor is None and not (tmp_path / "metrics.jsonl").exists()

@@ -10,9 +10,10 @@ library counts it, so that records carry the library's step numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,19 @@ def check_options(out_dir: Any, every: Any, sinks: Any, curvature: Any, guard: A
     return sinks
 
 
+def check_passes(curvature: Curvature | None, passes: int, setting: str) -> None:
+    """A one-line error when ``Curvature(accumulation_batch_size=...)`` is asked of a run whose every step takes
+    ``passes`` < 2 backward passes (``setting`` names the library's option that sets them): the noise scale comes
+    from the passes of an accumulated step, and each step would have none, leaving every record without it."""
+    size = None if curvature is None else curvature.accumulation_batch_size
+    if size is not None and passes < 2:
+        raise ValueError(
+            f"OptiscopeCallback: Curvature(accumulation_batch_size={size}) takes the noise scale from the backward "
+            f"passes of an accumulated step, but {setting}={passes} takes one per step; set {setting} >= 2, or give "
+            "Curvature(micro_batches=...) for micro-batches of the curvature batch"
+        )
+
+
 class MonitorCallback:
     """The options and state of both libraries' ``OptiscopeCallback`` (mixed into their callback classes).
 
@@ -143,18 +157,24 @@ class MonitorCallback:
         saved: Sequence[Any] = (),
         where: str = "",
         scaled: bool = True,
+        prepare: Callable[[Any], Any] | None = None,
     ) -> None:
         """Build the monitor for a run that starts at ``start_step``; a resumed run (``start_step`` > 0) gets the
         first of ``saved`` (what was found where its checkpoint may be, None where nothing was; ``where`` says
         where they were looked for) that is a monitor's state of that step. ``scaled``: a loss scaler may skip
-        steps (see ``Attachment``)."""
+        steps (see ``Attachment``). ``prepare``: what the library does to each training batch before the model
+        sees it (a cast to the weights' precision, a move to their device), done to the curvature batch too,
+        which the user gave as the data comes; the user's ``Curvature`` is left as it was."""
+        curvature = self.curvature
+        if curvature is not None and prepare is not None:
+            curvature = dataclasses.replace(curvature, batch=prepare(curvature.batch))
         monitor = build_monitor(
             model,
             optimizer,
             out_dir=self.out_dir if self.out_dir is not None else default_dir,
             every=self.every,
             sinks=self.sinks,
-            curvature=self.curvature,
+            curvature=curvature,
             guard=self.guard,
             start_step=start_step,
             rank_zero=rank_zero,

@@ -30,9 +30,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import Callback
 
-from .attach import MonitorCallback
+from .attach import MonitorCallback, check_passes
 
 __all__ = ["OptiscopeCallback"]
 
@@ -63,6 +64,8 @@ class OptiscopeCallback(MonitorCallback, Callback):
             raise ValueError(
                 f"OptiscopeCallback: the module has {len(trainer.optimizers)} optimizers; it monitors exactly one"
             )
+        if pl_module.automatic_optimization:  # in manual optimisation the module accumulates by itself
+            check_passes(self.curvature, trainer.accumulate_grad_batches, "accumulate_grad_batches")
         log_dir = trainer.log_dir  # collective: every rank must ask
         saved, self._saved = self._saved, None
         where = "the checkpoint's callback state"
@@ -71,6 +74,13 @@ class OptiscopeCallback(MonitorCallback, Callback):
         # a step counted but not taken is a loss scaler's skip only in float16 precision (a GradScaler's, or
         # DeepSpeed's own); otherwise the module's own optimizer_step left it out on purpose: no divergence
         scaled = str(trainer.precision).startswith("16")
+
+        def prepare(batch: Any) -> Any:
+            # as Lightning's loop does to each training batch: "64-true" / "bf16-true" cast the weights, and
+            # the batch's floats with them; the strategy moves it to the weights' device (the module's own
+            # transfer hooks, which may augment data, are not run on the fixed batch)
+            return move_data_to_device(trainer.precision_plugin.convert_input(batch), trainer.strategy.root_device)
+
         self.attach(
             pl_module,
             trainer.optimizers[0],
@@ -80,6 +90,7 @@ class OptiscopeCallback(MonitorCallback, Callback):
             [saved],
             where,
             scaled,
+            prepare,
         )
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:

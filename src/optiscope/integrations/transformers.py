@@ -39,7 +39,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..runs import save_checkpoint
-from .attach import MonitorCallback, log
+from .attach import MonitorCallback, check_passes, log
 
 #: The monitor's state in each checkpoint directory the Trainer writes.
 MONITOR_STATE = "optiscope_monitor.pt"
@@ -63,6 +63,7 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
+        check_passes(self.curvature, args.gradient_accumulation_steps, "gradient_accumulation_steps")
         inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps the real one
         places = [place / MONITOR_STATE for place in resumed_from(args, state)] if state.global_step > 0 else []
         saved, where = [saved_state(path) for path in places], " or ".join(map(str, places))
