@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..monitor import Curvature, Diverged, DivergenceGuard, Monitor, run_directory_sinks
@@ -93,7 +94,8 @@ def check_options(out_dir: Any, every: Any, sinks: Any, curvature: Any, guard: A
         raise ValueError(
             f"OptiscopeCallback: Curvature(rank_batch_size={curvature.rank_batch_size!r}) needs the DDP-wrapped "
             "model, which the library does not give its callbacks; for the noise scale give "
-            "Curvature(micro_batches=...) or, with gradient accumulation, accumulation_batch_size=..."
+            "Curvature(micro_batches=...) or, with gradient accumulation in a run of one process, "
+            "accumulation_batch_size=..."
         )
     return sinks
 
@@ -101,9 +103,21 @@ def check_options(out_dir: Any, every: Any, sinks: Any, curvature: Any, guard: A
 def check_passes(curvature: Curvature | None, passes: int, setting: str) -> None:
     """A one-line error when ``Curvature(accumulation_batch_size=...)`` is asked of a run whose every step takes
     ``passes`` < 2 backward passes (``setting`` names the library's option that sets them): the noise scale comes
-    from the passes of an accumulated step, and each step would have none, leaving every record without it."""
+    from the passes of an accumulated step, and each step would have none, leaving every record without it. Or
+    of a job of several ranks: at an accumulated step's last pass DDP overwrites ``p.grad`` with the ranks'
+    mean, so no pass's own gradient can be told (the monitor refuses a DDP model for this, but a library hands
+    the callback the bare module)."""
     size = None if curvature is None else curvature.accumulation_batch_size
-    if size is not None and passes < 2:
+    if size is None:
+        return
+    ranks = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if ranks > 1:
+        raise ValueError(
+            f"OptiscopeCallback: Curvature(accumulation_batch_size={size}) cannot see a backward pass's own gradient "
+            f"in a job of {ranks} ranks (DDP averages the ranks into p.grad at an accumulated step's last pass); "
+            "give Curvature(micro_batches=...) for micro-batches of the curvature batch instead"
+        )
+    if passes < 2:
         raise ValueError(
             f"OptiscopeCallback: Curvature(accumulation_batch_size={size}) takes the noise scale from the backward "
             f"passes of an accumulated step, but {setting}={passes} takes one per step; set {setting} >= 2, or give "
