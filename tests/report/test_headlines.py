@@ -152,6 +152,20 @@ def test_an_edge_of_stability_run_that_diverged_says_whether_it_reached_its_edge
     assert "∞" in shown and "not a number (NaN)" in shown and "inf" not in shown and "nan" not in shown
 
 
+def test_an_edge_of_stability_run_that_diverged_before_any_measurement_is_still_said_to(tiny_results):
+    """momentum@1e308 has non-finite weights after step 1: its one measurement is NaN, so it has no largest ratio
+    (max_ratio None), and its headline was dropped whole, saying nothing of the divergence; an ok run without a
+    finite ratio likewise. Oracle: the steps and statuses set here."""
+    results = copy.deepcopy(tiny_results["edge-of-stability"])
+    first, second = results["runs"][:2]
+    first.update(status="diverged", divergence={"step": 1, "reason": "non-finite weights"}, edge_step=None)
+    first.update(step=[1], sharpness=[math.nan], ratio=[math.nan], loss=[2.0], hvps=[1], max_ratio=None)
+    second.update(edge_step=None, equilibrium=None, max_ratio=None, ratio=[None] * len(second["ratio"]))
+    said = {s.split(":")[0]: s for s in map(text, headlines(results))}
+    assert said[first["label"]].endswith(": diverged at step <1>, with no finite ratio measured before it."), said
+    assert said[second["label"]].endswith(f": no finite ratio measured in <{results['steps']}> steps."), said
+
+
 def test_a_bias_correction_run_that_diverged_is_said_to_and_compares_no_steps():
     """At η = 1e300 x stops being finite at once: the page said nothing of the bias-correction runs (their largest
     step is None), while the figure says they diverged. The oracle: each run's diverged_at in the results."""

@@ -343,8 +343,12 @@ def edge_of_stability(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
         if run["status"] != "ok" and edge_before_divergence(run):
             tail = [": reached ", ("edge",), "× at step ", (*at, "edge_step"), ", then diverged at step "]
             tail += [(*at, "divergence", "step"), ", at most ", (*at, "max_ratio"), "× it."]
+        elif run["status"] != "ok" and run.get("max_ratio") is None:  # its measurements, if any, were not finite
+            tail = [": diverged at step ", (*at, "divergence", "step"), ", with no finite ratio measured before it."]
         elif run["status"] != "ok":
             tail = [": diverged at step ", (*at, "divergence", "step"), ", at most ", (*at, "max_ratio"), "× it."]
+        elif run.get("max_ratio") is None:
+            tail = [": no finite ratio measured in ", ("steps",), " steps."]
         elif run["edge_step"] is None:
             tail = [": at most ", (*at, "max_ratio"), f"× it, short of the edge ({r['edge']:g}×) in ", ("steps",)]
             tail.append(" steps.")
