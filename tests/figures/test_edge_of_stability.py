@@ -71,6 +71,16 @@ def test_the_title_accounts_for_every_run_and_names_the_optimizers(results):
     assert "momentum@0.45 (diverged at step 40)" in title and "40), which" not in title, title
 
 
+@pytest.mark.parametrize(("equilibrium", "said"), [(0.996, "0.996×"), (1.0004, "1.0004×"), (1.0, "1.00×")])
+def test_a_ratio_is_never_rounded_onto_the_threshold_it_is_not_at(results, equilibrium, said):
+    """Two decimals, but 0.996 (short of the threshold) and 1.0004 (past it) do not read "1.00×"."""
+    results["runs"][0]["equilibrium"] = equilibrium
+    fig = eos.sharpness(results)
+    title = " ".join(fig._suptitle.get_text().split())
+    plt.close(fig)
+    assert f"sgd@0.5 {said}" in title, title
+
+
 def test_a_diverged_run_has_its_edge_drawn_only_before_its_divergence(results):
     fig = eos.sharpness(results)
     top = fig.axes[0]

@@ -47,13 +47,20 @@ def _title(runs: list[RunResults], what: str, edge: float) -> str:
 
 
 def _ratio(x: Any) -> str:
-    """A ratio to two decimals, or the sign of a value that is no number: NaN, ∞ or −∞ (a title's short forms;
-    the report's headlines spell NaN out)."""
+    """A ratio to two decimals, unless they round it onto a whole number it is not (0.996 is short of its
+    threshold and must not read "1.00"; more decimals then), or the sign of a value that is no number: NaN, ∞
+    or −∞ (a title's short forms; the report's headlines spell NaN out)."""
     if x is None:
         return "—"
     if math.isnan(x):
         return "NaN"
-    return "∞" if math.isinf(x) and x > 0 else "−∞" if math.isinf(x) else f"{x:.2f}"
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    for decimals in range(2, 9):
+        text = f"{x:.{decimals}f}"
+        if float(text) == x or not float(text).is_integer():
+            return text
+    return text
 
 
 def _diverged_at(run: RunResults, edge: float) -> str:
