@@ -8,6 +8,7 @@ from torch import nn
 
 from optiscope.integrations.attach import check_passes
 from optiscope.monitor import Curvature
+from optiscope.train.distributed import leave_job
 
 
 def _worker(rank: int, tmp: str) -> None:
@@ -22,7 +23,7 @@ def _worker(rank: int, tmp: str) -> None:
     check_passes(None, 4, "gradient_accumulation_steps")  # no curvature: nothing to refuse
     with open(f"{tmp}/said{rank}", "w") as f:
         f.write(said)
-    dist.destroy_process_group()
+    leave_job()  # as the product leaves: DDP wrappers in reference cycles collected first
 
 
 def test_noise_from_accumulated_passes_is_refused_in_a_job_of_several_ranks(tmp_path):

@@ -18,6 +18,7 @@ from optiscope import runs
 from optiscope.curvature import gradient_noise_scale, rank_gradients
 from optiscope.monitor import Curvature, JSONLSink, Monitor
 from optiscope.optim import AdamW
+from optiscope.train.distributed import leave_job
 
 
 def _worker(rank: int, world: int, tmp: str) -> None:
@@ -27,7 +28,7 @@ def _worker(rank: int, world: int, tmp: str) -> None:
     _monitor_only(rank, tmp)
     _with_curvature(rank, tmp)
     _noise_by_ranks(rank, tmp)
-    dist.destroy_process_group()
+    leave_job()  # as the product leaves: DDP wrappers in reference cycles collected first
 
 
 @pytest.fixture(scope="module")
