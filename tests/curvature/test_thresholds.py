@@ -61,19 +61,19 @@ def test_unknown_thresholds_are_none_with_a_reason(make):
 
 
 @pytest.mark.parametrize(
-    ("make", "coef", "preconditioned"),
+    ("make", "coef"),
     [
-        (lambda groups: torch.optim.SGD(groups, lr=LR), 2.0, True),
-        (lambda groups: optim.SGD(groups, lr=LR, momentum=0.9), 3.8, True),
-        (lambda groups: torch.optim.AdamW(groups, lr=LR), 38.0, True),
+        (lambda groups: torch.optim.SGD(groups, lr=LR), 2.0),
+        (lambda groups: optim.SGD(groups, lr=LR, momentum=0.9), 3.8),
+        (lambda groups: torch.optim.AdamW(groups, lr=LR), 38.0),
     ],
 )
-def test_groups_at_different_learning_rates_share_the_threshold_at_the_largest(make, coef, preconditioned):
+def test_groups_at_different_learning_rates_share_the_threshold_at_the_largest(make, coef):
     """Groups at η and 2η: the threshold is c/η_max, labelled so, and bounds the preconditioned sharpness (SGD's
     P⁻¹ = diag(η_g/η_max)); the dynamics that check it are in ``test_sgd_groups_at_different_lrs_*``."""
     s = stability_threshold(make([{"params": params()}, {"params": params(), "lr": 2 * LR}]))
     assert s.threshold == pytest.approx(coef / (2 * LR), rel=1e-12)
-    assert s.label == f"{coef:.3g}/η_max" and s.preconditioned is preconditioned and s.reason is None
+    assert s.label == f"{coef:.3g}/η_max" and s.preconditioned is True and s.reason is None
 
 
 class CoupledBowl(nn.Module):

@@ -243,6 +243,11 @@ def loss_fault(loss: Any) -> str | None:
 OUTSIDE = "outside_model"
 
 
+def dense(t: Tensor) -> Tensor:
+    """``t`` detached, as its dense values where it is sparse (an ``nn.Embedding(sparse=True)``'s gradient)."""
+    return t.detach().to_dense() if t.is_sparse else t.detach()
+
+
 class HessianOperator:
     """v ↦ H v for the loss of ``model`` on ``batch``; ``hvps`` counts the products taken.
 
@@ -340,7 +345,7 @@ class HessianOperator:
     def flatten(self, tensors: dict[str, Tensor] | list[Tensor]) -> Tensor:
         values = [tensors[k] for k in self.theta] if isinstance(tensors, dict) else tensors
         # an nn.Embedding(sparse=True) gets sparse gradients and products
-        return torch.cat([(t.to_dense() if t.is_sparse else t).reshape(-1).to(self.device, self.dtype) for t in values])
+        return torch.cat([dense(t).reshape(-1).to(self.device, self.dtype) for t in values])
 
     def flatten_by_param(self, by_param: dict[int, Tensor], fill: float = 0.0) -> Tensor:
         """A flat vector from tensors keyed by ``id(param)`` (a sparse one, an ``nn.Embedding(sparse=True)``'s
@@ -356,7 +361,7 @@ class HessianOperator:
             parts.append(
                 torch.full((size,), fill, dtype=self.dtype, device=self.device)
                 if t is None
-                else (t.detach().to_dense() if t.is_sparse else t.detach()).reshape(-1).to(self.device, self.dtype)
+                else dense(t).reshape(-1).to(self.device, self.dtype)
             )
         return torch.cat(parts)
 

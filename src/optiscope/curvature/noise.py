@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..checks import is_count
+from .hvp import dense
 
 
 def gradient_noise_scale(small: Sequence[Sequence[Tensor]], batch_size: int) -> dict[str, Any]:
@@ -58,8 +59,7 @@ def gradient_noise_scale(small: Sequence[Sequence[Tensor]], batch_size: int) -> 
                 f"gradient_noise_scale: tensor {i} of a small-batch gradient is a {type(wrong).__name__}; give "
                 "tensors (or None for a parameter the batch did not reach)"
             )
-        # an nn.Embedding(sparse=True) has sparse gradients: their dense values
-        grads = [g.to_dense() if g is not None and g.is_sparse else g for g in grads]
+        grads = [None if g is None else dense(g) for g in grads]  # an nn.Embedding(sparse=True)'s are sparse
         present = [g for g in grads if g is not None]
         if not present:  # no batch reached it: no signal, no noise
             small_sq.append(0.0)
@@ -83,7 +83,7 @@ def rank_gradients(grads: Sequence[Tensor]) -> list[list[Tensor]]:
     batches of ``gradient_noise_scale`` at no extra backward pass. Without a process group, ``[grads]``."""
     if not (dist.is_available() and dist.is_initialized()):
         return [list(grads)]
-    grads = [g.detach().to_dense() if g.is_sparse else g.detach() for g in grads]  # nn.Embedding(sparse=True)'s
+    grads = [dense(g) for g in grads]
     flat = torch.cat([g.reshape(-1) for g in grads])
     gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, flat)

@@ -56,11 +56,7 @@ def _ratio(x: Any) -> str:
         return "NaN"
     if math.isinf(x):
         return "∞" if x > 0 else "−∞"
-    for decimals in range(2, 9):
-        text = f"{x:.{decimals}f}"
-        if float(text) == x or not float(text).is_integer():
-            return text
-    return text
+    return style.unrounded(x, lambda decimals: f"{x:.{decimals}f}", range(2, 9))
 
 
 def _diverged_at(run: RunResults, edge: float) -> str:

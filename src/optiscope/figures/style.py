@@ -7,6 +7,7 @@ Figures are drawn with the Agg backend (no display needed) and saved without tim
 from __future__ import annotations
 
 import io
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import matplotlib
@@ -160,6 +161,17 @@ def nothing_to_show(ax, text: str) -> None:
     """An empty panel that says why it is empty."""
     ax.set_axis_off()
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=9, color=MUTED, wrap=True)
+
+
+def unrounded(value: float, text: Callable[[int], str], digits: Iterable[int]) -> str:
+    """``text(d)`` for the first d of ``digits`` that does not round ``value`` onto a whole number it is not (a
+    sharpness/threshold of 0.996, short of its threshold, or 1.0004, past it, must not read "1"); the last
+    d's when each does."""
+    for d in digits:
+        shown = text(d)
+        if "e" in shown or float(shown) == value or not float(shown).is_integer():
+            return shown
+    return shown
 
 
 def fmt(x, spec: str = ".3g", missing: str = "—") -> str:

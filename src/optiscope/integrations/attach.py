@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 
+from .. import runs
 from ..monitor import Curvature, Diverged, DivergenceGuard, Monitor, run_directory_sinks
 from ..monitor.monitor import STATE_KEYS, check_schedule
 from ..monitor.sinks import checked_sinks
@@ -110,7 +110,7 @@ def check_passes(curvature: Curvature | None, passes: int, setting: str) -> None
     size = None if curvature is None else curvature.accumulation_batch_size
     if size is None:
         return
-    ranks = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    ranks = runs.world_size()
     if ranks > 1:
         raise ValueError(
             f"OptiscopeCallback: Curvature(accumulation_batch_size={size}) cannot see a backward pass's own gradient "

@@ -44,7 +44,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..checks import finite, is_count, is_number, require_optimizer
-from ..curvature.hvp import unwrap
+from ..curvature.hvp import dense, unwrap
 from . import stats
 from .accumulation_noise import AccumulationNoise
 from .curvature import KEYS, Curvature, check_batch, check_curvature, measure
@@ -303,7 +303,7 @@ class Monitor:
         self, optimizer: torch.optim.Optimizer, params: list[Tensor], neg_updates: list[Tensor]
     ) -> dict[str, Any]:
         # dense: torch's foreach norms have no kernel for the sparse gradient of an nn.Embedding(sparse=True)
-        grads = [p.grad.detach().to_dense() if p.grad.is_sparse else p.grad.detach() for p in params]
+        grads = [dense(p.grad) for p in params]
         weights = [p.detach() for p in params]
         g = stats.foreach_norms(grads)
         w = stats.foreach_norms(weights)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..figures.edge_of_stability import edge_before_divergence
+from ..figures.style import unrounded
 from ..sweep import what_trials_did
 
 
@@ -43,13 +44,7 @@ def format_number(value: float) -> str:
         return str(value)
     if not math.isfinite(value):
         return NON_FINITE["nan" if math.isnan(value) else "inf" if value > 0 else "-inf"]
-    # four significant digits, unless they round a value onto a whole number it is not: a sharpness/threshold
-    # of 1.00012 (past its threshold) or 0.99997 (short of it) must not read "1"
-    for digits in range(4, 9):
-        text = f"{value:.{digits}g}"
-        if "e" in text or float(text) == value or not float(text).is_integer():
-            return text
-    return text
+    return unrounded(value, lambda digits: f"{value:.{digits}g}", range(4, 9))  # four significant digits
 
 
 def separated(clauses: Iterable[Sentence], by: str = "; ") -> Sentence:
