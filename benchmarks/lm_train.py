@@ -8,7 +8,7 @@ char-level tinyshakespeare (``../shared/data/tinyshakespeare.txt`` beside the re
 optiscope's ``adamw`` recipe keeps torch's β2 = 0.999 (one name, one recipe in every experiment); the
 peer below uses the same β2, so the two loops compute the same update.
 
-1. Throughput: optiscope's training step (``optiscope.train.optimizer_step``: our AdamW, schedule and
+1. Throughput: optiscope's training step (``optiscope.train.loop.optimizer_step``: our AdamW, schedule and
    clipping, the monitor at every=10, the finiteness checks) against a bare loop with
    ``torch.optim.AdamW(fused=True)`` and no instruments — nanoGPT's loop in all that costs time —
    alternating rounds of 50 steps.
@@ -39,7 +39,10 @@ from optiscope.errors import ConfigError
 from optiscope.experiments import lm
 from optiscope.models import GPT
 from optiscope.monitor import Monitor
-from optiscope.optim import RunSpec, as_lambda_lr, build_optimizer
+from optiscope.optim import as_lambda_lr, build_optimizer
+from optiscope.optim.recipes import RunSpec
+from optiscope.train.distributed import start_processes
+from optiscope.train.loop import new_history, optimizer_step
 
 TARGET = 1.89
 #: the lm experiment's adamw run, which the peer is measured against
@@ -82,9 +85,9 @@ def throughput(config: lm.Config, rounds: int) -> tuple[float, float]:
         torch.Generator().manual_seed(1),
         as_lambda_lr(ours_opt, lm.build_schedule(ADAMW, config)),
         monitor,
-        train.new_history(update_ratio={"step": [], "layers": {}}),
+        new_history(update_ratio={"step": [], "layers": {}}),
     )
-    task = lm.LanguageModelling(data, config, train.start_processes("cpu", config.batch_size))
+    task = lm.LanguageModelling(data, config, start_processes("cpu", config.batch_size))
     bare = copy.deepcopy(base)
     bare_opt, bare_sched = torch_adamw(bare, config)
     g2 = torch.Generator().manual_seed(1)
@@ -92,7 +95,7 @@ def throughput(config: lm.Config, rounds: int) -> tuple[float, float]:
     def run_ours(n: int) -> float:
         start = time.perf_counter()
         for _ in range(n):
-            train.optimizer_step(run, task, task.batch(run.step, run.data), config.clip)
+            optimizer_step(run, task, task.batch(run.step, run.data), config.clip)
         return n / (time.perf_counter() - start)
 
     def run_bare(n: int) -> float:

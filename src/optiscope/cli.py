@@ -32,6 +32,8 @@ from rich.table import Table
 
 from . import __version__, contracts, experiments, figures, runs, sweep
 from .errors import ConfigError, UserError
+from .sweep.sweep import OWNS as SWEEP_OWNS
+from .sweep.sweep import RESERVED as SWEEP_RESERVED
 from .train.distributed import leave_job
 from .train.signals import terminate_as_interrupt
 
@@ -317,7 +319,7 @@ def parse_lrs(text: str) -> tuple[float, ...] | None:
 
 
 def sweep_config(args: argparse.Namespace) -> sweep.SweepConfig:
-    """The parsed arguments of ``sweep`` as a SweepConfig (not validated yet: ``sweep.check`` does)."""
+    """The parsed arguments of ``sweep`` as a SweepConfig (not validated yet: ``sweep.sweep.check`` does)."""
     return sweep.SweepConfig(
         experiment=args.name,
         optimizers=tuple(s.strip() for s in args.optimizers.split(",")),
@@ -334,7 +336,7 @@ def sweep_config(args: argparse.Namespace) -> sweep.SweepConfig:
 
 def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     config = sweep_config(args)
-    say_if_nothing_to_resume(args, console, sweep.OWNS)
+    say_if_nothing_to_resume(args, console, SWEEP_OWNS)
 
     def report(record: dict[str, Any]) -> None:
         error = f" ({record['error']})" if record["error"] else ""
@@ -429,7 +431,7 @@ def add_sweep_parser(sub: Any) -> None:
         p.add_argument("--address", default=None, help="a Ray cluster's address (--backend ray)")
         p.add_argument("--resume", action="store_true", help="continue the sweep in --out, keeping finished trials")
         p.add_argument("--force", action="store_true", help="replace the sweep in --out")
-        add_config_arguments(p, module, skip=(*sweep.RESERVED, *SWEEP_OPTIONS))
+        add_config_arguments(p, module, skip=(*SWEEP_RESERVED, *SWEEP_OPTIONS))
 
 
 # ---------------------------------------------------------------------------------------------- main

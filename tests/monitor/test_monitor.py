@@ -18,9 +18,9 @@ from optiscope.monitor import (
     JSONLSink,
     Monitor,
     TensorBoardSink,
-    safe_perplexity,
 )
 from optiscope.monitor.curvature import DIRECTIONS
+from optiscope.monitor.divergence import safe_perplexity
 from optiscope.monitor.monitor import RECORD_FIELDS
 from optiscope.optim import SGD, Adam, AdamW, Lion, RMSprop
 

@@ -6,8 +6,8 @@ from torch import nn
 
 from curvature_support import exact_hessian
 from optiscope.curvature import directional_curvature
-from optiscope.monitor import Monitor, own_names
-from optiscope.monitor.names import is_own_name
+from optiscope.monitor import Monitor
+from optiscope.monitor.names import is_own_name, own_names
 from optiscope.optim import SGD
 from optiscope.probe import update_direction
 

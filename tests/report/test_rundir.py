@@ -10,8 +10,9 @@ import shutil
 import pytest
 
 from optiscope import cli, runs
-from optiscope.report import read_metrics, read_run, series
+from optiscope.report import read_run, series
 from optiscope.report.page import status_line
+from optiscope.report.rundir import read_metrics
 
 from .browser import load
 from .monitored import diverging_run, monitored_dir

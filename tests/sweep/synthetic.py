@@ -26,7 +26,8 @@ from typing import TypedDict
 
 import torch
 
-from optiscope.experiments import ConfigError, Objective, only_run, parse_runs
+from optiscope.experiments import ConfigError, Objective, only_run
+from optiscope.optim.recipes import parse_runs
 
 SUMMARY = "a known objective of the learning rate (tests)"
 LEARNING_RATES = {"sgd": 0.01, "adam": 0.01}

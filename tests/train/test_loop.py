@@ -16,6 +16,8 @@ from torch import nn
 from optiscope import runs, train
 from optiscope.monitor import DivergenceGuard, JSONLSink, Monitor
 from optiscope.optim import AdamW, as_lambda_lr, warmup_cosine
+from optiscope.train.checkpoint import FORMAT
+from optiscope.train.loop import new_history
 
 STEPS = 12
 
@@ -54,7 +56,7 @@ def make_run(tmp_path, label="reg"):
     optimizer = AdamW(model.parameters(), lr=0.05)
     monitor = Monitor(model, optimizer, every=3, sinks=[JSONLSink(tmp_path / "metrics.jsonl")], context={"run": label})
     scheduler = as_lambda_lr(optimizer, warmup_cosine(0.05, STEPS, 2, 0.005))
-    history = train.new_history(evals=[])
+    history = new_history(evals=[])
     return train.Run(label, model, optimizer, torch.Generator().manual_seed(1), scheduler, monitor, history)
 
 
@@ -407,7 +409,7 @@ def reshaped(path, name, shape):
     [
         (lambda p: p.write_bytes(p.read_bytes()[:200]), "is not a readable checkpoint"),
         (lambda p: torch.save({"model": {}}, p), "is not an optiscope training checkpoint"),
-        (lambda p: torch.save({"format": train.FORMAT, "label": "other"}, p), "is the checkpoint of run 'other'"),
+        (lambda p: torch.save({"format": FORMAT, "label": "other"}, p), "is the checkpoint of run 'other'"),
         (
             lambda p: reshaped(p, "0.weight", (16, 4)),
             r"is not a checkpoint of this run \(its 0.weight is \(16, 4\), this run's \(8, 4\)\)",

@@ -11,41 +11,23 @@ optimizer, built on Hessian-vector products (reverse-over-reverse on a gradient 
 """
 
 from .directional import directional_curvature
-from .hvp import (
-    HessianOperator,
-    batch_statistics,
-    check_dtype,
-    in_eval_mode,
-    loss_fault,
-    map_tensors,
-    rng_forked,
-    tensors_in,
-)
+from .hvp import HessianOperator
 from .lanczos import LanczosResult, lanczos
 from .noise import gradient_noise_scale, noise_scale_from_norms, rank_gradients
-from .sharpness import require_optimizer_of, sharpness
-from .thresholds import Stability, inverse_preconditioner, stability_threshold
+from .sharpness import sharpness
+from .thresholds import Stability, stability_threshold
 from .trace import hessian_trace
 
 __all__ = [
-    "HessianOperator",
-    "LanczosResult",
-    "Stability",
-    "batch_statistics",
-    "check_dtype",
-    "directional_curvature",
-    "gradient_noise_scale",
-    "hessian_trace",
-    "inverse_preconditioner",
-    "lanczos",
-    "loss_fault",
-    "map_tensors",
-    "noise_scale_from_norms",
-    "rank_gradients",
-    "require_optimizer_of",
-    "in_eval_mode",
-    "rng_forked",
     "sharpness",
     "stability_threshold",
-    "tensors_in",
+    "Stability",
+    "directional_curvature",
+    "hessian_trace",
+    "gradient_noise_scale",
+    "noise_scale_from_norms",
+    "rank_gradients",
+    "lanczos",
+    "LanczosResult",
+    "HessianOperator",
 ]

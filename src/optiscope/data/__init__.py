@@ -7,20 +7,17 @@ adder challenge's 10,010-case suite, its tokenisation and its training batches.
 """
 
 from .batches import eval_batches, sample_batch, train_val_split
-from .corpus import CorpusError, fetch_url, load_corpus, read_text_file, shakespeare
-from .tokenizers import TOKENIZERS, CharTokenizer, Tokenizer, WordTokenizer
+from .corpus import CorpusError, load_corpus, shakespeare
+from .tokenizers import CharTokenizer, Tokenizer, WordTokenizer
 
 __all__ = [
-    "TOKENIZERS",
-    "CharTokenizer",
-    "CorpusError",
-    "Tokenizer",
-    "WordTokenizer",
-    "eval_batches",
-    "fetch_url",
     "load_corpus",
-    "read_text_file",
-    "sample_batch",
     "shakespeare",
+    "Tokenizer",
+    "CharTokenizer",
+    "WordTokenizer",
     "train_val_split",
+    "sample_batch",
+    "eval_batches",
+    "CorpusError",
 ]

@@ -36,26 +36,17 @@ import torch
 from .. import __version__, runs
 from ..checks import is_count, non_negative, positive
 from ..errors import ConfigError
-from ..optim import RunSpec, parse_runs
-from ..runs import checkpoint_name
 from .objective import Objective, only_run
 
 __all__ = [
-    "ConfigError",
-    "Objective",
-    "RunSpec",
-    "build_config",
-    "checkpoint_name",
-    "execute",
     "load",
+    "build_config",
+    "execute",
     "objectives",
-    "only_run",
-    "parse_runs",
-    "require",
-    "require_counts",
-    "require_rates",
-    "require_threads",
     "sweepable",
+    "Objective",
+    "only_run",
+    "ConfigError",
 ]
 
 EXPERIMENTS: dict[str, str] = {

@@ -33,15 +33,16 @@ from ..models.adder import AdderConfig, AdderModel, count_parameters, parameter_
 from ..models.adder_challenge import SuiteScorer, build_model, evaluate, greedy_answer
 from ..monitor import DivergenceGuard, Monitor, run_directory_sinks
 from ..optim import RECIPES, as_lambda_lr, build_optimizer, warmup_cosine
+from ..optim.recipes import RunSpec, parse_runs
+from ..runs import checkpoint_name
+from ..train.loop import new_history
+from ..train.progress import Progress
 from . import (
     NO_EFFECT,
     ConfigError,
     Objective,
-    RunSpec,
-    checkpoint_name,
     flag,
     only_run,
-    parse_runs,
     require,
     require_counts,
     require_non_negative,
@@ -305,7 +306,7 @@ def train_seed(
         guard=DivergenceGuard(first_factor=10),
         context={"run": spec.label, "seed": seed},
     )
-    history = train.new_history(evals=[], best=-1, best_step=0)
+    history = new_history(evals=[], best=-1, best_step=0)
     data = torch.Generator().manual_seed(1_000_003 * seed)
     run = train.Run(
         f"{spec.label} seed {seed}", model, optimizer, data, as_lambda_lr(optimizer, schedule), monitor, history
@@ -372,7 +373,7 @@ def train_and_report(config: Config, run_dir: Path) -> Results:
     """Every optimizer on every seed, each best checkpoint scored by greedy decoding, the best one explained."""
     preset, model_cfg = preset_for_budget(config.params_budget)
     scorer = SuiteScorer()
-    progress = train.Progress(enabled=not config.quiet)
+    progress = Progress(enabled=not config.quiet)
     records: list[RunResults] = []
     for spec in runs_of(config):
         for seed in config.seed_list:

@@ -38,17 +38,11 @@ from .. import runs, train
 from ..curvature import stability_threshold
 from ..monitor import Curvature, Monitor, run_directory_sinks
 from ..optim import RECIPES, build_optimizer
-from . import (
-    NO_EFFECT,
-    RunSpec,
-    checkpoint_name,
-    parse_runs,
-    require,
-    require_counts,
-    require_non_negative,
-    require_threads,
-    torch_threads,
-)
+from ..optim.recipes import RunSpec, parse_runs
+from ..runs import checkpoint_name
+from ..train.loop import new_history
+from ..train.progress import Progress
+from . import NO_EFFECT, require, require_counts, require_non_negative, require_threads, torch_threads
 
 SUMMARY = "Full-batch GD, momentum and Adam: (preconditioned) sharpness against 2/η, 3.8/η, 38/η (edge of stability)"
 
@@ -201,7 +195,7 @@ def train_one(config: Config, spec: RunSpec, data: tuple[Tensor, Tensor], run_di
         curvature=curvature,
         context={"run": spec.label},
     )
-    history = train.new_history(curvature={"step": [], "sharpness": [], "ratio": [], "loss": [], "hvps": []})
+    history = new_history(curvature={"step": [], "sharpness": [], "ratio": [], "loss": [], "hvps": []})
     run = train.Run(spec.label, model, optimizer, torch.Generator().manual_seed(config.seed), None, monitor, history)
     checkpoint = Path(run_dir) / runs.CHECKPOINTS / checkpoint_name(spec.label)
     h = train.train(run, FullBatch(data), train.Plan(config.steps), checkpoint, progress=progress)
@@ -253,7 +247,7 @@ def run(config: Config, run_dir: Path) -> Results:
 
 def train_all(config: Config, run_dir: Path) -> Results:
     data = teacher_data(config)
-    progress = train.Progress(enabled=not config.quiet)
+    progress = Progress(enabled=not config.quiet)
     results = [train_one(config, spec, data, Path(run_dir), progress) for spec in runs_of(config)]
     return {
         "status": "diverged" if all(r["status"] == "diverged" for r in results) else "ok",

@@ -39,8 +39,11 @@ from ..models import GPT
 from ..models.pretrained import add_lora, context_length, load_causal_lm
 from ..monitor.stats import loglog_fit
 from ..optim import build_optimizer
-from ..probe import MODES, prediction_curves, probe_step, sample_sequences, subset_errors, update_direction
-from . import NO_EFFECT, ConfigError, RunSpec, execute, lm, parse_runs, require, require_counts
+from ..optim.recipes import RunSpec, parse_runs
+from ..probe import prediction_curves, probe_step, sample_sequences, subset_errors, update_direction
+from ..probe.probe import MODES
+from ..train.distributed import Processes
+from . import NO_EFFECT, ConfigError, execute, lm, require, require_counts
 
 SUMMARY = "One optimizer step's true vs predicted (linear, quadratic) change of a GPT's entropy and loss"
 #: The lm run trained here when no --checkpoint is given lives in DIR/lm.
@@ -288,7 +291,7 @@ def warmed_optimizer(model: nn.Module, spec: RunSpec, subject: Subject, steps: i
     lm_config = subject.lm_config
     optimizer = build_optimizer(spec.optimizer, model, spec.lr, lm_config.weight_decay, decay_vectors=False)
     warm = train.Run(spec.label, model, optimizer, torch.Generator().manual_seed(seed))
-    task = subject.task(subject.data, lm_config, train.Processes(0, 1, torch.device("cpu")))
+    task = subject.task(subject.data, lm_config, Processes(0, 1, torch.device("cpu")))
     train.train(warm, task, train.Plan(steps, lm_config.clip))
     return optimizer
 

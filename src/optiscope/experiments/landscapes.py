@@ -22,12 +22,11 @@ import torch
 
 from ..checks import finite, is_count, positive
 from ..optim import RECIPES
+from ..optim.recipes import RunSpec, parse_runs
 from . import (
     NO_EFFECT,
     Objective,
-    RunSpec,
     only_run,
-    parse_runs,
     require,
     require_counts,
     require_non_negative,

@@ -31,18 +31,21 @@ from .. import runs, train
 from ..data import CorpusError, eval_batches, load_corpus, sample_batch, train_val_split
 from ..data.tokenizers import TOKENIZERS, Tokenizer
 from ..models import GPT, GPTConfig
-from ..monitor import Curvature, DivergenceGuard, Monitor, run_directory_sinks, safe_perplexity
+from ..monitor import Curvature, DivergenceGuard, Monitor, run_directory_sinks
 from ..monitor.curvature import DIRECTIONS
+from ..monitor.divergence import safe_perplexity
 from ..monitor.stats import spearman, update_ratio_by
 from ..optim import RECIPES, Schedule, as_lambda_lr, build_optimizer
+from ..optim.recipes import RunSpec, parse_runs
+from ..runs import checkpoint_name
+from ..train.distributed import Processes, leave_job, start_processes, wrap
+from ..train.loop import new_history
+from ..train.progress import Progress
 from . import (
     NO_EFFECT,
     ConfigError,
     Objective,
-    RunSpec,
-    checkpoint_name,
     only_run,
-    parse_runs,
     require,
     require_counts,
     require_non_negative,
@@ -50,7 +53,7 @@ from . import (
 )
 
 SUMMARY = "A small GPT on real text with each optimizer: loss curves, u/w per layer, rare-token rows, divergence"
-#: under torchrun, every process trains its slice of each batch (``train.start_processes``)
+#: under torchrun, every process trains its slice of each batch (``train.distributed.start_processes``)
 DATA_PARALLEL = True
 
 # recipe -> (learning rate, schedule) when the run names no lr; the seed's arc: SGD at 0.05, Adam at 1e-3,
@@ -363,7 +366,7 @@ def greedy_samples(model: GPT, tokenizer: Tokenizer, config: Config, device: tor
 class LanguageModelling(train.Task):
     """Next-token prediction on random windows of the training text; evaluation on fixed windows."""
 
-    def __init__(self, data: Corpus, config: Config, procs: train.Processes) -> None:
+    def __init__(self, data: Corpus, config: Config, procs: Processes) -> None:
         self.data, self.config, self.procs = data, config, procs
         self.rows = procs.rows(config.batch_size)
 
@@ -458,7 +461,7 @@ def new_run(
     optimizer = build_optimizer(spec.optimizer, model, spec.lr, config.weight_decay, decay_vectors=False)
     schedule = build_schedule(spec, config)
     torch.manual_seed(config.seed + procs.rank)  # dropout
-    net = train.wrap(model, procs, config.compile)
+    net = wrap(model, procs, config.compile)
     shown = console if config.verbose else None
     sinks = (
         run_directory_sinks(run_dir, spec.label, console=shown, console_every=config.eval_every) if procs.writer else []
@@ -476,7 +479,7 @@ def new_run(
         curvature=curvature_config(config, data, procs.device),
     )
     keys = ("step", "sharpness", "threshold", "ratio", "update", "gradient", "hvps")
-    history = train.new_history(
+    history = new_history(
         curvature={**{k: [] for k in keys}, "label": "", "preconditioned": False},
         optimizer=spec.optimizer,
         lr=spec.lr,
@@ -510,7 +513,7 @@ def next_token_loss(net: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
 
 
 def run(config: Config, run_dir: Path) -> Results:
-    procs = train.start_processes(config.device, config.batch_size)
+    procs = start_processes(config.device, config.batch_size)
     console = Console(quiet=config.quiet or not procs.writer, soft_wrap=True)
     data = load_data(config)
     torch.manual_seed(config.seed)
@@ -518,14 +521,14 @@ def run(config: Config, run_dir: Path) -> Results:
     initial_state = {k: v.to(procs.device) for k, v in initial.state_dict().items()}
     task = LanguageModelling(data, config, procs)
     plan = train.Plan(config.steps, config.clip, config.eval_every, checkpoint_every=config.checkpoint_every)
-    progress = train.Progress(console, enabled=not config.quiet and procs.writer)
+    progress = Progress(console, enabled=not config.quiet and procs.writer)
     results_runs: dict[str, Any] = {}
     for spec in runs_of(config):
         trainee = new_run(spec, config, data, initial_state, run_dir, procs, console)
         path = checkpoint_path(run_dir, spec.label)
         results_runs[spec.label] = train.train(trainee, task, plan, path, progress=progress, writer=procs.writer)
         del trainee  # its DDP wrapper holds the process group, which leave_job frees
-    train.leave_job()
+    leave_job()
     statuses = [r["status"] for r in results_runs.values()]
     return {
         "status": "diverged" if all(s == "diverged" for s in statuses) else "ok",

@@ -30,13 +30,12 @@ from torch import Tensor
 
 from ..checks import positive
 from ..monitor.stats import loglog_fit
-from ..optim import RECIPES, build_optimizer
+from ..optim import RECIPES
+from ..optim.recipes import RunSpec, build_optimizer, parse_runs
 from . import (
     NO_EFFECT,
     Objective,
-    RunSpec,
     only_run,
-    parse_runs,
     require,
     require_counts,
     require_non_negative,

@@ -8,20 +8,17 @@ sharpness against the optimizer's stability threshold (``optiscope.curvature``) 
 """
 
 from .curvature import Curvature
-from .divergence import Diverged, DivergenceGuard, safe_perplexity
+from .divergence import Diverged, DivergenceGuard
 from .monitor import Monitor
-from .names import own_names
 from .sinks import ConsoleSink, JSONLSink, TensorBoardSink, run_directory_sinks
 
 __all__ = [
-    "ConsoleSink",
-    "Curvature",
-    "Diverged",
-    "DivergenceGuard",
-    "JSONLSink",
     "Monitor",
+    "Curvature",
+    "ConsoleSink",
+    "JSONLSink",
     "TensorBoardSink",
-    "own_names",
     "run_directory_sinks",
-    "safe_perplexity",
+    "DivergenceGuard",
+    "Diverged",
 ]

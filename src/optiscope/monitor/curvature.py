@@ -35,17 +35,8 @@ import torch
 from torch import Tensor, nn
 
 from ..checks import SEEDS, is_count, is_number, is_seed
-from ..curvature import (
-    HessianOperator,
-    batch_statistics,
-    check_dtype,
-    gradient_noise_scale,
-    hessian_trace,
-    map_tensors,
-    noise_scale_from_norms,
-    sharpness,
-    tensors_in,
-)
+from ..curvature import HessianOperator, gradient_noise_scale, hessian_trace, noise_scale_from_norms, sharpness
+from ..curvature.hvp import batch_statistics, check_dtype, map_tensors, tensors_in
 
 KEYS = (
     "sharpness",
@@ -157,7 +148,7 @@ class SmallBatchNorms:
 
 
 def split_batch(batch: Any, parts: int) -> list[Any]:
-    """``batch`` (a tensor, or tuples / lists / mappings of them: ``curvature.map_tensors``) cut into ``parts``
+    """``batch`` (a tensor, or tuples / lists / mappings of them: ``curvature.hvp.map_tensors``) cut into ``parts``
     equal slices along dim 0, each in the batch's own containers. A 0-d tensor (a temperature, a loss weight) is
     no example and goes whole into every slice."""
     tensors = [t for t in tensors_in(batch) if t.ndim > 0]

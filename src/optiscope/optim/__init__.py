@@ -12,35 +12,33 @@ from .clip import NonFiniteGradientError, clip_grad_norm
 from .lion import Lion
 from .muon import Muon, MuonWithAdamW, muon_with_adamw, newton_schulz, split_params_for_muon
 from .optimizer import OptiscopeOptimizer
-from .recipes import RECIPES, Recipe, RunSpec, build_optimizer, parse_runs
+from .recipes import RECIPES, Recipe, build_optimizer
 from .rmsprop import RMSprop
 from .schedules import Schedule, as_lambda_lr, constant, cosine, linear_warmup, warmup_cosine
 from .sgd import SGD
 
 __all__ = [
     "SGD",
+    "RMSprop",
     "Adam",
-    "AdamL2",
     "AdamW",
+    "AdamL2",
     "Lion",
     "Muon",
     "MuonWithAdamW",
-    "NonFiniteGradientError",
     "OptiscopeOptimizer",
     "RECIPES",
     "Recipe",
-    "RMSprop",
-    "RunSpec",
-    "Schedule",
-    "as_lambda_lr",
     "build_optimizer",
-    "clip_grad_norm",
-    "constant",
-    "cosine",
-    "linear_warmup",
     "muon_with_adamw",
-    "parse_runs",
-    "newton_schulz",
     "split_params_for_muon",
+    "newton_schulz",
+    "clip_grad_norm",
+    "NonFiniteGradientError",
+    "Schedule",
+    "constant",
+    "linear_warmup",
+    "cosine",
     "warmup_cosine",
+    "as_lambda_lr",
 ]

@@ -6,20 +6,15 @@ linear prediction η·∇H·v and the quadratic one η·∇H·v + ½η²·vᵀ�
 """
 
 from .direction import update_direction
-from .functionals import FUNCTIONALS, entropy_per_sequence, loss_per_sequence
-from .probe import MODES, check_etas, prediction_curves, probe_step, sample_sequences, subset_errors
-from .terms import unwrap
+from .functionals import entropy_per_sequence, loss_per_sequence
+from .probe import prediction_curves, probe_step, sample_sequences, subset_errors
 
 __all__ = [
-    "FUNCTIONALS",
-    "MODES",
-    "check_etas",
+    "update_direction",
+    "probe_step",
+    "sample_sequences",
     "entropy_per_sequence",
     "loss_per_sequence",
     "prediction_curves",
-    "probe_step",
-    "sample_sequences",
     "subset_errors",
-    "unwrap",
-    "update_direction",
 ]

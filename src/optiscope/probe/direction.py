@@ -33,9 +33,9 @@ from torch.func import functional_call
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..checks import is_optimizer, positive
-from ..curvature import loss_fault, map_tensors, require_optimizer_of, rng_forked, tensors_in
-from ..curvature.hvp import LossModule, buffer_copies, gradients_on
-from ..monitor import own_names
+from ..curvature.hvp import LossModule, buffer_copies, gradients_on, loss_fault, map_tensors, rng_forked, tensors_in
+from ..curvature.sharpness import require_optimizer_of
+from ..monitor.names import own_names
 from ..optim import clip_grad_norm
 
 

@@ -42,8 +42,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..checks import SEEDS, is_count, is_number, is_seed
-from ..curvature import in_eval_mode
-from ..curvature.hvp import weight_norms_composed
+from ..curvature.hvp import in_eval_mode, weight_norms_composed
 from .calls import call_kwargs, forward_mode_attention, logits_of
 from .functionals import check_logits, per_sequence
 from .norms import check_max_norms_untied, composed_norms

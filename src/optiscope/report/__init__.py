@@ -15,9 +15,15 @@ from pathlib import Path
 from .. import runs
 from ..errors import UserError
 from .page import Page, build
-from .rundir import RunDir, read_metrics, read_run
+from .rundir import RunDir, read_run
 
-__all__ = ["Page", "RunDir", "build", "default_out", "read_metrics", "read_run", "write"]
+__all__ = [
+    "write",
+    "build",
+    "Page",
+    "read_run",
+    "RunDir",
+]
 
 
 def default_out(dirs: Sequence[Path]) -> Path:

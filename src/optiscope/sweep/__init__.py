@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import experiments
 from .results import Results, what_trials_did
-from .sweep import OWNS, RESERVED, SweepConfig, check, run_sweep
+from .sweep import SweepConfig, run_sweep
 
 SUMMARY = "each optimizer's learning rate tuned on a grid, then several seeds at the best: a fair comparison"
 
@@ -37,14 +37,8 @@ def results_contract(name: Any) -> tuple[type, str] | None:
 
 
 __all__ = [
-    "OWNS",
-    "RESERVED",
-    "SUMMARY",
-    "Results",
     "SweepConfig",
-    "check",
-    "result_kinds",
-    "results_contract",
     "run_sweep",
+    "Results",
     "what_trials_did",
 ]

@@ -7,28 +7,16 @@ scheduler, data generator, RNG, monitor, running sums, history) and is written a
 complete step, so a run interrupted anywhere (Ctrl-C, SIGTERM, ``kill -9``) resumes bit for bit.
 """
 
-from .checkpoint import FORMAT, load, save
-from .distributed import Processes, barrier, global_mean, leave_job, start_processes, wrap
-from .loop import Plan, Run, Task, new_history, optimizer_step, train
-from .progress import Progress
+from .checkpoint import load, save
+from .loop import Plan, Run, Task, train
 from .signals import Interrupted
 
 __all__ = [
-    "FORMAT",
-    "Interrupted",
-    "Plan",
-    "Processes",
-    "Progress",
-    "Run",
-    "Task",
-    "barrier",
-    "global_mean",
-    "leave_job",
-    "load",
-    "new_history",
-    "optimizer_step",
-    "save",
-    "start_processes",
     "train",
-    "wrap",
+    "Task",
+    "Plan",
+    "Run",
+    "Interrupted",
+    "save",
+    "load",
 ]
