@@ -676,6 +676,8 @@ def test_the_search_settings_are_checked_against_the_problem():
         sharpness(model, loss_fn, batch, along={"update": {"0.weight": 1.0}})
     with pytest.raises(TypeError, match="model=None is not a torch.nn.Module"):
         sharpness(None, loss_fn, batch)
+    with pytest.raises(TypeError, match="model=None is not a torch.nn.Module"):  # an optimizer's check comes first
+        sharpness(None, loss_fn, batch, torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(TypeError, match="loss_fn=None is not a function"):
         sharpness(model, None, batch)
 

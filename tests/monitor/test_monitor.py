@@ -956,6 +956,30 @@ def test_finite_float32_weights_whose_norm_overflows_float32_are_measured_in_flo
     assert entry["nonfinite_w"] == 0
 
 
+def test_embedding_summary_before_any_row_was_measured_is_none():
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(8, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    assert Monitor(model, opt).embedding_summary() is None  # no embedding tracked (it raised TypeError)
+    assert Monitor(model, opt, embedding="0.weight").embedding_summary() is None  # tracked, nothing measured yet
+
+
+def test_a_cosine_whose_dot_product_overflows_float32_is_measured_in_float64():
+    """Finite gradients and updates near 1e19: ⟨u, −g⟩ overflows float32 (it read +inf) but is a cosine."""
+    torch.manual_seed(0)
+    layer = nn.Linear(8, 4)
+    opt = torch.optim.SGD(layer.parameters(), lr=1.0)
+    monitor = Monitor(layer, opt, every=1, guard=None)
+    opt.zero_grad()
+    (1e19 * layer(torch.randn(16, 8)).sum()).backward()
+    g = layer.weight.grad.double().clone()
+    before = layer.weight.detach().double().clone()
+    opt.step()
+    entry = monitor.step(1.0)["params"]["weight"]
+    u = layer.weight.detach().double() - before
+    assert torch.dot(g.float().reshape(-1), g.float().reshape(-1)).isinf()  # float32 products overflow here
+    assert entry["cos"] == pytest.approx(float(torch.dot(u.reshape(-1), -g.reshape(-1)) / (u.norm() * g.norm())))
+
+
 def test_a_resume_after_the_last_measured_step_keeps_it_in_the_divergence_record():
     def run(resume_at=None):
         model = mlp()

@@ -72,6 +72,8 @@ def require_optimizer_of(
 ) -> None:
     """A ValueError (from ``who``) when none of ``params`` (``optimizer``'s ``what``) is a parameter of
     ``model`` inside its wrappers: the optimizer of another model would measure nothing."""
+    if not isinstance(model, nn.Module):  # before reading its parameters: the same refusal as without an optimizer
+        raise TypeError(f"{who}: model={model!r} is not a torch.nn.Module")
     inner = unwrap(model)
     mine = {id(p) for p in inner.parameters()}
     if not any(id(p) in mine for p in params):

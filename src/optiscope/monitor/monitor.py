@@ -356,7 +356,8 @@ class Monitor:
 
     def _track_rows(self, neg_update: Tensor) -> None:
         rows = stats.row_norms(neg_update)
-        self.row_update_sum = rows if self.row_update_sum is None else self.row_update_sum + rows
+        # the sum follows the rows: a checkpoint loads it onto the CPU, whatever device the model is on by now
+        self.row_update_sum = rows if self.row_update_sum is None else self.row_update_sum.to(rows.device) + rows
         self.row_update_steps += 1
 
     # ------------------------------------------------------------------------------------- step
@@ -627,8 +628,10 @@ class Monitor:
             return None
         return self.row_update_sum / self.row_update_steps
 
-    def embedding_summary(self) -> dict[str, Any]:
+    def embedding_summary(self) -> dict[str, Any] | None:
         rows = self.row_updates()
+        if rows is None:  # before any measured step, or without an embedding
+            return None
         summary: dict[str, Any] = {"rows": len(rows), "measured_steps": self.row_update_steps, **stats.summarize(rows)}
         if self.token_counts is not None:
             seen = self.token_counts > 0

@@ -59,7 +59,11 @@ def foreach_dots(a: Sequence[Tensor], b: Sequence[Tensor]) -> Tensor:
     """⟨aᵢ, bᵢ⟩ for each pair, float64 on the CPU."""
     if not a:
         return torch.zeros(0, dtype=torch.float64)
-    return torch.stack([dot(x, y).double() for x, y in zip(a, b, strict=True)]).cpu()
+    out = torch.stack([dot(x, y).double() for x, y in zip(a, b, strict=True)]).cpu()
+    for i in torch.nonzero(~torch.isfinite(out)).flatten().tolist():  # rare: a diverging run's last steps
+        if torch.isfinite(a[i]).all() and torch.isfinite(b[i]).all():  # finite entries whose float32 sum overflowed
+            out[i] = torch.dot(a[i].reshape(-1).double(), b[i].reshape(-1).double())
+    return out
 
 
 def nonfinite_counts(tensors: Sequence[Tensor], norms: Tensor) -> list[int]:
