@@ -6,6 +6,7 @@ the API pages with, in the one style the project uses (Google), so what passes h
 
 import doctest
 import importlib
+import inspect
 import pkgutil
 
 import griffe
@@ -41,7 +42,10 @@ def public_names() -> list[tuple[str, str]]:
 def resolved(package: str, name: str) -> griffe.Object:
     path = package.removeprefix("optiscope").lstrip(".")
     obj = ROOT[f"{path}.{name}"] if path else ROOT[name]
-    return obj.final_target if obj.is_alias else obj
+    obj = obj.final_target if obj.is_alias else obj
+    if obj.is_module and not inspect.ismodule(getattr(importlib.import_module(package), name)):
+        obj = obj[name]  # a function named as its module (curvature.sharpness): griffe finds the module first
+    return obj
 
 
 def sections(obj: griffe.Object) -> dict[str, list]:

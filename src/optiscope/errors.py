@@ -12,4 +12,19 @@ class UserError(Exception):
 
 
 class ConfigError(UserError, ValueError):
-    """A bad setting of an experiment or of a run; the message names the value and what would be valid."""
+    """A bad setting of an experiment or of a run; the message names the value and what would be valid.
+
+    A ``UserError`` (bad input: the command line prints it as one line and exits 2) and a ``ValueError``.
+    Experiments' ``Config`` classes raise it from ``__post_init__``; ``load``, ``objectives``, ``only_run`` and
+    ``optiscope.sweep.run_sweep`` raise it for a name or setting that is not valid.
+
+    Examples:
+        >>> from optiscope import experiments
+        >>> try:
+        ...     experiments.load("landscape")
+        ... except experiments.ConfigError as e:
+        ...     print(e)
+        unknown experiment 'landscape'; valid experiments: adder, edge-of-stability, ...
+        >>> issubclass(experiments.ConfigError, ValueError)
+        True
+    """

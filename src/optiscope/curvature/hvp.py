@@ -249,18 +249,74 @@ def dense(t: Tensor) -> Tensor:
 
 
 class HessianOperator:
-    """v ↦ H v for the loss of ``model`` on ``batch``; ``hvps`` counts the products taken.
+    """The Hessian of a loss as a linear operator on flat vectors: v ↦ H v, without forming H.
+
+    For L(θ) = ``loss_fn(model, batch)``, H v = ∇_θ⟨∇L(θ), v⟩ (Pearlmutter's product, reverse over reverse).
+    The first product runs one forward and one backward pass with ``create_graph=True``; every product after
+    is one backward pass through that retained graph. Vectors are flat: one tensor over the parameters H is
+    taken over, in ``model.named_parameters()`` order, so [`lanczos`][optiscope.curvature.lanczos] and
+    Hutchinson see a plain linear operator. One operator serves one measurement at one θ: it reads the
+    parameters when built.
 
     Args:
-        model: the module (DDP / compiled wrappers are unwrapped: every rank computes the same H).
-        loss_fn: ``loss_fn(model, batch) -> scalar loss`` (the training loss, mean over the batch).
-        batch: a fixed batch (a tensor, or tuples / lists / mappings of tensors: ``map_tensors``).
-        dtype: evaluate in this floating dtype (e.g. ``torch.float64``); None keeps the model's.
-        params: the parameters H is taken over (e.g. those an optimizer moves), each requiring grad;
-            None: every parameter of the model that requires grad. The others are constants. A tensor here
-            that the model does not hold (a learnable weight of the loss, which ``loss_fn`` reaches through
-            its closure) is differentiated where ``loss_fn`` uses it, in its own dtype, and named
-            ``OUTSIDE.j`` (its place j among them).
+        model: the module (DDP, DataParallel and ``torch.compile`` wrappers are unwrapped: every rank computes
+            the same H).
+        loss_fn: ``loss_fn(model, batch) -> scalar tensor``, the training loss (a mean over the batch).
+        batch: a fixed batch: a tensor, or tuples, named tuples, lists and mappings (a 🤗 ``BatchEncoding``)
+            of tensors, nested, on the model's device.
+        dtype: a floating dtype to evaluate in (e.g. ``torch.float64``); None keeps the model's.
+        params: the parameters H is taken over (e.g. those an optimizer moves), each requiring grad; None
+            for every parameter of the model that requires grad. The others are constants. A tensor here that
+            the model does not hold (a learnable weight of the loss, which ``loss_fn`` reaches through its
+            closure) is differentiated where ``loss_fn`` uses it, in its own dtype, and named
+            ``outside_model.j`` (its place j among them).
+
+    Attributes:
+        names: the names of the parameters H is taken over, in vector order.
+        params: those parameters.
+        size: n, the length of a vector.
+        dtype: the vectors' dtype: the widest of the parameters' and at least float32.
+        device: the vectors' device, the parameters'.
+        hvps: the products taken so far.
+
+    Raises:
+        TypeError: ``model`` not an ``nn.Module``, or ``loss_fn`` not callable.
+        ValueError: ``dtype`` not floating; an empty batch (a tensor with 0 rows); a batch none of whose
+            tensors is on the model's device; no parameter that requires grad. A ``loss_fn`` that does not
+            return a differentiable scalar fails at the first product (or at ``check``).
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.curvature import HessianOperator
+        >>> model = torch.nn.Linear(2, 1, bias=False)
+        >>> def loss_fn(m, a):  # ½ Σ aᵢwᵢ²: H = diag(a)
+        ...     return 0.5 * (a * m.weight[0] ** 2).sum()
+        >>> op = HessianOperator(model, loss_fn, torch.tensor([10.0, 1.0]))
+        >>> op(torch.tensor([1.0, 1.0])), op.names, op.size, op.hvps
+        (tensor([10.,  1.]), ['weight'], 2, 1)
+
+    Notes:
+        - The model is evaluated with ``torch.func.functional_call`` at detached copies of its parameters and
+          copies of its buffers (cast to ``dtype`` on request) and is never mutated. It is put in eval mode
+          meanwhile, so that dropout cannot make H v a random function of v, with the plain-math attention
+          kernel (fused flash-attention kernels have no second derivative), and torch's random state (the
+          CPU's and the model's CUDA devices') is left as it was; every submodule's training flag is restored
+          after.
+        - Batch and instance norms that were training keep normalising by the batch's (each example's)
+          statistics, so that H is the Hessian of the loss the optimizer descends, and leave their running
+          statistics alone. A ``SyncBatchNorm`` that would synchronise over a process group of several
+          processes uses its running statistics instead (its synchronising backward pass has no second
+          derivative).
+        - Weight norm (``nn.utils.parametrizations.weight_norm`` and ``nn.utils.weight_norm``) is computed
+          from ordinary ops: its fused kernel has a wrong second derivative (on a small weight-normed MLP,
+          torch 2.13, CPU, H v through it differs from a finite difference of gradients by 27 %).
+        - Works inside ``torch.no_grad()`` and ``torch.inference_mode()`` (a measurement from an evaluation
+          loop); batches made under inference mode are copied.
+        - A parameter the loss does not use has gradient 0 and a zero row and column of H. Sparse gradients
+          (``nn.Embedding(sparse=True)``) are read as their dense values.
+        - Cost: about two forward+backward passes per product on the ``lm`` GPT, against four for a
+          ``torch.func`` forward-over-reverse product that redoes the forward and backward every time
+          (``benchmarks/curvature_cost.py``).
     """
 
     def __init__(
@@ -348,8 +404,20 @@ class HessianOperator:
         return torch.cat([dense(t).reshape(-1).to(self.device, self.dtype) for t in values])
 
     def flatten_by_param(self, by_param: dict[int, Tensor], fill: float = 0.0) -> Tensor:
-        """A flat vector from tensors keyed by ``id(param)`` (a sparse one, an ``nn.Embedding(sparse=True)``'s
-        gradient, as its dense values); parameters missing get ``fill``."""
+        """A flat vector from tensors keyed by ``id(param)``.
+
+        Args:
+            by_param: a tensor per parameter, of its shape, keyed by ``id(param)`` (a sparse one, an
+                ``nn.Embedding(sparse=True)``'s gradient, is read as its dense values); keys of other tensors
+                are ignored.
+            fill: the value of the entries of parameters without a tensor.
+
+        Returns:
+            A tensor of length ``size``, in the operator's dtype and on its device.
+
+        Raises:
+            ValueError: a tensor whose shape is not its parameter's.
+        """
         parts = []
         for name, p, size in zip(self.names, self.params, self.sizes, strict=True):
             t = by_param.get(id(p))
@@ -379,8 +447,16 @@ class HessianOperator:
         return functional_call(self.module, {**self.constants, **inside}, (batch,))
 
     def prepare(self, batch: Any) -> Any:
-        """``batch`` with its floating tensors in the operator's dtype (when one was asked for), and copies of
-        tensors made under ``torch.inference_mode`` (autograd cannot save those for the backward pass)."""
+        """A batch as the operator evaluates it.
+
+        Args:
+            batch: a tensor, or tuples, named tuples, lists and mappings of tensors, nested.
+
+        Returns:
+            ``batch`` with its floating tensors cast to the operator's ``dtype`` (when one was asked for), and
+            copies of tensors made under ``torch.inference_mode`` (autograd cannot save those for the backward
+            pass); the containers' types are kept.
+        """
 
         def prepared(t: Tensor) -> Tensor:
             if t.is_inference():
@@ -391,6 +467,14 @@ class HessianOperator:
             return map_tensors(prepared, batch)
 
     def loss(self, batch: Any = None) -> float:
+        """The loss at the operator's θ, evaluated as the products are (eval mode, no gradients).
+
+        Args:
+            batch: another batch to evaluate on; None for the operator's own.
+
+        Returns:
+            L(θ) as a float.
+        """
         with evaluating(self.model), torch.no_grad():
             return float(self._loss(self.theta, self.batch if batch is None else self.prepare(batch)))
 
@@ -409,9 +493,16 @@ class HessianOperator:
         return leaves, loss.reshape(())
 
     def check(self) -> None:
-        """Evaluates the loss once as the products will (one forward pass with autograd on, nothing of the model
-        changed): a batch or ``loss_fn`` that cannot give H v (a wrong structure, dtype or device, a loss that
-        is not a differentiable scalar) fails here, before any product is asked for."""
+        """Evaluate the loss once as the products will, so that a bad batch or ``loss_fn`` fails now.
+
+        One forward pass with autograd on, nothing of the model changed: a batch or ``loss_fn`` that cannot
+        give H v (a wrong structure, dtype or device, a loss that is not a differentiable scalar) fails here,
+        before any product is asked for.
+
+        Raises:
+            ValueError: ``loss_fn`` does not return a scalar floating tensor that depends on the parameters.
+                What the forward pass raises (a batch of the wrong structure, dtype or device) propagates.
+        """
         with gradients_on(), evaluating(self.model):
             self._differentiable_loss(self.batch)
 
@@ -429,8 +520,15 @@ class HessianOperator:
         return self._graph
 
     def gradient(self, batch: Any = None) -> Tensor:
-        """∇L(θ) as a flat vector: on the operator's own batch from its linearisation (free once a product
-        was taken, and the products need it anyway), or on another ``batch`` by one forward+backward."""
+        """∇L(θ) as a flat vector.
+
+        Args:
+            batch: None for the operator's own batch, from its linearisation (free once a product was taken,
+                and the products need it anyway); another batch costs one forward and backward pass.
+
+        Returns:
+            A detached tensor of length ``size``, in the operator's dtype.
+        """
         if batch is None:
             _, g = self._linearised()
         else:
@@ -438,7 +536,14 @@ class HessianOperator:
         return self.flatten([t.detach() for t in g])
 
     def __call__(self, v: Tensor) -> Tensor:
-        """H v for a flat vector v."""
+        """H v for a flat vector v; counts one product in ``hvps``.
+
+        Args:
+            v: a tensor of length ``size`` (cast to the operator's dtype).
+
+        Returns:
+            H v, a tensor of length ``size`` in the operator's dtype.
+        """
         leaves, g = self._linearised()
         # gradient entries that do not depend on θ (a parameter entering the loss linearly and alone) have
         # no graph and contribute nothing to H v

@@ -33,12 +33,47 @@ from .hvp import dense
 
 
 def gradient_noise_scale(small: Sequence[Sequence[Tensor]], batch_size: int) -> dict[str, Any]:
-    """B_simple from ``small``: n ≥ 2 gradients (each a list of per-parameter tensors, in the same
-    order) of batches of ``batch_size`` examples each. A ``None`` (a ``p.grad`` that a batch did not reach: an
-    unused head) is a gradient of zeros there.
+    """McCandlish et al.'s gradient noise scale B_simple and per-parameter gradient SNR from small batches.
 
-    Returns ``noise_scale`` (NaN when |G|² ≤ 0), ``grad_sq`` (|G|²), ``trace_sigma`` (tr Σ),
-    ``b_small``, ``b_big`` and ``snr`` (one value per parameter tensor, in the given order).
+    From n ≥ 2 gradients G_small of batches of b examples each and their mean G_big over B = n·b examples, the
+    unbiased estimators |G|² ≈ (B|G_big|² − b⟨|G_small|²⟩)/(B − b) and
+    tr(Σ) ≈ (⟨|G_small|²⟩ − |G_big|²)/(1/b − 1/B) give B_simple = tr(Σ)/|G|², the batch size at which noise
+    and signal in a gradient are equal (McCandlish et al., 2018, Appendix A). Per parameter tensor p,
+    snr_p = |G_p|²/(tr(Σ_p)/b).
+
+    Args:
+        small: n ≥ 2 gradients, each a list of per-parameter tensors in the same order (``[p.grad for p in
+            params]`` after each micro-batch, or the ranks' gradients from
+            [`rank_gradients`][optiscope.curvature.rank_gradients]); a None is a gradient of zeros there.
+        batch_size: b, the examples in each small batch; at least 1.
+
+    Returns:
+        A dict: ``noise_scale`` (B_simple; NaN when |G|² ≤ 0), ``grad_sq`` (|G|²), ``trace_sigma`` (tr Σ),
+            ``b_small`` (b), ``b_big`` (B) and ``snr`` (one float per parameter tensor, in the given order).
+
+    Raises:
+        ValueError: fewer than 2 gradients, ``batch_size`` not an integer ≥ 1, gradients holding different
+            numbers of tensors, or one tensor with different shapes in different gradients.
+        TypeError: an entry that is neither a tensor nor None.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.curvature import gradient_noise_scale
+        >>> small = [[torch.tensor([1.0, 2.0])], [torch.tensor([3.0, 2.0])]]  # one parameter, two batches
+        >>> out = gradient_noise_scale(small, batch_size=4)
+        >>> out["grad_sq"], out["trace_sigma"], round(out["noise_scale"], 4), out["snr"]
+        (7.0, 8.0, 1.1429, [3.5])
+
+    Notes:
+        - Both estimators are noisy: near a minimum, where the mean gradient is small against its noise, |G|²
+          can come out negative; B_simple is then NaN (the console prints ``B_simple nan``) and that tensor's
+          SNR negative. McCandlish et al. average |G|² and tr(Σ) over many steps before dividing, which the
+          returned parts allow (the monitor records them as ``curvature.grad_sq`` and
+          ``curvature.trace_sigma``).
+        - A None (a ``p.grad`` that a batch did not reach: an unused head) counts as zeros; a tensor no batch
+          reached has neither signal nor noise (SNR NaN). Sparse gradients (``nn.Embedding(sparse=True)``) are
+          read as their dense values; sums are in float64.
+        - Tested on linear regression, whose gradient covariance is known in closed form.
     """
     n = len(small)
     if n < 2:
@@ -79,8 +114,31 @@ def gradient_noise_scale(small: Sequence[Sequence[Tensor]], batch_size: int) -> 
 
 
 def rank_gradients(grads: Sequence[Tensor]) -> list[list[Tensor]]:
-    """Every rank's local gradients (before DDP averages them), gathered onto every rank: the small
-    batches of ``gradient_noise_scale`` at no extra backward pass. Without a process group, ``[grads]``."""
+    """Every rank's local gradients, gathered onto every rank: the small batches of a DDP step.
+
+    Call it on each rank with that rank's gradients before DDP averages them; the result feeds
+    [`gradient_noise_scale`][optiscope.curvature.gradient_noise_scale] with no extra backward pass
+    (``batch_size`` = the examples per rank). A collective: every rank must call it.
+
+    Args:
+        grads: this rank's gradients, one tensor per parameter in the same order on every rank (sparse ones are
+            read as their dense values).
+
+    Returns:
+        One list of tensors per rank, in rank order, each shaped like ``grads``; ``[list(grads)]`` without an
+            initialised process group.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.curvature import rank_gradients
+        >>> rank_gradients([torch.ones(2)])  # no process group: this process's own
+        [[tensor([1., 1.])]]
+
+    Notes:
+        The gradients travel as one flat buffer in one ``all_gather``, on their device (a CUDA one for NCCL).
+        The monitor gets the same numbers at no cost from its DDP communication hook
+        (``Curvature(..., rank_batch_size=B)``), which keeps each rank's local squared norms before averaging.
+    """
     if not (dist.is_available() and dist.is_initialized()):
         return [list(grads)]
     grads = [dense(g) for g in grads]
@@ -94,16 +152,36 @@ def rank_gradients(grads: Sequence[Tensor]) -> list[list[Tensor]]:
 def noise_scale_from_norms(
     small_sq: Sequence[float], big_sq: Sequence[float], batch_size: int, count: int
 ) -> dict[str, Any]:
-    """McCandlish et al.'s estimators from squared norms alone (all that a DDP job's ranks need to share).
+    """McCandlish et al.'s estimators from squared gradient norms alone, all a DDP job's ranks need to share.
 
-    Per parameter tensor p, ``small_sq[p]`` = ⟨|G_small,p|²⟩ (the mean over ``count`` ≥ 2 small batches of
-    ``batch_size`` examples each) and ``big_sq[p]`` = |G_big,p|² (their mean, over B = count·batch_size):
+    Per parameter tensor p, with b = ``batch_size`` and B = ``count``·b:
+    |G_p|² ≈ (B|G_big,p|² − b⟨|G_small,p|²⟩)/(B − b) and tr(Σ_p) ≈ (⟨|G_small,p|²⟩ − |G_big,p|²)/(1/b − 1/B),
+    summed over p for B_simple = tr(Σ)/|G|², and snr_p = |G_p|²/(tr(Σ_p)/b).
 
-        |G_p|² ≈ (B |G_big,p|² − b ⟨|G_small,p|²⟩) / (B − b),   tr(Σ_p) ≈ (⟨|G_small,p|²⟩ − |G_big,p|²) / (1/b − 1/B),
+    Args:
+        small_sq: per parameter tensor, ⟨|G_small,p|²⟩, the mean over the small batches of their squared norms.
+        big_sq: per parameter tensor, |G_big,p|², the squared norm of the small batches' mean gradient; as
+            long as ``small_sq``.
+        batch_size: b, the examples in each small batch; at least 1.
+        count: n, the number of small batches; at least 2.
 
-    summed over p for B_simple = tr(Σ)/|G|² (NaN when |G|² ≤ 0), and snr_p = |G_p|² / (tr(Σ_p)/b) (inf when
-    tr(Σ_p) ≤ 0; NaN where a norm is NaN, and for a gradient that is 0 in every small batch, which has neither
-    signal nor noise). Returns the keys of ``gradient_noise_scale``.
+    Returns:
+        The dict of [`gradient_noise_scale`][optiscope.curvature.gradient_noise_scale]: ``noise_scale`` (NaN
+            when |G|² ≤ 0), ``grad_sq``, ``trace_sigma``, ``b_small``, ``b_big`` and ``snr`` (inf where
+            tr(Σ_p) ≤ 0; NaN where a norm is NaN, and for a gradient 0 in every small batch, which has neither
+            signal nor noise).
+
+    Raises:
+        ValueError: ``count`` not an integer ≥ 2, ``batch_size`` not an integer ≥ 1, or ``small_sq`` and
+            ``big_sq`` of different lengths.
+
+    Examples:
+        Two batches of 4 with gradients (1, 2) and (3, 2): ⟨|G_small|²⟩ = (5 + 13)/2 = 9, |G_big|² = |(2, 2)|² = 8.
+
+        >>> from optiscope.curvature import noise_scale_from_norms
+        >>> out = noise_scale_from_norms([9.0], [8.0], batch_size=4, count=2)
+        >>> out["grad_sq"], out["trace_sigma"], round(out["noise_scale"], 4), out["b_big"]
+        (7.0, 8.0, 1.1429, 8)
     """
     if not is_count(count, 2):
         raise ValueError(f"noise_scale_from_norms: count={count!r} must be an integer >= 2 (small batches)")

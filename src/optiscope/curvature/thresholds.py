@@ -54,12 +54,29 @@ _ADAM_TYPES = (Adam, torch.optim.Adam)  # ours covers AdamW and AdamL2, torch's 
 
 @dataclass(frozen=True)
 class Stability:
-    """An optimizer's stability threshold now.
+    """An optimizer's stability threshold now: its value, its formula in η and what it bounds.
 
-    ``threshold``: the value the (preconditioned) sharpness must stay below, or None; ``label``: its
-    formula in η, e.g. "2/η" or "38/η" ("38/η_max" for groups at different lrs); ``preconditioned``: whether it
-    bounds λ(P⁻¹H) rather than λ(H) (Adam's P, or the groups' lr ratios: ``step_scales``); ``reason``: why
-    there is no threshold (None when there is one).
+    What [`stability_threshold`][optiscope.curvature.stability_threshold] returns: the (preconditioned)
+    sharpness λ₁ must stay below ``threshold`` for the step to be stable; ``label`` says which formula in η gave
+    it. Immutable: a snapshot of the optimizer's settings when read (read again after a scheduler steps).
+
+    Args:
+        threshold: the value that λ₁(H), or λ₁(P⁻¹H) when ``preconditioned``, must stay below (in units of
+            1/η); None where no linear analysis applies or the settings allow none.
+        label: the formula in η, e.g. "2/η", "3.8/η" or "38/η" ("38/η_max" for param groups at different
+            lrs); "" without a threshold.
+        preconditioned: whether it bounds λ(P⁻¹H) (Adam's P, or the groups' lr ratios η_g/η_max) rather than
+            λ(H).
+        reason: why there is no threshold; None when there is one.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.curvature import Stability, stability_threshold
+        >>> sgd = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+        >>> stability_threshold(sgd)
+        Stability(threshold=20.0, label='2/η', preconditioned=False, reason=None)
+        >>> Stability(None, "", False, "no optimizer given").threshold is None
+        True
     """
 
     threshold: float | None
@@ -116,9 +133,75 @@ def inner_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
 
 
 def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
-    """The threshold of ``optimizer`` (or of the one a wrapper holds: ``inner_optimizer``) from its current
-    learning rates (schedules included; a tensor lr is read as its value; at the largest where groups differ)
-    and betas, over the param groups a step moves (``moving_groups``)."""
+    """The stability threshold of an optimizer, from its current learning rates and betas.
+
+    On a quadratic with a fixed preconditioner an optimizer is a linear map, stable while every eigenvalue λ of
+    H (of P⁻¹H for Adam) stays below (Cohen et al., 2021, 2022):
+
+    | optimizer | stable while | label at the usual β |
+    |---|---|---|
+    | gradient descent, step η | λ(H) < 2/η | "2/η" |
+    | heavy ball, momentum β, dampening τ | λ(H) < (2 + 2β)/((1 − τ)η) | "3.8/η" (β = 0.9) |
+    | Nesterov, momentum β | λ(H) < (2 + 2β)/((1 + 2β)η) | "1.36/η" (β = 0.9) |
+    | Adam, AdamW, Adam+L2, β₁ | λ(P⁻¹H) < (2 + 2β₁)/((1 − β₁)η), P = diag(√v̂ + ε) | "38/η" (β₁ = 0.9) |
+
+    For optimizers without such an analysis (Lion, Muon, RMSprop, anything else) the threshold is None with the
+    reason, never a made-up number.
+
+    Args:
+        optimizer: the optimizer (optiscope's or torch.optim's ``SGD``, ``Adam``, ``AdamW``, ``AdamL2``, any
+            other, or a wrapper that forwards its ``param_groups``); None gives no threshold.
+
+    Returns:
+        [`Stability`][optiscope.curvature.Stability] with the threshold (None with a ``reason`` where there
+            is none), its label and whether it bounds P⁻¹H.
+
+    Raises:
+        TypeError: ``optimizer`` is neither None nor an optimizer (``param_groups``, ``state``, ``step``).
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.curvature import stability_threshold
+        >>> params = list(torch.nn.Linear(2, 1).parameters())
+        >>> stability_threshold(torch.optim.SGD(params, lr=0.1)).threshold
+        20.0
+        >>> s = stability_threshold(torch.optim.SGD(params, lr=0.1, momentum=0.9))
+        >>> round(s.threshold, 6), s.label
+        (38.0, '3.8/η')
+        >>> s = stability_threshold(torch.optim.Adam(params, lr=0.01))
+        >>> round(s.threshold, 6), s.label, s.preconditioned
+        (3800.0, '38/η', True)
+        >>> from optiscope.optim import Lion
+        >>> stability_threshold(Lion(params, lr=1e-4)).reason
+        'no known stability threshold for Lion'
+
+    Notes:
+        - **Current hyperparameters.** The lr is read now, so schedules are followed; a tensor lr is read as
+          its value. The analysis freezes P and leaves out m̂'s bias correction 1/(1 − β₁ᵗ) (within 1 % of 1
+          after 44 steps at β₁ = 0.9). Tested by running ``torch.optim.SGD`` (plain, heavy ball, Nesterov) on a
+          quadratic at 0.97× and 1.03× of the thresholds: below converges, above diverges, and for GD the
+          instrument flags ratio 1.03 before the first step, while the loss has not yet doubled.
+        - **Which param groups count.** Those a step moves: holding a parameter that requires grad, at η > 0.
+          A frozen group, or one at η = 0 beside groups that move, does not count (when none has η > 0, a
+          warm-up's first step from 0, all trainable ones do), nor, once an Adam-family optimizer has stepped,
+          a group none of whose parameters holds its state (an unused head in a group of its own at another
+          η). Groups whose momentum, dampening, Nesterov flag or β₁ differ get no threshold.
+        - **Groups at different η_g** (layer-wise rates, LoRA+, a head at 10×) share the threshold at the
+          largest, labelled e.g. "2/η_max" or "38/η_max", and ``preconditioned`` is True for SGD too: a group's
+          step is that of η_max with s = η_g/η_max folded into P⁻¹ (P = I for SGD) and into its decoupled
+          decay. Tested against ``torch.optim.SGD`` (plain, heavy ball, Nesterov) with two coupled groups at lr
+          ratios 1/4 and 3, diverging at 1.03× and converging at 0.97× of the measured edge, where λ₁(H) against
+          2/η_max would put it over 20 % off; and for AdamW with two groups at different η and decay against P
+          built by hand and against the update's (θ, m) map written out with P frozen.
+        - **Wrappers and special lrs.** An optimizer inside a wrapper that forwards its ``param_groups`` (🤗
+          Accelerate's ``AcceleratedOptimizer``) is read as the one it wraps (P⁻¹H and 38/η for a wrapped Adam).
+          One without a fixed η in its groups (🤗 Adafactor's ``lr=None``) gets no threshold, with the reason,
+          and the sharpness of H. P does not depend on η, so at η = 0 (a warm-up's first step) Adam's sharpness
+          is still preconditioned, with no threshold. Dampening τ = 1 without Nesterov gives an infinite
+          threshold (the buffer takes no gradient after the first step).
+        - **Weight decay** does not move the threshold: [`sharpness`][optiscope.curvature.sharpness] adds it to
+          the matrix whose top eigenvalue it reports (λI for coupled decay, cλ for decoupled decay).
+    """
     if optimizer is None:
         return Stability(None, "", False, "no optimizer given")
     require_optimizer(optimizer, "stability_threshold")

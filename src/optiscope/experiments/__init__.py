@@ -60,6 +60,37 @@ EXPERIMENTS: dict[str, str] = {
 
 
 def load(name: str) -> ModuleType:
+    """The module of experiment ``name``, imported on first use.
+
+    An experiment module holds ``SUMMARY`` (one line), ``Config`` (a dataclass whose fields are the command
+    line's options), ``QUICK`` (the overrides of ``--quick``), ``Results`` (the ``TypedDict`` of its
+    results.json) and ``run(config, run_dir) -> Results``; those that train also ``OBJECTIVES``.
+
+    Args:
+        name: the experiment's name as ``optiscope list`` prints it, e.g. ``"landscapes"``.
+
+    Returns:
+        The module, e.g. ``optiscope.experiments.landscapes``.
+
+    Raises:
+        ConfigError: ``name`` is no experiment; the message lists the valid ones.
+
+    Examples:
+        >>> from optiscope import experiments
+        >>> experiments.load("landscapes").SUMMARY
+        'SGD → momentum → Adam → AdamW on a ravine, a saddle and Rosenbrock; ...'
+        >>> experiments.load("landscape")
+        Traceback (most recent call last):
+        optiscope.errors.ConfigError: unknown experiment 'landscape'; valid experiments: adder, ...
+
+    Notes:
+        The optional module entries: ``OWNS`` (files or folders the run owns besides a run's own, which
+        ``--force`` removes too), ``OBJECTIVES`` (name -> [`Objective`][optiscope.experiments.Objective], the
+        first the default: what ``optiscope sweep`` tunes a learning rate for, read from the results of a run of
+        one optimizer), ``DEFAULT_LR`` (where a sweep's grid is centred when the lone optimizer gets no learning
+        rate of its own). A Config field with ``NO_EFFECT`` in its metadata (``--quiet``) may change on
+        ``--resume``; every Config takes ``--quiet``, so that one command line silences any of them.
+    """
     if name not in EXPERIMENTS:
         valid = ", ".join(sorted(EXPERIMENTS)) or "(none yet)"
         raise ConfigError(f"unknown experiment {name!r}; valid experiments: {valid}")
@@ -77,12 +108,42 @@ def data_parallel() -> list[str]:
 
 
 def sweepable() -> list[str]:
-    """The experiments that declare an objective to tune for (what ``optiscope sweep`` takes)."""
+    """The experiments that declare an objective to tune for: what ``optiscope sweep`` takes.
+
+    Returns:
+        Their names, in the order ``optiscope list`` gives them.
+
+    Examples:
+        >>> from optiscope import experiments
+        >>> experiments.sweepable()
+        ['rare-tokens', 'landscapes', 'lm', 'adder']
+
+    Notes:
+        It imports every experiment's module to look (``entropy`` and ``edge-of-stability`` declare none).
+    """
     return [name for name in EXPERIMENTS if getattr(load(name), "OBJECTIVES", None)]
 
 
 def objectives(name: str) -> dict[str, Objective]:
-    """The objectives experiment ``name`` declares (``ConfigError`` if it declares none)."""
+    """The objectives experiment ``name`` declares: what a sweep can tune a learning rate for.
+
+    Args:
+        name: the experiment, e.g. ``"lm"``.
+
+    Returns:
+        Objective name -> [`Objective`][optiscope.experiments.Objective], the default (what a sweep tunes for
+            without ``--objective``) first.
+
+    Raises:
+        ConfigError: ``name`` is no experiment, or it declares no objective (the message names those that do).
+
+    Examples:
+        >>> from optiscope import experiments
+        >>> list(experiments.objectives("landscapes"))
+        ['steps_ravine', 'steps_saddle', 'steps_rosenbrock']
+        >>> experiments.objectives("landscapes")["steps_ravine"].direction
+        'min'
+    """
     declared = getattr(load(name), "OBJECTIVES", None)
     if not declared:
         raise ConfigError(
@@ -92,7 +153,32 @@ def objectives(name: str) -> dict[str, Objective]:
 
 
 def build_config(module: Any, quick: bool, overrides: dict[str, Any]) -> Any:
-    """The experiment's Config: defaults, then QUICK (with --quick), then explicit options."""
+    """The experiment's ``Config``: its defaults, then ``QUICK`` (with ``quick``), then ``overrides``.
+
+    Args:
+        module: the experiment's module (``load(name)``).
+        quick: apply the module's ``QUICK`` overrides (what ``--quick`` runs: well under a minute on a laptop).
+        overrides: field name -> value, as the command line's options give them (``weight_decay`` for
+            ``--weight-decay``); they win over ``QUICK``.
+
+    Returns:
+        The module's ``Config`` instance, validated.
+
+    Raises:
+        ConfigError: a value the experiment refuses (its ``Config.__post_init__``); the message names the option
+            and the valid values.
+        TypeError: an override that is no field of the ``Config``.
+
+    Examples:
+        >>> from optiscope import experiments
+        >>> landscapes = experiments.load("landscapes")
+        >>> config = experiments.build_config(landscapes, True, {"optimizers": "adam"})
+        >>> config.steps, config.optimizers
+        (1500, 'adam')
+        >>> experiments.build_config(landscapes, False, {"steps": 0})
+        Traceback (most recent call last):
+        optiscope.errors.ConfigError: --steps=0 must be an integer >= 1
+    """
     values = dict(getattr(module, "QUICK", {})) if quick else {}
     values.update(overrides)
     return module.Config(**values)
@@ -182,10 +268,60 @@ def execute(
     quick: bool = False,
     then: Callable[[dict[str, Any]], None] | None = None,
 ):
-    """Run experiment ``name`` with ``config`` in the run directory ``out`` (``runs.open_run``'s rules)
-    and write ``results.json``; returns the results. ``then(results)`` runs after that while the directory is
-    still held (the figures: a ``--force`` run must not take it from under them). Under torchrun only rank 0
-    touches the directory."""
+    """Run experiment ``name`` with ``config`` in the run directory ``out`` and write its ``results.json``.
+
+    What ``optiscope run`` does, figures aside: the directory is held (a lock) while the experiment runs, its
+    ``config.json`` written when the run starts, and ``results.json`` written atomically at the end.
+
+    Args:
+        name: the experiment, e.g. ``"landscapes"``.
+        config: its ``Config`` (``build_config``).
+        out: the run directory; created if missing. It holds one run.
+        resume: continue the run in ``out`` from its checkpoints (its stored options must equal ``config``'s but
+            in options without effect, such as ``quiet``); on a directory with no run yet, start one.
+        force: first remove every file a run of ``name`` owns in ``out`` (files of your own are left), then start
+            afresh. Not with ``resume``.
+        quick: record ``"quick": true`` in the results; the ``QUICK`` settings themselves are ``build_config``'s.
+        then: called with the results after ``results.json`` is written, while the directory is still held (the
+            figures: a ``--force`` run must not take it from under them); None: nothing.
+
+    Returns:
+        (dict[str, Any]): The results as written: the experiment's ``Results`` plus ``experiment`` (``name``),
+            ``optiscope`` (the version), ``quick``, ``status`` (``"ok"`` unless the experiment said otherwise),
+            ``wall_seconds`` (this session's) and ``resumed`` (True, when it resumed).
+
+    Raises:
+        RunDirError: ``out`` cannot be used as asked: it holds another run (without ``resume`` or ``force``),
+            both ``resume`` and ``force``, another process holds it, it is not a directory, a resume with
+            options that change results, a ``config.json`` that is not optiscope's.
+        ConfigError: ``name`` is no experiment, or the experiment refuses an input only when it runs (a corpus
+            file that is not there).
+        CheckpointError: a checkpoint in ``out`` that is damaged, foreign, or of another run.
+
+    Examples:
+        >>> from optiscope import experiments
+        >>> landscapes = experiments.load("landscapes")
+        >>> options = {"optimizers": "adam@0.1", "steps": 300, "tolerance": 1e-2, "bias_steps": 10, "decay_steps": 10}
+        >>> config = experiments.build_config(landscapes, False, options)
+        >>> results = experiments.execute("landscapes", config, "runs/landscapes")
+        >>> results["experiment"], results["status"]
+        ('landscapes', 'ok')
+        >>> experiments.objectives("landscapes")["steps_ravine"].value(results) < 300  # steps to f − f* ≤ 0.01
+        True
+        >>> experiments.execute("landscapes", config, "runs/landscapes")
+        Traceback (most recent call last):
+        optiscope.runs.RunDirError: runs/landscapes already holds a run of 'landscapes'; pass --resume ...
+
+    Notes:
+        ``config.json`` is written only when the run really starts: an option or input file that turns out to be
+        bad, or a Ctrl-C before the run wrote anything, leaves the directory free for the corrected call. A
+        ``config.json`` that is not optiscope's (a 🤗 model's) is never replaced, not even with ``force``. A
+        resume that names an option whose default follows another one (``lm``'s ``warmup_steps`` follows
+        ``steps``) says so when it is refused. Resumed results count only this session's seconds.
+
+        Under torchrun only rank 0 touches the directory; the other ranks run the experiment and return its
+        results unwritten.
+    """
     module = load(name)
     if not runs.is_rank_zero():
         return module.run(config, Path(out))

@@ -40,7 +40,91 @@ __all__ = ["OptiscopeCallback"]
 
 class OptiscopeCallback(MonitorCallback, Callback):
     """A Lightning ``Callback`` that attaches an optiscope ``Monitor`` to the module and its optimizer.
-    Its arguments are ``MonitorCallback``'s; ``out_dir`` defaults to ``trainer.log_dir``."""
+
+    At ``on_train_start`` it builds a ``Monitor`` on the module and the optimizer Lightning steps, so
+    u = θ_after − θ_before is the real update, after gradient accumulation and clipping, once per optimizer
+    step, in automatic and in manual optimisation; one record on the first step and every ``every``-th,
+    written to ``trainer.log_dir/metrics.jsonl`` (and TensorBoard events in ``tensorboard/lightning`` with the
+    extra). A divergence stops the fit.
+
+    Args:
+        *args: the keyword arguments below, by position, in their order.
+        **kwargs: the keyword arguments below.
+
+    Keyword Args:
+        out_dir (str | Path | None): the folder for ``metrics.jsonl`` and ``tensorboard/lightning``; None for
+            ``trainer.log_dir``.
+        every (int): measure the first optimizer step and every ``every``-th; an integer ≥ 1. Default 10.
+        sinks (list | None): the monitor's sinks instead of the default files (e.g. ``[ConsoleSink()]``); None
+            for the files.
+        curvature (Curvature | None): ``Curvature(batch, loss_fn, every=...)``: sharpness against the
+            optimizer's threshold on a fixed batch every ``every`` steps, measured with the optimizer Lightning
+            steps; the batch is cast and moved as Lightning does a training batch. None leaves it off. Not
+            ``rank_batch_size`` (Lightning does not hand callbacks the DDP-wrapped model).
+        guard (DivergenceGuard | None): the guard whose tripping stops the fit; default
+            ``DivergenceGuard(warmup=0)``, judged from the 9th step; None: records as usual, never stops.
+
+    Attributes:
+        monitor: the ``Monitor`` (its ``last_record``) once training has started, else None.
+        diverged: the divergence record once the guard has tripped, else None.
+
+    Raises:
+        TypeError: ``out_dir`` is not a path; ``sinks``, ``curvature`` or ``guard`` of the wrong type.
+        ValueError: ``out_dir`` is a file; ``every`` < 1; ``curvature.rank_batch_size`` given; at
+            ``on_train_start``, a module with several optimizers, or, in automatic optimisation,
+            ``curvature.accumulation_batch_size`` with ``accumulate_grad_batches`` < 2 or in a job of several ranks.
+
+    Examples:
+        >>> import json
+        >>> import lightning
+        >>> import torch
+        >>> from optiscope.integrations.lightning import OptiscopeCallback
+        >>> class Regression(lightning.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = torch.nn.Linear(4, 1)
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return torch.nn.functional.mse_loss(self.net(x), y)
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> x = torch.randn(16, 4)
+        >>> dataset = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+        >>> data = torch.utils.data.DataLoader(dataset, batch_size=4)
+        >>> callback = OptiscopeCallback(out_dir="run", every=2)  # default: trainer.log_dir
+        >>> trainer = lightning.Trainer(
+        ...     max_steps=4, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        ...     enable_model_summary=False, callbacks=[callback],
+        ... )
+        >>> trainer.fit(Regression(), data)
+        >>> [record["step"] for record in map(json.loads, open("run/metrics.jsonl"))]
+        [1, 2, 4]
+
+    Notes:
+        - The loss of a step is the mean of what ``training_step`` returned for its batches (in automatic
+          optimisation Lightning divides each by ``accumulate_grad_batches``, also in an epoch's last, shorter
+          window, which is undone). With ``gradient_clip_val``, records in automatic optimisation also hold
+          ``grad_norm_before_clip``, the accumulated gradients' norm where Lightning is about to clip them
+          (after a GradScaler's unscaling; on measured steps only, over each rank's own gradients, so not the
+          model's norm under FSDP); in manual optimisation the module clips out of the callback's sight.
+        - Manual optimisation: the module calls ``opt.step()`` at most once per ``training_step``: the callback
+          records once per batch, so of several steps in one batch only the last can have a record (a warning
+          says so).
+        - A divergence sets ``trainer.should_stop`` (again at each batch: Lightning trains on to ``min_steps``),
+          logs the diagnosis as a warning, writes it to ``metrics.jsonl`` and keeps ``ModelCheckpoint`` from
+          saving the diverged model (through its private ``_last_global_step_saved``, and ``save_last`` off
+          at the end of training, both put back when the fit ends; a Lightning without that attribute saves as
+          before). The loss is measured on the weights before each step, so the checkpoint of the step before
+          may already hold bad weights: resume from an earlier one.
+        - A step the GradScaler of ``precision="16-mixed"`` skips has no record and keeps the number Lightning
+          gives it; a run whose every step is skipped stops diverged. Without a GradScaler, a step Lightning
+          counts and the optimizer does not take (a module's own ``optimizer_step`` that leaves it out) uses up
+          its number and is never judged.
+        - Ranks other than 0 measure but write nothing. One optimizer per module. The monitor's state travels in
+          Lightning's checkpoints as the callback's state, so ``trainer.fit(..., ckpt_path=...)`` resumes it
+          exactly (from a checkpoint without it a warning says the monitor starts afresh); a second ``fit`` on
+          the same Trainer goes on with the monitor it has.
+    """
 
     label = "lightning"
 

@@ -48,8 +48,81 @@ __all__ = ["OptiscopeCallback"]
 
 
 class OptiscopeCallback(MonitorCallback, TrainerCallback):
-    """A ``transformers.TrainerCallback`` that attaches an optiscope ``Monitor`` to the Trainer's run.
-    Its arguments are ``MonitorCallback``'s; ``out_dir`` defaults to ``args.output_dir``."""
+    """A 🤗 ``TrainerCallback`` that attaches an optiscope ``Monitor`` to the optimizer the ``Trainer`` steps.
+
+    At ``on_train_begin`` it builds a ``Monitor`` on the Trainer's model and optimizer (unwrapped from
+    Accelerate's), so u = θ_after − θ_before is the real update step, after gradient accumulation and clipping,
+    whatever the optimizer; one record on the first update step and every ``every``-th, never one per
+    micro-batch, written to ``args.output_dir/metrics.jsonl`` (and TensorBoard events in
+    ``args.output_dir/tensorboard/trainer`` with the extra). A divergence stops training.
+
+    Args:
+        *args: the keyword arguments below, by position, in their order.
+        **kwargs: the keyword arguments below.
+
+    Keyword Args:
+        out_dir (str | Path | None): the folder for ``metrics.jsonl`` and ``tensorboard/trainer``; None for the
+            Trainer's ``args.output_dir``.
+        every (int): measure the first optimizer step and every ``every``-th; an integer ≥ 1. Default 10.
+        sinks (list | None): the monitor's sinks instead of the default files (e.g. ``[ConsoleSink()]``); None
+            for the files.
+        curvature (Curvature | None): ``Curvature(batch, loss_fn, every=...)``: sharpness against the
+            optimizer's threshold on a fixed batch every ``every`` steps; None leaves it off. Not
+            ``rank_batch_size`` (the Trainer does not hand callbacks the DDP-wrapped model).
+        guard (DivergenceGuard | None): the guard whose tripping stops training; default
+            ``DivergenceGuard(warmup=0)``, judged from the 9th step (e.g. ``DivergenceGuard(warmup=0,
+            skipped=64)`` for a GradScaler that starts far above 2^16, or a ``warmup`` for a run whose loss
+            may rise at first); None: records as usual, never stops.
+
+    Attributes:
+        monitor: the ``Monitor`` (its ``last_record``) once training has begun, else None.
+        diverged: the divergence record once the guard has tripped, else None.
+
+    Raises:
+        TypeError: ``out_dir`` is not a path; ``sinks``, ``curvature`` or ``guard`` of the wrong type.
+        ValueError: ``out_dir`` is a file; ``every`` < 1; ``curvature.rank_batch_size`` given; at
+            ``on_train_begin``, ``curvature.accumulation_batch_size`` with ``gradient_accumulation_steps`` < 2
+            or in a job of several ranks.
+
+    Examples:
+        >>> import torch
+        >>> from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+        >>> from optiscope.integrations.transformers import OptiscopeCallback
+        >>> model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=8, n_layer=1, n_head=2))
+        >>> data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 64, (8, 8))]
+        >>> args = TrainingArguments(output_dir="run", max_steps=20, report_to="none", use_cpu=True)
+        >>> callback = OptiscopeCallback(every=10)  # writes run/metrics.jsonl
+        >>> trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[callback])
+        >>> callback in trainer.callback_handler.callbacks
+        True
+        >>> callback.monitor is None  # built when trainer.train() begins
+        True
+
+    Notes:
+        - The loss of an update step is the one the Trainer logs: each micro-batch's model loss, summed when the
+          model normalises by ``num_items_in_batch``, else averaged; from a model that returns a tuple, its
+          first item. Where the Trainer computes the loss outside the model (``label_smoothing_factor``,
+          ``compute_loss_func``) records carry ``loss`` None, the guard judges the weights alone, and a warning
+          says so once; a Trainer subclass that overrides ``compute_loss`` (TRL's ``SFTTrainer``) gets a
+          warning that records carry the model's loss.
+        - With ``max_grad_norm`` > 0 records also hold ``grad_norm_before_clip``, the ``grad_norm`` the Trainer
+          logs, read off ``trainer.accelerator.clip_grad_norm_`` while training (put back after); not under
+          DeepSpeed, which clips inside its engine.
+        - A divergence sets ``control.should_training_stop`` and ``should_save`` off (also for the end-of-epoch
+          save), logs the diagnosis on the ``optiscope`` logger and writes it to ``metrics.jsonl``. The loss is
+          measured on the weights before each step, so the checkpoint of the step before may already hold
+          weights whose loss is NaN: resume from an earlier one.
+        - Ranks other than 0 measure (the loss is averaged over ranks, so all stop together) but write nothing.
+          A step a GradScaler skips has no record and keeps its number, and its loss is not carried into the
+          next step's; a run whose every step is skipped stops diverged at the guard's ``skipped``-th.
+        - Resume: the monitor's state is saved beside each checkpoint as ``checkpoint-N/optiscope_monitor.pt``
+          (where the Trainer writes: ``args.should_save``) and read back, with ``weights_only=True``, when the
+          Trainer resumes from ``args.output_dir/checkpoint-N`` or from the checkpoint
+          ``args.resume_from_checkpoint`` names; the Trainer does not tell callbacks which checkpoint it
+          resumes from, so from one elsewhere the monitor starts afresh, and a warning says so. Re-running into
+          the same ``output_dir`` rewrites this run's records after the starting step, so each step is written
+          once: give each run you want to keep its own folder.
+    """
 
     label = "trainer"
 

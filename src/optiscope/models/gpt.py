@@ -44,11 +44,41 @@ INIT_STD = 0.02
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Sizes and options of a ``GPT``.
+    """Sizes and options of a [`GPT`][optiscope.models.GPT]; frozen, validated when built.
 
-    ``bias=False`` drops the biases of every Linear and LayerNorm (as nanoGPT's default configuration
-    does; slightly fewer parameters, no loss in quality at this scale). ``tie_weights`` makes the output
-    head share the token embedding matrix.
+    With V = ``vocab_size``, C = ``n_embd``, L = ``n_layer`` and T = ``block_size``, the model has V·C + T·C
+    embedding parameters, 12·C² per block in its matrices, and a V·C head unless it is tied (biases and
+    LayerNorm scales aside).
+
+    Args:
+        vocab_size: V, the number of token ids; a positive integer.
+        n_layer: L, the number of transformer blocks; a positive integer.
+        n_head: H, the attention heads per block; a positive integer dividing ``n_embd``.
+        n_embd: C, the width of the residual stream; a positive integer.
+        block_size: T, the most positions the model reads (its learned position embeddings); a positive
+            integer.
+        dropout: the dropout probability on the embeddings, the attention weights and both residual
+            branches, in [0, 1); 0 for none.
+        bias: whether every Linear and LayerNorm has a bias. False, as in nanoGPT's default configuration:
+            slightly fewer parameters, no loss in quality at this scale.
+        tie_weights: whether the output head shares the token embedding matrix.
+        attention: ``"auto"`` for torch's ``scaled_dot_product_attention`` (a fused kernel where one
+            applies); ``"math"`` for plain matmul, mask and softmax, which have second derivatives (for
+            Hessian-vector products), forward-mode rules (``torch.func.jvp``) and float64.
+
+    Raises:
+        ValueError: a size that is not a positive integer, ``n_embd`` not divisible by ``n_head``, ``dropout``
+            outside [0, 1), or an unknown ``attention``.
+
+    Examples:
+        >>> from optiscope.models import GPTConfig
+        >>> config = GPTConfig(vocab_size=65, n_layer=2, n_head=2, n_embd=16, block_size=32)
+        >>> config.n_embd // config.n_head, config.attention, config.tie_weights
+        (8, 'auto', True)
+        >>> GPTConfig(vocab_size=65, n_layer=2, n_head=3, n_embd=16, block_size=32)
+        Traceback (most recent call last):
+        ...
+        ValueError: GPTConfig: n_embd=16 must be divisible by n_head=3 (heads split n_embd evenly)
     """
 
     vocab_size: int
@@ -130,7 +160,44 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """The model of the module docstring. Parameters are initialised from torch's global RNG."""
+    """A small decoder-only transformer language model (nanoGPT's shape): token ids in, next-token logits out.
+
+    For ids (B, T): x₀ = E[idx] + P[0 … T−1], then L pre-norm residual blocks
+    x ← x + Attn(LN(x)), x ← x + MLP(LN(x)) with causal attention over H heads and MLP(x) = GELU(x W_up) W_down
+    (C → 4C → C), and logits = LN(x_L) Wᵀ, W = E when tied. The logits at position t depend on
+    ``idx[:, : t + 1]`` only.
+
+    Args:
+        config: the sizes and options.
+
+    Raises:
+        TypeError: ``config`` not a [`GPTConfig`][optiscope.models.GPTConfig].
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.models import GPT, GPTConfig
+        >>> _ = torch.manual_seed(0)
+        >>> model = GPT(GPTConfig(vocab_size=10, n_layer=1, n_head=2, n_embd=8, block_size=4))
+        >>> model.num_parameters()
+        904
+        >>> idx = torch.zeros(2, 4, dtype=torch.long)
+        >>> logits, loss = model(idx, targets=idx)
+        >>> logits.shape, round(loss.item(), 1)  # about ln 10 at initialisation
+        (torch.Size([2, 4, 10]), 2.3)
+
+    Notes:
+        - **Initialisation** follows GPT-2, from torch's global RNG: weights ~ N(0, 0.02²), biases 0, LayerNorm
+          scale 1; the two matrices that write into the residual stream, W_o and W_down, get std 0.02/√(2L), so
+          that the stream's variance at initialisation does not grow with depth (each of the 2L residual
+          branches adds its variance). A tied matrix is drawn once, as the embedding.
+        - **Attention modes.** ``attention="auto"``'s fused kernels (flash, memory-efficient) have no second
+          derivative and no forward-mode rule; ``attention="math"`` computes softmax(q kᵀ/√D + M) v from plain
+          ops, so double backward, ``torch.func.jvp`` and float64 work. The two have the same parameters: a
+          checkpoint trained with one loads into the other
+          (``GPT(dataclasses.replace(config, attention="math")).load_state_dict(...)``).
+        - The output head is registered last: ``optim.split_params_for_muon`` takes the last Linear of a model
+          as its output head.
+    """
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -150,7 +217,11 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """GPT-2 initialisation (module docstring); a tied matrix is drawn once, as the embedding."""
+        """Draw every parameter anew: GPT-2's initialisation, from torch's global RNG.
+
+        Weights ~ N(0, 0.02²), W_o and W_down with std 0.02/√(2L), biases 0, LayerNorm scale 1; a tied matrix
+        is drawn once, as the embedding.
+        """
         for module in self.modules():
             if isinstance(module, nn.Linear | nn.Embedding) and not (module is self.head and self.config.tie_weights):
                 nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
@@ -164,9 +235,18 @@ class GPT(nn.Module):
             nn.init.normal_(block.mlp.down.weight, mean=0.0, std=residual_std)
 
     def forward(self, idx: Tensor, targets: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        """Logits (B, T, V) for token ids ``idx`` (B, T); with ``targets`` (B, T), ``(logits, loss)``.
+        """Next-token logits for token ids, and the loss when targets are given.
 
-        The loss is the mean cross-entropy −log softmax(logits)[target] over all B·T positions.
+        Args:
+            idx: token ids, an integer tensor of shape (B, T) with T ≤ ``block_size``.
+            targets: the next token at each position, (B, T); None for logits alone.
+
+        Returns:
+            Logits of shape (B, T, V); with ``targets``, ``(logits, loss)``, the loss the mean cross-entropy
+                −log softmax(logits)[target] over all B·T positions (a scalar tensor).
+
+        Raises:
+            ValueError: ``idx`` not 2-D, or T > ``block_size``.
         """
         if idx.ndim != 2:
             raise ValueError(f"GPT: idx must have shape (batch, time), got {tuple(idx.shape)}")
@@ -183,23 +263,53 @@ class GPT(nn.Module):
         return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     def num_parameters(self) -> int:
-        """Number of scalar parameters, a tied matrix counted once."""
+        """Number of scalar parameters, a tied matrix counted once.
+
+        Returns:
+            The count.
+        """
         return sum(p.numel() for p in self.parameters())
 
     @torch.no_grad()
     def generate_greedy(self, idx: Tensor, max_new_tokens: int) -> Tensor:
-        """``idx`` (B, T₀) extended by ``max_new_tokens`` tokens, each the argmax of the next-token logits
-        (temperature 0; the lowest id wins a tie). Runs in the model's current mode: call ``eval()``
-        first when dropout is on."""
+        """``idx`` extended by ``max_new_tokens`` tokens, each the argmax of the next-token logits.
+
+        Temperature 0; the lowest id wins a tie. The model reads at most the last ``block_size`` positions.
+        Runs in the model's current mode: call ``eval()`` first when dropout is on.
+
+        Args:
+            idx: the prompt, token ids of shape (B, T₀) with T₀ ≥ 1.
+            max_new_tokens: how many tokens to append; ≥ 0.
+
+        Returns:
+            Token ids of shape (B, T₀ + ``max_new_tokens``), the prompt first.
+
+        Raises:
+            ValueError: ``max_new_tokens`` not a non-negative integer, or ``idx`` not of shape (B, T₀ ≥ 1).
+        """
         return self._extend(idx, max_new_tokens, lambda logits: logits.argmax(dim=-1, keepdim=True))
 
     @torch.no_grad()
     def sample(
         self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, generator: torch.Generator | None = None
     ) -> Tensor:
-        """``idx`` (B, T₀) extended by ``max_new_tokens`` tokens drawn from softmax(logits / temperature).
+        """``idx`` extended by ``max_new_tokens`` tokens drawn from softmax(logits / temperature).
 
-        Randomness comes from ``generator`` (on the model's device) or, when None, torch's global RNG.
+        The model reads at most the last ``block_size`` positions, in its current mode (call ``eval()`` first
+        when dropout is on).
+
+        Args:
+            idx: the prompt, token ids of shape (B, T₀) with T₀ ≥ 1.
+            max_new_tokens: how many tokens to append; ≥ 0.
+            temperature: divides the logits; finite and > 0 (``generate_greedy`` is temperature 0).
+            generator: the source of randomness, on the model's device; None for torch's global RNG.
+
+        Returns:
+            Token ids of shape (B, T₀ + ``max_new_tokens``), the prompt first.
+
+        Raises:
+            ValueError: ``temperature`` not finite and > 0, ``max_new_tokens`` not a non-negative integer, or
+                ``idx`` not of shape (B, T₀ ≥ 1).
         """
         if not (isinstance(temperature, int | float) and temperature > 0 and math.isfinite(temperature)):
             raise ValueError(f"sample: temperature={temperature!r} must be > 0 (use generate_greedy for temperature 0)")

@@ -53,22 +53,96 @@ DIRECTIONS = ("update", "gradient")
 
 @dataclass(frozen=True)
 class Curvature:
-    """What the monitor measures every ``every`` steps on the fixed ``batch`` with ``loss_fn(model, batch)``.
+    """What the monitor measures of the loss's curvature every ``every`` steps, on one fixed batch.
 
-    ``k`` eigenvalues to relative residual ``tol`` within ``max_hvps`` Hessian-vector products (1e-2
-    here against ``sharpness``'s 1e-3: a residual r places an eigenvalue within r of the estimate and,
-    past the gap to the next one, within r²/gap, far below what a sharpness/threshold ratio needs, and
-    a measurement repeated every ``every`` steps should cost little; ``benchmarks/curvature_cost.py``
-    measures the error); ``directions``: which of "update" and "gradient" to measure the curvature
-    along (one product each, which also enters Lanczos's search space);
-    ``trace_probes``: Hutchinson probes (0: no trace); ``micro_batches``: slices of ``batch`` along its
-    first dimension for the noise scale (0: none; it must divide the batch, into micro-batches large
-    enough for the model's training batch norms: checked when the monitor is built); ``dtype``: e.g. float64;
-    ``rank_batch_size``: the training examples each rank of a ``DistributedDataParallel`` job (world size
-    ≥ 2) takes per optimizer step, for the noise scale over the ranks' gradients instead of micro-batches
-    (None: off; see ``Monitor``); ``accumulation_batch_size``: the training examples of each backward pass
-    of an optimizer step that accumulates gradients over several, for the noise scale over those
-    micro-batches' own gradients (None: off; see ``AccumulationNoise``).
+    Right after every ``every``-th step (at the parameters and optimizer state the next step will use), on
+    ``batch``, against the threshold at the learning rate η of the step just taken, a record gains
+
+        sharpness              λ₁(H), or λ₁(P⁻¹H) with P = diag(√v̂ + ε) for Adam-family optimizers
+                               (Lanczos, warm-started from the previous measurement's top eigenvector)
+        threshold              the optimizer's stability threshold (2/η, (2 + 2β)/η, 38/η, …) or None
+        sharpness/threshold    above 1: unstable along the top eigenvector
+        curvature/update       dᵀHd/dᵀd (dᵀHd/dᵀPd preconditioned) along the update d just taken
+        curvature/gradient     the same along the gradient on the batch
+        hessian_trace          Hutchinson's estimate of tr H
+        noise_scale            McCandlish et al.'s B_simple = tr(Σ)/|G|²
+
+    and ``curvature``, the details (``eigenvalues``, ``label``, ``preconditioned``, ``hvps``, ``residual``,
+    ``converged``, ``reason``, ``update_ratio``/``gradient_ratio``, ``trace_std_error``, ``grad_sq``,
+    ``trace_sigma``, ``noise_source``, ``snr`` per parameter, as measured).
+
+    Args:
+        batch: what ``loss_fn`` takes (a tensor, or tuples / lists / mappings of them), measured as one full
+            batch; on the model's device and dtype.
+        loss_fn: ``loss_fn(model, batch) -> scalar tensor``, differentiable through autograd.
+        every: measure every ``every``-th optimizer step; an integer ≥ 1.
+        k: how many of the largest eigenvalues to compute; 1 ≤ k ≤ ``max_hvps``.
+        tol: Lanczos's relative residual at which to stop, in (0, 1).
+        max_hvps: at most this many Hessian-vector products for the eigenvalues; an integer ≥ 1.
+        directions: which of ``"update"`` and ``"gradient"`` to measure the curvature along (one product
+            each, which also enters Lanczos's search space); ``()`` for neither.
+        trace_probes: Hutchinson probes for ``hessian_trace``; 0 for no trace.
+        micro_batches: slices of ``batch`` along its first dimension for ``noise_scale`` (extra backward
+            passes); 0 for none, else ≥ 2 and a divisor of the batch.
+        dtype: a floating dtype to measure in (e.g. ``torch.float64``), or None for the model's.
+        seed: the random seed of Lanczos's start vector and Hutchinson's probes.
+        rank_batch_size: the training examples each rank of a ``DistributedDataParallel`` job (world size ≥ 2)
+            takes per optimizer step, for the noise scale over the ranks' gradients of the step just taken
+            instead of micro-batches, at no extra backward pass; None: off.
+        accumulation_batch_size: the training examples of each backward pass of an optimizer step that
+            accumulates gradients over several, for the noise scale over those passes' own gradients, at no
+            extra backward pass (not under DDP); None: off.
+
+    Raises:
+        ValueError: ``loss_fn`` not callable; ``every``, ``k``, ``max_hvps``, ``trace_probes`` or
+            ``micro_batches`` not an integer in range; ``k > max_hvps``; ``directions`` not a tuple of
+            "update" / "gradient"; ``tol`` not in (0, 1); a bad ``seed`` or ``dtype``; ``micro_batches=1``;
+            ``rank_batch_size`` or ``accumulation_batch_size`` not a positive integer; more than one noise-scale
+            source given; a ``batch`` that ``micro_batches`` cannot cut into equal slices.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.monitor import Curvature, Monitor
+        >>> _ = torch.manual_seed(0)
+        >>> model = torch.nn.Linear(4, 1)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> x, y = torch.randn(16, 4), torch.randn(16, 1)
+        >>> def loss_fn(m, batch):
+        ...     return torch.nn.functional.mse_loss(m(batch[0]), batch[1])
+        >>> monitor = Monitor(model, optimizer, every=5, curvature=Curvature((x, y), loss_fn, every=5))
+        >>> for _ in range(5):
+        ...     optimizer.zero_grad()
+        ...     loss = loss_fn(model, (x, y))
+        ...     loss.backward()
+        ...     optimizer.step()
+        ...     record = monitor.step(loss)
+        >>> record["threshold"], record["curvature"]["label"]  # 2/η for plain SGD
+        (20.0, '2/η')
+        >>> 0 < record["sharpness/threshold"] < 1  # stable
+        True
+        >>> monitor.close()
+
+    Notes:
+        ``tol`` is 1e-2 here against ``sharpness``'s 1e-3: a residual r places an eigenvalue within r of the
+        estimate and, past the gap to the next one, within r²/gap, far below what a sharpness/threshold ratio
+        needs, and a measurement repeated every ``every`` steps should cost little
+        (``benchmarks/curvature_cost.py`` measures the error: 4e-5 on the ``lm`` GPT). A measurement costs about
+        as much as 13–20 training steps of the ``lm`` GPT on a CPU: choose ``every`` for that.
+
+        ``micro_batches`` slices must be large enough for the model's training batch norms: checked when the
+        monitor is built, as is ``loss_fn`` on ``batch`` (one forward pass, nothing changed), so that a batch
+        of the wrong dtype or device, or a loss that is not a scalar, fails then, not ``every`` steps in.
+
+        ``rank_batch_size`` needs the ``Monitor`` to be given the DDP-wrapped model: the monitor registers a
+        communication hook (``RankNoise``) that keeps each rank's local squared gradient norms before averaging
+        as DDP's default does. ``accumulation_batch_size`` keeps each backward pass's own part of ``p.grad``
+        with a hook after its accumulation, before any clipping (``AccumulationNoise``); a pass that does not
+        reach a parameter counts as 0 for it. B_simple and the SNR do not depend on how the passes' losses
+        were scaled; |G|² and tr(Σ) assume each was divided by the number of passes.
+
+        Every rank of a DDP job computes the same values when it is given the same ``batch`` (the parameters
+        and optimizer states are identical), so records agree across ranks. The warm-start vector and the
+        history travel in ``Monitor.state_dict()``.
     """
 
     batch: Any
@@ -129,6 +203,14 @@ class Curvature:
             split_batch(self.batch, self.micro_batches)  # fails now, not at step 100
 
     def due(self, step: int) -> bool:
+        """Whether optimizer step number ``step`` is one to measure.
+
+        Args:
+            step: an optimizer step number (1 for the first).
+
+        Returns:
+            True for every ``every``-th step.
+        """
         return step % self.every == 0
 
 

@@ -29,10 +29,38 @@ def safe_perplexity(loss: float) -> float:
 
 
 class Diverged(RuntimeError):
-    """Training diverged. ``record`` holds the step, the loss, the reason, the parameters whose
-    update-to-weight ratio exploded first and, with curvature measured, ``curvature_diagnosis``; ``measured``
-    is the record of the step at which the guard tripped when that step was a measured one (written to the
-    sinks already; a training loop keeps it as it keeps any other), else None."""
+    """Training diverged: raised by ``Monitor.step`` with ``on_divergence="raise"``, carrying the diagnosis.
+
+    Its message names the step, the reason, the loss, the parameters whose update-to-weight ratio u/w exploded
+    first (or that none did, and which grew the most) and, with curvature measured, what the sharpness did.
+
+    Args:
+        record: the divergence record: ``step``, ``loss``, ``reason``, ``exploded_first`` (the parameters whose
+            u/w exploded, earliest first), ``grew_most`` (the others whose u/w grew most) and, with curvature
+            measured, ``curvature_diagnosis``; only ``step``, ``loss`` and ``reason`` are required.
+        measured: the record of the step at which the guard tripped when that step was a measured one (written
+            to the sinks already; a training loop keeps it as it keeps any other), else None.
+
+    Attributes:
+        record: the divergence record.
+        measured: the measured step's record, or None.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.monitor import Diverged, Monitor
+        >>> model = torch.nn.Linear(2, 1)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> monitor = Monitor(model, optimizer)
+        >>> model(torch.ones(1, 2)).sum().backward()
+        >>> optimizer.step()
+        >>> try:
+        ...     monitor.step(float("nan"))
+        ... except Diverged as e:
+        ...     print(e.record["step"], e.record["reason"], e.measured is not None)
+        1 loss is nan True
+        >>> print(Diverged({"step": 7, "loss": float("inf"), "reason": "loss is inf"}))
+        diverged at step 7: loss is inf (loss inf); u/w: none measured
+    """
 
     def __init__(self, record: dict[str, Any], measured: dict[str, Any] | None = None) -> None:
         self.record, self.measured = record, measured
@@ -66,22 +94,63 @@ def exploded_summary(record: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class DivergenceGuard:
-    """Trips when the loss is not finite, or when — after ``warmup`` steps — the loss of the last ``window``
-    steps (their median) exceeds both ``factor`` times its lowest value so far (the first loss counts as one)
-    and ``first_factor`` times the first loss of the run. (The median, not one batch's loss: a small batch's
-    loss is noisy, and a lucky easy batch followed by a hard one differs by 4× in a healthy run — with batches
-    of 16 and 20 % label noise one batch's loss tripped a factor of 4 in all of six healthy classifiers, the
-    median of 9 in none, nor under heavy-tailed noise (Student's t with 2 degrees of freedom); a loss that
-    explodes is caught ``window // 2`` steps later. The second condition keeps a run near a loss of ~0 from
-    counting as divergence: diverging means doing worse than at the start; ``first_factor`` > 1 lets a model
-    that spikes and recovers spike.) ``window=1`` judges each step's loss.
-    Non-finite weights are checked by the monitor on measured steps.
+    """When a run counts as diverged: a non-finite loss, a loss far above its lowest, or too many skipped steps.
 
-    It also trips when ``skipped`` optimizer steps in a row were skipped for non-finite gradients (a
-    GradScaler's, whose skipped steps' losses it does not judge): a scaler lowers its scale at each such
-    step, so a healthy start skips a few (torch's GradScaler starts at 2^16 and halves it, reaching 1 in 16
-    skips); gradients still not finite 32 halvings on are not a matter of scale, and such a run would
-    otherwise skip steps for ever without a word.
+    With L̃ the median loss of the last ``window`` steps, L̃_min its lowest value so far (the first loss counts
+    as one) and L₁ the run's first loss, a step trips the guard when its loss is not finite, or when, after
+    ``warmup`` steps,
+
+        L̃ > factor · L̃_min   and   L̃ > first_factor · L₁,
+
+    or when it makes ``skipped`` optimizer steps in a row skipped for non-finite gradients (a GradScaler's,
+    whose skipped steps' losses it does not judge). The monitor also trips on non-finite weights, checked on
+    measured steps.
+
+    Args:
+        factor: how far above its lowest value the median loss may rise; a number > 1
+            (``math.inf``: judge only non-finite losses and skipped steps).
+        warmup: steps before the loss is compared with its lowest (a non-finite loss trips at any step);
+            an integer ≥ 0.
+        first_factor: how far above the first loss the median loss must also be; a number ≥ 1 (e.g. 10 for
+            models that spike and recover).
+        skipped: how many optimizer steps skipped in a row count as divergence; an integer ≥ 1.
+        window: how many recent losses the median takes; an integer ≥ 1 (1 judges each step's loss).
+
+    Raises:
+        ValueError: a field outside its range.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.monitor import DivergenceGuard, Monitor
+        >>> model = torch.nn.Linear(2, 1)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> monitor = Monitor(model, optimizer, guard=DivergenceGuard(first_factor=10))
+        >>> guard = DivergenceGuard(warmup=0, window=1)
+        >>> guard.reason(step=5, loss=9.0, level=9.0, lowest=2.0, first=3.0)
+        'loss 9 > 4 x its lowest value 2 and above the first loss 3'
+        >>> guard.reason(step=5, loss=7.0, level=7.0, lowest=2.0, first=3.0) is None  # below 4 x 2
+        True
+
+    Notes:
+        Why the median, not one batch's loss: a small batch's loss is noisy, and a lucky easy batch followed by
+        a hard one differs by 4× in a healthy run. With batches of 16 and 20 % label noise one batch's loss
+        tripped a factor of 4 in all of six healthy classifiers, the median of 9 in none, nor under heavy-tailed
+        noise (Student's t with 2 degrees of freedom); a loss that explodes is caught ``window // 2`` steps
+        later.
+
+        Why the first loss too: it keeps a run near a loss of ~0 from counting as divergence: diverging means
+        doing worse than at the start; ``first_factor`` > 1 lets a model that spikes and recovers spike.
+        The rule is relative to the run's own losses, so a run that starts near a loss of 0 can still trip it
+        without blowing up (fine-tuning a classifier already at loss 0.007 on labels 20 % noisy); for such runs
+        give a ``first_factor`` above the rise you expect, or no guard.
+
+        Why ``skipped``: a scaler lowers its scale at each skipped step, so a healthy start skips a few
+        (torch's GradScaler starts at 2^16 and halves it, reaching 1 in 16 skips); gradients still not finite
+        32 halvings on are not a matter of scale, and such a run would otherwise skip steps for ever without a
+        word.
+
+        The 🤗 and Lightning callbacks' default is ``DivergenceGuard(warmup=0)``; ``optiscope.train`` cuts the
+        warm-up to a tenth of a shorter run (``within``).
     """
 
     factor: float = 4.0
@@ -103,18 +172,42 @@ class DivergenceGuard:
             raise ValueError(f"DivergenceGuard: window={self.window!r} must be an integer >= 1")
 
     def within(self, steps: int) -> DivergenceGuard:
-        """This guard for a run of ``steps`` steps: a warm-up longer than a tenth of the run is cut to that tenth,
-        or a short run would never be judged (adam@10 over 20 steps ended "ok" at 4,700× its first loss)."""
+        """This guard for a run of ``steps`` steps: a warm-up longer than a tenth of the run cut to that tenth.
+
+        Otherwise a short run would never be judged (adam@10 over 20 steps ended "ok" at 4,700× its first loss).
+
+        Args:
+            steps: the run's length in optimizer steps.
+
+        Returns:
+            A copy with ``warmup = min(warmup, steps // 10)``.
+        """
         return dataclasses.replace(self, warmup=min(self.warmup, steps // 10))
 
     def level(self, recent: Sequence[float]) -> float | None:
-        """The loss judged: the median of the last ``window`` finite losses ``recent`` (oldest first), None
-        while there are fewer."""
+        """The loss judged: the median of the last ``window`` finite losses.
+
+        Args:
+            recent: the recent finite losses, oldest first.
+
+        Returns:
+            Their median over the last ``window``, or None while there are fewer.
+        """
         return statistics.median(recent[-self.window :]) if len(recent) >= self.window else None
 
     def reason(self, step: int, loss: float, level: float | None, lowest: float, first: float) -> str | None:
-        """Why this step's ``loss``, and the ``level`` it brings the last ``window`` steps to (``level``), count as
-        divergence, or None; ``lowest`` is the lowest level so far, ``first`` the run's first loss."""
+        """Why this step's loss counts as divergence, or None when it does not.
+
+        Args:
+            step: the step number (judged by level only after ``warmup``).
+            loss: this step's loss.
+            level: the median the last ``window`` losses come to with it (``level()``), or None.
+            lowest: the lowest level so far (the first loss counts as one).
+            first: the run's first loss.
+
+        Returns:
+            A one-line reason (e.g. ``"loss is nan"``), or None.
+        """
         if not math.isfinite(loss):
             return f"loss is {loss}"
         if level is None or step <= self.warmup:
@@ -128,8 +221,15 @@ class DivergenceGuard:
         return None
 
     def skipped_reason(self, before: int, now: int) -> str | None:
-        """Why a streak of skipped steps that grew from ``before`` to ``now`` counts as divergence (once per
-        streak: when it reaches ``skipped``), or None."""
+        """Why a streak of skipped steps counts as divergence: once per streak, when it reaches ``skipped``.
+
+        Args:
+            before: the steps skipped in a row before this call.
+            now: the steps skipped in a row now.
+
+        Returns:
+            A one-line reason when the streak passes ``skipped`` between ``before`` and ``now``, else None.
+        """
         if before < self.skipped <= now:
             return (
                 f"{now} steps in a row skipped for non-finite gradients: lowering the loss scale has not made "

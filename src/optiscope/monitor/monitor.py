@@ -125,33 +125,104 @@ def parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[
 
 
 class Monitor:
-    """Per-parameter g / w / u / u÷w / cos(u, −g) / effective-LR statistics and a divergence guard.
+    """Per-parameter statistics of each optimizer step, and a divergence guard, on any training loop.
+
+    For each parameter tensor θ with gradient g that a step moves to θ′, the monitor measures the actual
+    update u = θ′ − θ (whatever optimizer made it) and records, on the first step and every ``every``-th,
+
+        g = ‖g‖,  w = ‖θ′‖,  u = ‖θ′ − θ‖,  u/w,  cos(u, −g) = ⟨u, −g⟩/(‖u‖ ‖g‖),  u_rms = ‖u‖/√n,
+
+    and for Adam-family optimizers (ours and torch's) the effective learning rate η/(√v̂ + ε), as its min,
+    median and max; the same norms over each param group and over all parameters. Every step's loss goes
+    to the ``guard``, which turns a diverging run into a ``Diverged`` record instead of a crash.
 
     Args:
-        model: the module being trained (for parameter names; may be wrapped in DDP or compiled).
-        optimizer: any ``torch.optim.Optimizer``. The step hooks go on it, or, for a wrapper that forwards to
-            ``.optimizer`` without being set up as a torch optimizer itself (accelerate's
-            ``AcceleratedOptimizer``), on the optimizer it wraps (``hooked_optimizer``).
-        every: measure every ``every``-th optimizer step (and the first).
-        sinks: objects with ``write(record)`` and ``close()`` (see ``optiscope.monitor.sinks``).
-        batch_tokens: tokens (or examples) per optimizer step, for a tokens/s figure.
-        guard: a ``DivergenceGuard``, or None to switch divergence detection off.
-        on_divergence: "raise" (raise ``Diverged``; the default) or "record" (set ``monitor.diverged``
+        model: the module being trained, for parameter names; may be wrapped in DDP or compiled.
+        optimizer: any ``torch.optim.Optimizer`` (ours or torch's), or a wrapper such as accelerate's
+            ``AcceleratedOptimizer``, whose wrapped optimizer then carries the step hooks.
+        every: measure the first optimizer step and every ``every``-th; an integer ≥ 1.
+        sinks: where records go: objects with ``write(record)`` and ``close()``, e.g.
+            ``[ConsoleSink(), JSONLSink("metrics.jsonl")]``; ``()`` for none (``step`` still returns them).
+        batch_tokens: tokens (or examples) per optimizer step, for a ``tokens_per_s`` field; None for none.
+        guard: the ``DivergenceGuard`` that judges every step's loss, or None to switch divergence detection off.
+        on_divergence: ``"raise"`` (raise ``Diverged``, the default) or ``"record"`` (set ``monitor.diverged``
             and let the caller stop).
-        embedding: an embedding matrix (tensor or parameter name) whose per-row updates to track.
-        token_counts: occurrences of each token (row) in the training data, for the rare-token analysis.
+        embedding: an embedding matrix (a 2-D tensor, or a parameter's name) whose per-row updates to track.
+        token_counts: occurrences of each token (row of ``embedding``) in the training data, one finite count
+            ≥ 0 per row, for the rare-token analysis; needs ``embedding``.
         histograms: add a log10 histogram of each parameter's effective learning rate to records.
-        alarm_growth: u/w above this multiple of its early level counts as having exploded.
-        start_step: steps already taken (when resuming), so step numbers continue.
+        alarm_growth: a multiple > 1: u/w above this multiple of its early level counts as having exploded.
+        start_step: optimizer steps already taken (when resuming), so step numbers continue; an integer ≥ 0.
         context: fields added to every record (e.g. ``{"run": "adam@1e-3"}`` when several runs share a file),
-            with their names under ``context``.
-        curvature: a ``Curvature`` config: sharpness / threshold and the rest every ``curvature.every`` steps.
-            Its loss is evaluated once on its batch when the monitor is built (``check_batch``), so that a
-            batch or loss function the products cannot take fails here, not ``every`` steps into training.
-            With ``rank_batch_size`` the model must be a ``DistributedDataParallel`` with world size >= 2
-            and no communication hook of its own (DDP takes one): the monitor registers its own, which
-            averages exactly as DDP's default does (``RankNoise``), and keeps it until the model is gone
-            (after ``close()`` it only averages).
+            with their names under ``context``; not the record's own field names.
+        curvature: a ``Curvature``: sharpness against the optimizer's stability threshold, and the rest,
+            every ``curvature.every`` steps; None for none.
+
+    Attributes:
+        diverged: the first divergence record with ``on_divergence="record"``, else None.
+        last_record: the record of the last measured step, or None.
+        step_count: optimizer steps taken so far (``start_step`` included).
+        names: each updated tensor's name in the records, keyed by ``id``.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``; ``optimizer`` is not an optimizer, or has no step hooks
+            and wraps none that has; ``sinks`` is not a list of sinks; ``guard`` or ``curvature`` is of
+            another type; ``histograms`` is not a bool; ``context`` is not a dict with string keys;
+            ``token_counts`` is not a sequence of counts.
+        ValueError: ``every``, ``batch_tokens`` or ``start_step`` out of range; ``alarm_growth`` ≤ 1;
+            ``on_divergence`` not "raise" or "record"; ``context`` reuses a record field; ``embedding`` is no
+            parameter name or not 2-D; ``token_counts`` without ``embedding``, of the wrong length, or not
+            finite and ≥ 0; ``curvature.rank_batch_size`` on a model that is not a DDP model of ≥ 2 ranks
+            without a communication hook of its own, or ``curvature.accumulation_batch_size`` under DDP.
+        Exception: whatever ``curvature.loss_fn`` raises on ``curvature.batch`` (tried once here), with a
+            note saying so.
+
+    Examples:
+        Build it once; call ``monitor.step(loss)`` right after ``optimizer.step()``:
+
+        >>> import torch
+        >>> from optiscope.monitor import JSONLSink, Monitor
+        >>> _ = torch.manual_seed(0)
+        >>> model = torch.nn.Linear(4, 1)
+        >>> optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        >>> monitor = Monitor(model, optimizer, every=5, sinks=[JSONLSink("metrics.jsonl")])
+        >>> x, y = torch.randn(16, 4), torch.randn(16, 1)
+        >>> for _ in range(10):
+        ...     optimizer.zero_grad()
+        ...     loss = torch.nn.functional.mse_loss(model(x), y)
+        ...     loss.backward()
+        ...     optimizer.step()
+        ...     record = monitor.step(loss)
+        >>> record["step"], sorted(record["params"])
+        (10, ['bias', 'weight'])
+        >>> sorted(record["params"]["weight"])
+        ['cos', 'eff_lr', 'g', 'nonfinite_grad', 'nonfinite_w', 'u', 'u_over_w', 'u_rms', 'w', 'zero_grad']
+        >>> len(open("metrics.jsonl").readlines())  # steps 1, 5 and 10
+        3
+        >>> monitor.close()
+
+    Notes:
+        - Cost: the pre-step hook copies the parameters that have gradients on measured steps only, and the
+          post-step hook frees the copy: at most one extra copy of the parameters.
+        - What is measured: every parameter of the optimizer's groups that holds a gradient, as the optimizer
+          steps exactly those (one frozen mid-run with ``requires_grad_(False)`` that keeps a zeroed ``.grad``
+          is still moved by momentum and decay, and recorded), also one added later with ``add_param_group``.
+          Names are those the optimizer was given (``model.named_parameters()``), else the model's own inside
+          its wrappers, else ``group{i}.param{j}``. g is the gradient the optimizer steps with, so after any
+          clipping. Norms are summed in float32 at least, and again in float64 where float32 overflows
+          although every entry is finite, so only a tensor holding inf or NaN has a non-finite norm.
+        - ``curvature``: its loss is evaluated once on its batch when the monitor is built (``check_batch``),
+          so that a batch or loss function the Hessian-vector products cannot take fails here, not ``every``
+          steps into training. With ``rank_batch_size`` the model must be a ``DistributedDataParallel`` with
+          world size ≥ 2 and no communication hook of its own (DDP takes one): the monitor registers its own,
+          which averages exactly as DDP's default does (``RankNoise``), and keeps it until the model is gone
+          (after ``close()`` it only averages).
+        - DDP: every rank computes the same records (the loss is averaged across ranks, a collective every
+          rank must reach, so every rank must take the same optimizer steps) and only rank 0's sinks write.
+          Uneven inputs under DDP's ``Join`` are refused at the first ``step`` (give the monitor the
+          DDP-wrapped model, where ``Join`` can be seen).
+        - A ``Monitor`` cannot be pickled or copied (its hooks and open sinks would not survive): save
+          ``state_dict()`` and give a new monitor ``load_state_dict()``.
     """
 
     def __init__(
@@ -259,6 +330,15 @@ class Monitor:
 
     # ------------------------------------------------------------------------------------ hooks
     def is_measured(self, step: int) -> bool:
+        """Whether optimizer step number ``step`` gets a record: the first, every ``every``-th, and those the
+        curvature measures.
+
+        Args:
+            step: an optimizer step number (1 for the first).
+
+        Returns:
+            True when the monitor measures that step.
+        """
         return step == 1 or step % self.every == 0 or self._curvature_due(step)
 
     def _curvature_due(self, step: int) -> bool:
@@ -362,14 +442,26 @@ class Monitor:
 
     # ------------------------------------------------------------------------------------- step
     def skip(self, steps: int = 1, loss: float | Tensor | None = None, *, scaled: bool = True) -> None:
-        """The training loop counted ``steps`` optimizer steps that the optimizer did not take (a mixed-precision
-        step whose non-finite gradients a GradScaler skipped: it does not call ``optimizer.step()``, or, for an
-        optimizer that scales by itself, the kernel skips the update, ``skipped_inside``; the monitor counts
-        neither as a step). Their numbers are used up without records, so that the monitor's step numbers
-        stay the loop's (its logs, its checkpoints). Their ``loss`` is not judged, but a run that skips the
-        guard's ``skipped`` steps in a row diverges here (``DivergenceGuard``), with the last one's loss, unless
-        it has diverged already. ``scaled=False``: no GradScaler is at work, so the loop left the steps out on
-        purpose (a Lightning module's own ``optimizer_step`` that does not step): numbers used up, nothing judged."""
+        """Count optimizer steps that the training loop counted and the optimizer did not take.
+
+        Such a step is a mixed-precision step whose non-finite gradients a GradScaler skipped: it does not call
+        ``optimizer.step()``, or, for an optimizer that scales by itself, the kernel skips the update
+        (``skipped_inside``); the monitor counts neither as a step. Their numbers are used up without records,
+        so that the monitor's step numbers stay the loop's (its logs, its checkpoints). ``step()`` calls this
+        itself when no optimizer step came since the last call.
+
+        Args:
+            steps: how many steps were skipped; an integer ≥ 1.
+            loss: the last skipped step's loss (a number, a tensor, or None); not judged, but carried by a
+                divergence record.
+            scaled: True when a GradScaler is at work: a run that skips the guard's ``skipped`` steps in a row
+                diverges here (``DivergenceGuard``), unless it has diverged already. False: the loop left the
+                steps out on purpose (a Lightning module's own ``optimizer_step`` that does not step): numbers
+                used up, nothing judged.
+
+        Raises:
+            Diverged: with ``on_divergence="raise"``, when the skipped streak reaches the guard's ``skipped``.
+        """
         self.step_count += steps
         before, self._skipped_in_a_row = self._skipped_in_a_row, self._skipped_in_a_row + steps
         judged = scaled and self.guard is not None and self.diverged is None
@@ -378,17 +470,40 @@ class Monitor:
             self.diverge(self.step_count, self._global_loss(loss), reason)
 
     def step(self, loss: float | Tensor | None = None, **scalars: float) -> dict[str, Any] | None:
-        """Call right after ``optimizer.step()``. Returns the record of a measured step, else None.
+        """Finish the optimizer step just taken: judge its loss and, on a measured step, record it.
 
-        ``loss`` is the batch's loss: a number or a tensor (one of several elements, e.g. per-sample losses,
-        counts as their mean), or None.
+        Call it right after ``optimizer.step()``, once per optimizer step.
 
-        Raises ``Diverged`` (with ``on_divergence="raise"``) when the guard trips. ``scalars`` join the record
-        under their own names, which must not be the record's own fields or the context's. A call with no
-        optimizer step since the last one is a step a GradScaler skipped (``scaler.step(optimizer)`` did not
-        step it, or the kernel skipped it): its number is used up (``skip``) and its loss, often not finite
-        under mixed precision, is not judged: the scaler has dealt with it, unless it has skipped too many in
-        a row (``skip``).
+        Args:
+            loss: the batch's loss: a number, a tensor (one of several elements, e.g. per-sample losses, counts
+                as their mean), or None. Under DDP it is averaged across ranks.
+            **scalars: numbers or one-element tensors that join a measured step's record under their own
+                names (e.g. ``val_acc=0.81``); read on measured steps only. Not the record's own field names
+                nor the context's.
+
+        Returns:
+            The record of a measured step, else None. A record holds ``step``, ``loss``, ``grad_norm`` (the
+                global ‖g‖), ``lr`` (one per param group; None where the optimizer sets its own step size, as
+                🤗 Adafactor's relative step does), ``tokens_per_s`` (with ``batch_tokens``), the ``scalars``, the
+                context's fields, ``params`` (per parameter name: ``g``, ``w``, ``u``, ``u_over_w``, ``cos``,
+                ``u_rms``, ``zero_grad`` (the fraction of exactly-zero gradient entries), ``nonfinite_grad``,
+                ``nonfinite_w`` and, for Adam-family optimizers, ``eff_lr`` with ``min``/``median``/``max``, plus
+                ``eff_lr_hist`` with ``histograms``), ``groups`` and ``total`` (``g``, ``w``, ``u``, ``u_over_w``,
+                ``n``); on curvature steps the ``Curvature`` fields and ``curvature`` (details); with
+                ``embedding``, ``embedding`` (a summary of the rows' updates).
+
+        Raises:
+            Diverged: with ``on_divergence="raise"``, when the guard trips (a non-finite loss, non-finite
+                weights on a measured step, a loss far above its lowest, too many skipped steps in a row).
+            ValueError: a scalar reuses a record or context field; ``loss`` is an empty tensor; a DDP model
+                under ``Join`` (uneven inputs).
+            TypeError: a scalar or ``loss`` is not a number or a tensor.
+
+        Notes:
+            A call with no optimizer step since the last one is a step a GradScaler skipped
+            (``scaler.step(optimizer)`` did not step it, or the kernel skipped it): its number is used up
+            (``skip``) and its loss, often not finite under mixed precision, is not judged: the scaler has
+            dealt with it, unless it has skipped too many in a row (``skip``).
         """
         taken = sorted(self._taken_names.intersection(scalars))
         if taken:
@@ -498,17 +613,35 @@ class Monitor:
             self._ratio_history.setdefault(name, []).append((step, entry["u_over_w"]))
 
     def exploded_first(self, limit: int = 5) -> list[dict[str, Any]]:
-        """The parameters whose u/w exploded, by the first measured step at which it was not finite or exceeded
+        """The parameters whose u/w exploded, earliest first: the culprits of a divergence.
+
+        A parameter's u/w exploded at the first measured step at which it was not finite or exceeded
         ``alarm_growth`` times its level before (the median of its first three measurements, of those before it
-        while there are fewer: a large first step that settles is no explosion); ties by growth since that early
-        level. Only those that did: a parameter named here is a culprit (``grew_most`` lists the others)."""
+        while there are fewer: a large first step that settles is no explosion); ties go by growth since that
+        early level. Only those that did: a parameter named here is a culprit (``grew_most`` lists the others).
+
+        Args:
+            limit: at most this many rows.
+
+        Returns:
+            Rows ``{"name", "first_step", "u_over_w", "early", "growth"}``: the step it exploded, the latest u/w,
+                its early level and the growth since.
+        """
         rows = [r for r in self._ratio_rows() if r["first_step"] is not None]
         rows.sort(key=lambda r: (r["first_step"], -_finite_or_big(r["growth"])))
         return rows[:limit]
 
     def grew_most(self, limit: int = 3) -> list[dict[str, Any]]:
-        """The parameters whose u/w never exploded, by growth since their early level (largest first): where a
-        run that diverged without any explosion moved most."""
+        """The parameters whose u/w never exploded, by growth since their early level, largest first.
+
+        Where a run that diverged without any explosion moved most.
+
+        Args:
+            limit: at most this many rows.
+
+        Returns:
+            Rows as ``exploded_first``'s, with ``first_step`` None.
+        """
         rows = [r for r in self._ratio_rows() if r["first_step"] is None]
         rows.sort(key=lambda r: -_finite_or_big(r["growth"]))
         return rows[:limit]
@@ -537,11 +670,23 @@ class Monitor:
         return {**self.context, "context": list(self.context)} if self.context else {}
 
     def diverge(self, step: int, loss: float | None, reason: str, measured: dict[str, Any] | None = None) -> None:
-        """Declare divergence at ``step``: build the record (with the parameters whose u/w exploded
-        first), send it to the sinks, and raise ``Diverged`` carrying it and ``measured`` (the step's own
-        record, if it was measured), or, with ``on_divergence="record"``, keep it in ``self.diverged``: the
-        first divergence only (a run that goes on is judged again at every step, and the first is what
-        happened). A training loop calls this itself when it stops *before* a step."""
+        """Declare divergence at ``step``: write the divergence record to the sinks, then raise or keep it.
+
+        The record holds the context's fields, ``diverged`` (True), ``step``, ``loss``, ``reason``,
+        ``exploded_first``, ``grew_most``, ``last_measured_step`` and, with curvature measured,
+        ``curvature_diagnosis``. With ``on_divergence="record"`` it is kept in ``self.diverged``: the first
+        divergence only (a run that goes on is judged again at every step, and the first is what happened).
+        A training loop calls this itself when it stops *before* a step.
+
+        Args:
+            step: the step number at which the run diverged.
+            loss: its loss, or None.
+            reason: why, in a few words (e.g. ``"loss is nan"``).
+            measured: the step's own record if it was measured, for ``Diverged.measured``.
+
+        Raises:
+            Diverged: with ``on_divergence="raise"``, carrying the record and ``measured``.
+        """
         if self.on_divergence == "record" and self.diverged is not None:
             return
         record = {
@@ -564,8 +709,13 @@ class Monitor:
 
     # ---------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to judge divergence, continue the embedding analysis and the curvature
-        measurements (warm start and history) exactly: a copy, which training on does not change."""
+        """What a resumed run needs to go on exactly; save it in the checkpoint.
+
+        Returns:
+            A deep copy, which training on does not change, of what judging divergence, the embedding analysis,
+                the curvature measurements (warm start and history) and a divergence record's
+                ``last_measured_step`` need: a dict with at least ``STATE_KEYS``.
+        """
         return copy.deepcopy(
             {
                 "step_count": self.step_count,
@@ -583,7 +733,15 @@ class Monitor:
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` (``state_dict``'s), which holds at least ``STATE_KEYS``."""
+        """Continue from a saved ``state_dict()``.
+
+        Args:
+            state: what ``state_dict()`` returned; it holds at least ``STATE_KEYS`` (later keys are optional,
+                for checkpoints from before them).
+
+        Raises:
+            ValueError: ``state`` is not a mapping or lacks one of ``STATE_KEYS``.
+        """
         missing = sorted(STATE_KEYS - state.keys()) if isinstance(state, Mapping) else sorted(STATE_KEYS)
         if missing:
             raise ValueError(
@@ -623,14 +781,25 @@ class Monitor:
         return embedding
 
     def row_updates(self) -> Tensor | None:
-        """Mean ‖Δ row‖ of the tracked embedding over the measured steps (one value per row)."""
+        """Mean ‖Δ row‖ of the tracked embedding over the measured steps.
+
+        Returns:
+            One value per row of ``embedding``, or None before any measured step (or without ``embedding``).
+        """
         if self.row_update_sum is None:
             return None
         return self.row_update_sum / self.row_update_steps
 
     def embedding_summary(self) -> dict[str, Any] | None:
+        """The tracked embedding's row updates in brief, as records carry it under ``embedding``.
+
+        Returns:
+            ``rows``, ``measured_steps``, the ``min``/``median``/``max`` of the rows' mean ‖Δ row‖ and, with
+                ``token_counts``, ``spearman_count_vs_update`` over the tokens that occur; None before any
+                measured step (or without ``embedding``), as ``row_updates``.
+        """
         rows = self.row_updates()
-        if rows is None:  # before any measured step, or without an embedding
+        if rows is None:
             return None
         summary: dict[str, Any] = {"rows": len(rows), "measured_steps": self.row_update_steps, **stats.summarize(rows)}
         if self.token_counts is not None:
@@ -640,8 +809,18 @@ class Monitor:
 
     # ---------------------------------------------------------------------------------- output
     def rewind_sinks(self, step: int) -> None:
-        """After resuming from a checkpoint at ``step``: sinks drop what this run logged after it
-        (``JSONLSink`` rewrites its file, ``TensorBoardSink`` purges later events)."""
+        """After resuming from a checkpoint at ``step``, have the sinks drop what this run logged after it.
+
+        ``JSONLSink`` rewrites its file without this run's (this context's) later records, ``TensorBoardSink``
+        purges later events, so that no step appears twice.
+
+        Args:
+            step: the checkpoint's step; an integer ≥ 0.
+
+        Raises:
+            ValueError: ``step`` is a negative integer.
+            TypeError: ``step`` is not an integer.
+        """
         if not is_count(step, 0):
             error = ValueError if is_count(step, -math.inf) else TypeError
             raise error(f"Monitor.rewind_sinks: step={step!r} must be an integer >= 0 (the checkpoint's step)")
@@ -654,7 +833,7 @@ class Monitor:
             sink.write(record)
 
     def close(self) -> None:
-        """Remove the hooks and close the sinks."""
+        """Remove the monitor's hooks from the optimizer (and the model) and close the sinks."""
         for hook in self._hooks:
             hook.remove()
         self._hooks = []

@@ -48,14 +48,43 @@ def _e(x: float | None) -> str:
 
 
 class ConsoleSink:
-    """Prints each measured step as a header line plus one aligned line per parameter::
+    """Prints each measured step as a header line and one aligned line per parameter, like the seed's log.
+
+    The header gives the step, loss, learning rates, ‖g‖, the overall u/w, tokens/s and, when measured,
+    λ₁ against its threshold, tr H and B_simple; each parameter's line gives g, w, u, u/w, cos(u, −g) and
+    the effective learning rate η/(√v̂ + ε) as ``[min median max]``::
 
         embedding.weight   g=3.1e-05 w=1.0e+00 u=1.6e-06 u/w=1.6e-06 cos=+0.98 lr_eff=[1.0e-04 3.2e-03 9.9e-02]
 
-    With more than ``max_rows`` parameters only the largest and smallest movers (by u/w) are shown,
-    and a line says how many were skipped; ``full=True`` prints them all. ``every`` thins the table to
-    steps that are multiples of it (and the first), when the monitor measures more often than you
-    want to read; divergence is always printed.
+    A divergence record prints as ``DIVERGED at step N: reason``, with the curvature diagnosis and the
+    parameters whose u/w exploded first (or grew most). Writes on rank 0 only.
+
+    Args:
+        console: the ``rich.console.Console`` to print to, or None for the terminal.
+        max_rows: with more parameters than this, only the ``max_rows // 2`` largest and smallest movers (by
+            u/w) are shown, and a line says how many were left out; an integer ≥ 2.
+        full: print every parameter, whatever ``max_rows``.
+        every: print only records whose step is a multiple of this (and the first), when the monitor measures
+            more often than you want to read; an integer ≥ 1. Divergence is always printed.
+
+    Raises:
+        TypeError: ``console`` is not a ``rich`` Console, or ``full`` not a bool.
+        ValueError: ``max_rows`` < 2 or ``every`` < 1 (or not integers).
+
+    Examples:
+        >>> import torch
+        >>> from rich.console import Console
+        >>> from optiscope.monitor import ConsoleSink, Monitor
+        >>> _ = torch.manual_seed(0)
+        >>> model = torch.nn.Linear(2, 1)
+        >>> optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        >>> monitor = Monitor(model, optimizer, sinks=[ConsoleSink(Console(width=120, color_system=None))])
+        >>> model(torch.ones(1, 2)).sum().backward()
+        >>> optimizer.step()
+        >>> _ = monitor.step(0.5)
+        step 1 │ loss 0.5000 │ lr 1.00e-02 │ |g| 1.7e+00 │ u/w 2.5e-02
+          weight  g=1.4e+00 w=3.7e-01 u=1.4e-02 u/w=3.8e-02 cos=+1.00 lr_eff=[1.0e-02 1.0e-02 1.0e-02]
+          bias    g=1.0e+00 w=5.9e-01 u=1.0e-02 u/w=1.7e-02 cos=+1.00 lr_eff=[1.0e-02 1.0e-02 1.0e-02]
     """
 
     def __init__(self, console: Console | None = None, max_rows: int = 12, full: bool = False, every: int = 1) -> None:
@@ -74,6 +103,11 @@ class ConsoleSink:
         self.max_rows, self.full, self.every = max_rows, full, every
 
     def write(self, record: dict[str, Any]) -> None:
+        """Print ``record`` (a measured step's, or a divergence's), on rank 0 only.
+
+        Args:
+            record: a record as ``Monitor.step`` returns it, or a divergence record.
+        """
         if not is_rank_zero():
             return
         if record.get("diverged"):
@@ -102,6 +136,16 @@ class ConsoleSink:
 
     @staticmethod
     def line(name: str, entry: dict[str, Any], width: int = 0) -> str:
+        """One parameter's line of the table.
+
+        Args:
+            name: the parameter's name.
+            entry: its entry in a record's ``params``.
+            width: the name is padded to this many characters.
+
+        Returns:
+            The line, without markup, e.g. ``"w  g=3.1e-05 w=1.0e+00 u=1.6e-06 u/w=1.6e-06 cos=+0.98"``.
+        """
         text = (
             f"{name:<{width}}  g={_e(entry['g'])} w={_e(entry['w'])} u={_e(entry['u'])} "
             f"u/w={_e(entry['u_over_w'])} cos={entry['cos']:+.2f}"
@@ -158,7 +202,35 @@ class ConsoleSink:
 
 
 class JSONLSink:
-    """One JSON line per record, appended (readable while the run goes; see ``runs.append_jsonl``)."""
+    """Appends one JSON line per record to a file, readable while the run goes.
+
+    Each write appends atomically (``runs.append_jsonl``); a number that is not finite is written
+    ``NaN``/``Infinity``, as in every JSON file optiscope writes. Writes on rank 0 only. ``optiscope report``
+    reads the file, and several runs may share it, told apart by their records' context.
+
+    Args:
+        path: the file, e.g. ``run_dir / "metrics.jsonl"``; created at the first record.
+
+    Raises:
+        TypeError: ``path`` is not a str or path, or empty.
+        ValueError: ``path`` is a directory.
+
+    Examples:
+        >>> import json
+        >>> import torch
+        >>> from optiscope.monitor import JSONLSink, Monitor
+        >>> model = torch.nn.Linear(2, 1)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> monitor = Monitor(model, optimizer, every=2, sinks=[JSONLSink("metrics.jsonl")], context={"run": "sgd"})
+        >>> for _ in range(4):
+        ...     optimizer.zero_grad()
+        ...     loss = model(torch.ones(1, 2)).pow(2).sum()
+        ...     loss.backward()
+        ...     optimizer.step()
+        ...     _ = monitor.step(loss)
+        >>> [(r["run"], r["step"]) for r in map(json.loads, open("metrics.jsonl"))]
+        [('sgd', 1), ('sgd', 2), ('sgd', 4)]
+    """
 
     def __init__(self, path: Path | str) -> None:
         if not isinstance(path, str | PathLike) or not str(path).strip():
@@ -170,11 +242,21 @@ class JSONLSink:
             )
 
     def write(self, record: dict[str, Any]) -> None:
+        """Append ``record`` as one JSON line, on rank 0 only.
+
+        Args:
+            record: any JSON-serialisable dict (non-finite numbers are written ``NaN``/``Infinity``).
+        """
         if is_rank_zero():
             append_jsonl(self.path, record)
 
     def rewind(self, step: int, context: dict[str, Any]) -> None:
-        """Drop the records of this run (those carrying ``context``) logged after ``step``."""
+        """Drop the records of this run logged after ``step`` (``Monitor.rewind_sinks`` calls it).
+
+        Args:
+            step: the step resumed from; this run's records of later steps are dropped.
+            context: this run's context fields: records carrying all of them are this run's.
+        """
         if is_rank_zero():
 
             def keep(record: dict[str, Any]) -> bool:
@@ -188,14 +270,34 @@ class JSONLSink:
 
 
 class TensorBoardSink:
-    """Real TensorBoard event files through ``torch.utils.tensorboard.SummaryWriter``.
+    """Writes records as TensorBoard event files, through ``torch.utils.tensorboard.SummaryWriter``.
 
     Tags: every number at the record's top level under its own name (``loss``, ``grad_norm``,
     ``tokens_per_s``, the curvature keys when measured: ``sharpness``, ``sharpness/threshold``, …, and the
     scalars given to ``Monitor.step``, e.g. ``val_acc``; not ``step`` nor the context's fields, which are
     the same at every step), ``lr/group{i}``, ``total/{g,w,u,u_over_w}`` and per parameter
     ``{g,w,u,u_over_w,cos}/{name}`` and ``eff_lr_median/{name}``; a divergence is a text entry.
-    Needs the ``tensorboard`` package: ``pip install 'optiscope[tensorboard]'``.
+    Writes on rank 0 only; the events file is opened at the first record.
+
+    Args:
+        log_dir: the folder for the event files, e.g. ``run_dir / "tensorboard" / "adam"``.
+
+    Raises:
+        ImportError: the ``tensorboard`` package is missing: ``pip install 'optiscope[tensorboard]'``.
+
+    Examples:
+        >>> import os
+        >>> import torch
+        >>> from optiscope.monitor import Monitor, TensorBoardSink
+        >>> model = torch.nn.Linear(2, 1)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> monitor = Monitor(model, optimizer, sinks=[TensorBoardSink("tb")])
+        >>> model(torch.ones(1, 2)).sum().backward()
+        >>> optimizer.step()
+        >>> _ = monitor.step(0.5)
+        >>> monitor.close()
+        >>> [f.split(".")[0] for f in os.listdir("tb")]
+        ['events']
     """
 
     def __init__(self, log_dir: Path | str) -> None:
@@ -215,13 +317,23 @@ class TensorBoardSink:
         self.log_dir = str(log_dir)
 
     def rewind(self, step: int, context: dict[str, Any]) -> None:
-        """Continue after ``step``: events this run logged later (before an interruption) are purged."""
+        """Continue after ``step``: events this run logged later (before an interruption) are purged.
+
+        Args:
+            step: the step resumed from.
+            context: unused (one events folder holds one run).
+        """
         if self.writer is not None:
             self.writer.close()
             self.writer = None
         self.purge_step = step + 1
 
     def write(self, record: dict[str, Any]) -> None:
+        """Add ``record``'s numbers as scalars at its step (a divergence as text), on rank 0 only.
+
+        Args:
+            record: a record as ``Monitor.step`` returns it, or a divergence record.
+        """
         if not self.active:
             return
         if self.writer is None:
@@ -251,6 +363,7 @@ class TensorBoardSink:
         self.writer.flush()
 
     def close(self) -> None:
+        """Close the events file, if one was opened."""
         if self.writer is not None:
             self.writer.close()
 
@@ -258,9 +371,32 @@ class TensorBoardSink:
 def run_directory_sinks(
     run_dir: Path, label: str, *, console: Console | None = None, console_every: int = 1
 ) -> list[Any]:
-    """The sinks of one run in an optiscope run directory: ``metrics.jsonl`` (shared by the runs there,
-    told apart by the records' context), TensorBoard events in ``tensorboard/<label>`` when the extra is
-    installed, and the console tables every ``console_every`` records when a ``console`` is given."""
+    """The sinks of one run in an optiscope run directory.
+
+    ``metrics.jsonl`` (shared by the runs there, told apart by the records' context), TensorBoard events in
+    ``tensorboard/<label>`` when the ``tensorboard`` extra is installed, and the console tables when a
+    ``console`` is given.
+
+    Args:
+        run_dir: the run directory.
+        label: the run's name among those in the directory (e.g. ``"adam@1e-3"``), for its TensorBoard folder
+            (made file-name safe).
+        console: a ``rich.console.Console`` for a ``ConsoleSink``, or None for no console output.
+        console_every: the ``ConsoleSink``'s ``every``: print every ``console_every``-th step's table.
+
+    Returns:
+        A list: a ``JSONLSink``, then a ``ConsoleSink`` with a ``console``, then a ``TensorBoardSink`` when
+            the extra is installed.
+
+    Examples:
+        >>> from pathlib import Path
+        >>> from optiscope.monitor import run_directory_sinks
+        >>> sinks = run_directory_sinks(Path("run"), "adam")
+        >>> sinks[0].path.as_posix()
+        'run/metrics.jsonl'
+        >>> [type(s).__name__ for s in sinks]  # TensorBoardSink with the extra installed
+        ['JSONLSink'...]
+    """
     sinks: list[Any] = [JSONLSink(Path(run_dir) / METRICS)]
     if console is not None:
         sinks.append(ConsoleSink(console, every=console_every))

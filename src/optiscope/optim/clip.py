@@ -1,8 +1,4 @@
-r"""Global-norm gradient clipping.
-
-With gradients g_1 … g_n and a threshold c, the global norm is ‖g‖ = (Σᵢ ‖gᵢ‖²)^½ and every gradient is
-scaled by min(1, c / (‖g‖ + 10⁻⁶)): the direction of the full step is kept, only its length is capped.
-"""
+r"""Global-norm gradient clipping: ``clip_grad_norm`` (its docstring has the formula)."""
 
 from __future__ import annotations
 
@@ -17,7 +13,24 @@ from .optimizer import grouped_by_device_and_dtype
 
 
 class NonFiniteGradientError(ValueError):
-    """The gradients' global norm is inf or nan; the message names the offending parameters."""
+    """The gradients' global norm is inf or nan; the message names the offending parameters.
+
+    Raised by ``clip_grad_norm`` (with ``nonfinite="raise"``, its default) when a gradient g holds inf or
+    nan. A ``ValueError``, so code that catches that catches this too. The message names up to five of the
+    parameters (by their names from ``model.named_parameters()``, else by position and shape) and gives
+    the global norm.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.optim import NonFiniteGradientError, clip_grad_norm
+        >>> w = torch.nn.Parameter(torch.zeros(2))
+        >>> w.grad = torch.tensor([float("nan"), 1.0])
+        >>> try:
+        ...     clip_grad_norm([("w", w)], max_norm=1.0)
+        ... except NonFiniteGradientError as error:
+        ...     print(error)
+        clip_grad_norm: non-finite gradients (inf or nan) in 1 parameter(s): w; the global norm is nan
+    """
 
 
 def clip_grad_norm(
@@ -27,15 +40,44 @@ def clip_grad_norm(
     norm_type: float | Tensor = 2.0,
     nonfinite: str = "raise",
 ) -> Tensor:
-    """Scale the gradients of ``params`` in place so their global norm is at most ``max_norm``.
+    """Scale the gradients of ``params`` in place so that their global norm is at most ``max_norm``.
 
-    ``params`` are tensors or ``(name, tensor)`` pairs (``model.named_parameters()``), so that errors can
-    name them. Returns the global norm *before* clipping (a 0-d tensor). Gradients whose norm overflows
-    float32 although every entry is finite are measured again in float64 and clipped. If a gradient holds
-    inf or nan: ``nonfinite="raise"`` raises ``NonFiniteGradientError`` naming those parameters;
-    ``nonfinite="skip"`` leaves the gradients untouched and returns the (non-finite) norm, so the caller
-    can skip the step. ``max_norm`` and ``norm_type`` may be 0-d tensors or NumPy numbers, as torch's
-    ``clip_grad_norm_`` takes them.
+    With gradients g_1 … g_n and a threshold c, the global norm is ‖g‖ = (Σᵢ ‖gᵢ‖²)^½ (for ``norm_type``
+    p, the p-norm of all entries together; the largest |entry| for p = ∞) and every gradient is scaled by
+    min(1, c / (‖g‖ + 10⁻⁶)): the direction of the full step is kept, only its length is capped.
+
+    Args:
+        params: tensors, one tensor, or ``(name, tensor)`` pairs (``model.named_parameters()``), so that
+            errors can name them; tensors without a gradient are skipped.
+        max_norm: c, a finite number > 0 (or a 0-d tensor or NumPy number holding one).
+        norm_type: p > 0: 2.0 for L2, ``math.inf`` for the largest entry (a 0-d tensor or NumPy number too).
+        nonfinite: what to do when a gradient holds inf or nan: ``"raise"`` raises
+            ``NonFiniteGradientError`` naming those parameters; ``"skip"`` leaves the gradients untouched and
+            returns the non-finite norm, so that the caller can skip the step.
+
+    Returns:
+        The global norm *before* clipping, a 0-d tensor: float32, or float64 where a gradient is float64 or
+        the float32 sum overflowed; ``tensor(0.)`` when no tensor has a gradient.
+
+    Raises:
+        ValueError: ``max_norm`` not a finite number > 0, ``norm_type`` not > 0, ``nonfinite`` neither
+            ``"raise"`` nor ``"skip"``, or either number given as a tensor or array that is not 0-d.
+        NonFiniteGradientError: a gradient holds inf or nan and ``nonfinite="raise"``.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.optim import clip_grad_norm
+        >>> w = torch.nn.Parameter(torch.zeros(2))
+        >>> w.grad = torch.tensor([3.0, 4.0])
+        >>> clip_grad_norm([w], max_norm=1.0)  # the norm before clipping
+        tensor(5.)
+        >>> w.grad  # the same direction, norm 1
+        tensor([0.6000, 0.8000])
+
+    Notes:
+        Gradients whose norm overflows float32 although every entry is finite are measured again in float64
+        and clipped. ``max_norm`` and ``norm_type`` may be 0-d tensors or NumPy numbers, as torch's
+        ``clip_grad_norm_`` takes them.
     """
     max_norm, norm_type = _scalar("max_norm", max_norm), _scalar("norm_type", norm_type)
     if not positive(max_norm):

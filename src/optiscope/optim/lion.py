@@ -1,14 +1,7 @@
 r"""Lion (Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms"): the sign of a momentum.
 
-For a parameter θ with gradient g, learning rate η, betas (β1, β2) and decoupled weight decay λ:
-
-    g ← −g                          if maximize
-    c = β1 m + (1 − β1) g           the interpolation whose sign is the step
-    θ ← (1 − ηλ) θ − η sign(c)
-    m ← β2 m + (1 − β2) g
-
-Every coordinate moves by exactly η (plus decay) whatever its gradient's size, so Lion's update norm is
-η·√(number of non-zero signs). The paper's advice: an η 3–10× smaller than AdamW's, and a λ 3–10× larger.
+The rule is written once, in ``Lion``'s docstring; ``lion_step_`` is it on one tensor (the for-loop path)
+and ``lion_foreach_`` on lists of tensors.
 """
 
 from __future__ import annotations
@@ -65,7 +58,53 @@ def lion_foreach_(
 
 
 class Lion(OptiscopeOptimizer):
-    """Lion. State per parameter: ``exp_avg`` (m). Defaults are the paper's (η = 1e-4, β = (0.9, 0.99))."""
+    """Lion (Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms"): the sign of a momentum.
+
+    For a parameter θ with gradient g, learning rate η, betas (β1, β2) and decoupled weight decay λ:
+
+    ```text
+    g ← −g                          if maximize
+    c = β1 m + (1 − β1) g           the interpolation whose sign is the step
+    θ ← (1 − ηλ) θ − η sign(c)
+    m ← β2 m + (1 − β2) g
+    ```
+
+    Every coordinate moves by exactly η (plus decay) whatever its gradient's size, so Lion's update norm
+    is η·√(number of non-zero signs). Defaults are the paper's (η = 1e-4, β = (0.9, 0.99), λ = 0).
+
+    Args:
+        params: the tensors to optimize: an iterable of tensors, of ``(name, tensor)`` pairs
+            (``model.named_parameters()``) or of param-group dicts.
+        lr: η, a finite number ≥ 0 or a 1-element tensor holding one.
+        betas: (β1, β2), two floats in [0, 1): β1 mixes the step's sign, β2 smooths m.
+        weight_decay: λ ≥ 0, decoupled: θ ← (1 − ηλ) θ.
+        maximize: ascend the objective (g ← −g).
+        foreach: True for the ``torch._foreach_*`` path, False for the for-loop, None to choose by device.
+
+    Raises:
+        ValueError: a hyperparameter out of its range (or ``betas`` not floats); a param group with
+            ``fused=True`` (Lion has no fused kernel).
+        TypeError: a hyperparameter of the wrong type, such as ``lr=None``.
+        IndexError: ``betas`` with fewer than two items.
+
+    Examples:
+        Whatever the gradient's size, each coordinate moves by η:
+
+        >>> import torch
+        >>> from optiscope.optim import Lion
+        >>> w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+        >>> optimizer = Lion([w], lr=0.1)
+        >>> (w**2).sum().backward()  # g = (2, −4)
+        >>> optimizer.step()
+        >>> w.detach()
+        tensor([ 0.9000, -1.9000])
+        >>> optimizer.state[w]["exp_avg"]  # m = (1 − β2) g
+        tensor([ 0.0200, -0.0400])
+
+    Notes:
+        - State per parameter: ``exp_avg`` (m). Lion is not in torch.optim; it has no fused path.
+        - The paper's advice: an η 3–10× smaller than AdamW's, and a λ 3–10× larger.
+    """
 
     rules = {"betas": betas_rule(), "weight_decay": non_negative()}
 

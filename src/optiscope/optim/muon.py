@@ -1,23 +1,8 @@
 r"""Muon (Jordan et al., 2024): momentum whose matrix is replaced by its nearest semi-orthogonal matrix.
 
-For a 2-D weight θ ∈ ℝ^{A×B} with gradient g, learning rate η, momentum μ and decoupled decay λ:
-
-    g ← −g                                   if maximize
-    b ← μ b + (1 − μ) g                      momentum, as an exponential average
-    d = (1 − μ) g + μ b   (Nesterov)   or  d = b
-    O = NS(d) ≈ U Vᵀ  where d = U S Vᵀ       Newton–Schulz orthogonalisation, below
-    θ ← (1 − ηλ) θ − η' O                    η' = η·√max(1, A/B) ("original") or η·0.2·√max(A, B)
-                                             ("match_rms_adamw", Liu et al. 2025)
-
-NS(d): X₀ = d / max(‖d‖_F, ε) on the wide orientation (rows ≤ columns), then ``ns_steps`` times
-X ← a X + (b A + c A²) X with A = X Xᵀ. Each iteration maps every singular value s of X to
-a s + b s³ + c s⁵, which with (a, b, c) = (3.4445, −4.775, 2.0315) pushes all of (0, 1] towards ~1 in
-five steps (not exactly to 1: the quintic trades accuracy for speed). The arithmetic runs in
-``ns_dtype``: bfloat16 by default in ``Muon``, as torch.optim.Muon; ``None`` (the default of
-``MuonWithAdamW``) means bfloat16 on a GPU and float32 on a CPU, where bfloat16 matrix products are
-emulated and ~10× slower.
-
-Muon is for hidden 2-D weights only. ``muon_with_adamw(model)`` splits a model the standard way and
+The rule is written once, in ``Muon``'s docstring, and the orthogonalisation in ``newton_schulz``'s;
+``muon_step_`` is the rule on one tensor (the for-loop path) and ``muon_foreach_`` on lists of tensors.
+Muon is for hidden 2-D weights only: ``muon_with_adamw(model)`` splits a model the standard way and
 returns one ``MuonWithAdamW`` optimizer that steps hidden matrices with Muon and the rest with AdamW.
 """
 
@@ -53,7 +38,45 @@ def newton_schulz(
     eps: float = 1e-7,
     dtype: torch.dtype = torch.bfloat16,
 ) -> Tensor:
-    """The Newton–Schulz approximation of the orthogonal factor of a 2-D ``matrix`` (see module doc)."""
+    """The Newton–Schulz approximation NS(G) ≈ U Vᵀ of the orthogonal factor of a 2-D matrix G = U S Vᵀ.
+
+    X₀ = G / max(‖G‖_F, ε) on the wide orientation (rows ≤ columns), then ``steps`` times
+
+    ```text
+    X ← a X + (b A + c A²) X,    A = X Xᵀ
+    ```
+
+    Each iteration maps every singular value s of X to a s + b s³ + c s⁵, which with the default
+    (a, b, c) = (3.4445, −4.775, 2.0315) pushes all of (0, 1] towards ~1 in five steps (not exactly to 1:
+    the quintic trades accuracy for speed). This is Muon's orthogonalisation (see ``Muon``).
+
+    Args:
+        matrix: G, a real 2-D tensor of any shape (A, B); a tall one is transposed and back.
+        coefficients: (a, b, c) of the quintic.
+        steps: the number of iterations, ≥ 0.
+        eps: ε > 0, the floor on ‖G‖_F (a zero matrix stays zero).
+        dtype: the dtype the arithmetic runs in (bfloat16 by default, as torch.optim.Muon; float32 is ~10×
+            faster on a CPU, where bfloat16 matrix products are emulated).
+
+    Returns:
+        A tensor of ``matrix``'s shape, in ``dtype`` (not ``matrix``'s dtype), on ``matrix``'s device.
+
+    Raises:
+        ValueError: ``matrix`` is not 2-D, or is complex.
+
+    Examples:
+        The singular values come out near 1, the directions are G's:
+
+        >>> import torch
+        >>> from optiscope.optim import newton_schulz
+        >>> _ = torch.manual_seed(0)
+        >>> g = torch.randn(4, 8)
+        >>> x = newton_schulz(g, dtype=torch.float32)
+        >>> x.shape, x.dtype
+        (torch.Size([4, 8]), torch.float32)
+        >>> torch.linalg.svdvals(x).round(decimals=1)
+        tensor([1.1000, 1.1000, 1.0000, 0.7000])
+    """
     if matrix.ndim != 2 or matrix.is_complex():
         raise ValueError(
             f"newton_schulz: matrix has shape {tuple(matrix.shape)} and dtype {matrix.dtype}; give a real 2-D tensor"
@@ -199,9 +222,66 @@ def _ns_dtype(group: dict[str, Any], param: Tensor) -> torch.dtype:
 
 
 class Muon(OptiscopeOptimizer):
-    """Muon for 2-D weights, with torch.optim.Muon's arguments and defaults (plus maximize, ns_dtype).
+    """Muon (Jordan et al., 2024) for 2-D weights, with torch.optim.Muon's arguments and defaults.
 
-    State per parameter: ``momentum_buffer`` (b).
+    Momentum whose matrix is replaced by its nearest semi-orthogonal matrix. For a 2-D weight
+    θ ∈ ℝ^{A×B} with gradient g, learning rate η, momentum μ and decoupled decay λ:
+
+    ```text
+    g ← −g                                   if maximize
+    b ← μ b + (1 − μ) g                      momentum, as an exponential average
+    d = (1 − μ) g + μ b   (Nesterov)   or  d = b
+    O = NS(d) ≈ U Vᵀ  where d = U S Vᵀ       Newton–Schulz orthogonalisation (newton_schulz)
+    θ ← (1 − ηλ) θ − η' O                    η' = η·√max(1, A/B) ("original") or η·0.2·√max(A, B)
+                                             ("match_rms_adamw", Liu et al. 2025)
+    ```
+
+    Muon is for hidden 2-D weights only; give embeddings, the output head, norms and biases to AdamW
+    (``muon_with_adamw(model)`` does this, in one optimizer).
+
+    Args:
+        params: the 2-D tensors to optimize: an iterable of tensors, of ``(name, tensor)`` pairs
+            (``model.named_parameters()``) or of param-group dicts.
+        lr: η, a finite number ≥ 0 or a 1-element tensor holding one.
+        weight_decay: λ ≥ 0, decoupled: θ ← (1 − ηλ) θ (torch's default 0.1).
+        momentum: μ in [0, 1).
+        nesterov: orthogonalise the Nesterov direction (1 − μ) g + μ b instead of b.
+        ns_coefficients: (a, b, c) of the Newton–Schulz quintic, three finite numbers.
+        eps: ε > 0, the floor on ‖d‖_F in Newton–Schulz.
+        ns_steps: Newton–Schulz iterations, an integer in [1, 100).
+        adjust_lr_fn: how η' scales with the shape: None or ``"original"`` (η·√max(1, A/B)) or
+            ``"match_rms_adamw"`` (η·0.2·√max(A, B), so the update's RMS matches AdamW's).
+        ns_dtype: the dtype Newton–Schulz runs in: bfloat16 (the default, as torch.optim.Muon), another
+            floating dtype, or None for bfloat16 on a GPU and float32 on a CPU (where bfloat16 matrix
+            products are emulated and ~10× slower).
+        maximize: ascend the objective (g ← −g); not in torch.optim.Muon.
+        foreach: True to batch the element-wise parts with ``torch._foreach_*`` (Newton–Schulz stays per
+            matrix), False for the for-loop, None to choose by device.
+
+    Raises:
+        ValueError: a parameter that is not 2-D; a hyperparameter out of its range (``ns_steps=0``,
+            ``adjust_lr_fn="x"``, ``eps=0``, ``ns_dtype=torch.int32``); a param group with ``fused=True``.
+        TypeError: a hyperparameter of the wrong type, such as ``lr=None``.
+
+    Examples:
+        One step moves θ by η·O, whose singular values are near 1 (here A/B = 1/2, so η' = η):
+
+        >>> import torch
+        >>> from optiscope.optim import Muon
+        >>> _ = torch.manual_seed(0)
+        >>> w = torch.nn.Parameter(torch.randn(4, 8))
+        >>> optimizer = Muon([w], lr=0.02, weight_decay=0.0, ns_dtype=torch.float32)
+        >>> before = w.detach().clone()
+        >>> w.grad = torch.randn(4, 8)
+        >>> optimizer.step()
+        >>> torch.linalg.svdvals((before - w.detach()) / 0.02).round(decimals=1)
+        tensor([1.1000, 0.9000, 0.8000, 0.7000])
+
+    Notes:
+        - State per parameter: ``momentum_buffer`` (b).
+        - An empty (A, 0) matrix has no update to scale: η' = η.
+        - Muon has no per-element effective learning rate (its step orthogonalises the whole matrix), so it
+          has no ``effective_lr``.
     """
 
     rules = MUON_RULES
@@ -248,11 +328,57 @@ class Muon(OptiscopeOptimizer):
 class MuonWithAdamW(OptiscopeOptimizer):
     """One optimizer, two update rules: groups with ``use_muon=True`` take Muon steps, the others AdamW.
 
-    Being a single ``torch.optim.Optimizer``, it has one ``state_dict`` and works with the schedulers in
-    ``torch.optim.lr_scheduler`` (which scale each group's ``lr``). Muon groups use the Muon
-    hyperparameters; AdamW groups use ``lr``, ``betas``, ``eps`` and ``weight_decay`` (decoupled), which for a
-    group added later with ``use_muon=False`` default to ``adamw_lr``, ``adamw_eps`` and ``adamw_weight_decay``.
-    Build one with ``muon_with_adamw(model)``.
+    Hidden 2-D weights take ``Muon``'s step θ ← (1 − ηλ) θ − η' NS(d); everything else takes ``AdamW``'s
+    θ ← (1 − ηλ) θ − η m̂ / (√v̂ + ε), each group with its own η and λ. Being a single
+    ``torch.optim.Optimizer``, it has one ``state_dict`` and works with the schedulers in
+    ``torch.optim.lr_scheduler`` (which scale each group's ``lr``). Build one with ``muon_with_adamw(model)``.
+
+    Args:
+        muon_params: the hidden 2-D weights, for the Muon group.
+        adamw_params: every other trainable tensor, for the AdamW group (none: no AdamW group).
+        lr: Muon's η.
+        momentum: Muon's μ in [0, 1).
+        nesterov: Muon's Nesterov direction.
+        weight_decay: Muon's decoupled λ ≥ 0.
+        ns_coefficients: (a, b, c) of the Newton–Schulz quintic.
+        ns_steps: Newton–Schulz iterations, an integer in [1, 100).
+        ns_eps: ε > 0, the floor on ‖d‖_F in Newton–Schulz.
+        adjust_lr_fn: None, ``"original"`` or ``"match_rms_adamw"`` (see ``Muon``).
+        ns_dtype: Newton–Schulz's dtype; None (the default here) for bfloat16 on a GPU and float32 on a CPU.
+        adamw_lr: AdamW's η.
+        adamw_betas: AdamW's (β1, β2), two floats in [0, 1) (note: not AdamW's default (0.9, 0.999)).
+        adamw_eps: AdamW's ε ≥ 0.
+        adamw_weight_decay: AdamW's decoupled λ ≥ 0.
+        maximize: ascend the objective (g ← −g), in both rules.
+
+    Raises:
+        ValueError: a tensor of ``muon_params`` that is not 2-D; a hyperparameter out of its range.
+        TypeError: a hyperparameter of the wrong type.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.optim import MuonWithAdamW, split_params_for_muon
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16),
+        ...                             torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        >>> hidden, rest = split_params_for_muon(model)
+        >>> optimizer = MuonWithAdamW(hidden, rest, lr=0.02, adamw_lr=1e-3)
+        >>> [(g["use_muon"], g["lr"], len(g["params"])) for g in optimizer.param_groups]
+        [(True, 0.02, 2), (False, 0.001, 4)]
+        >>> model(torch.randn(8, 4)).square().mean().backward()
+        >>> optimizer.step()
+        >>> optimizer.effective_lr(model[4].bias).shape  # AdamW params have one; Muon params do not
+        torch.Size([1])
+
+    Notes:
+        - Muon groups use the Muon hyperparameters; AdamW groups use ``lr``, ``betas``, ``eps`` and
+          ``weight_decay`` (decoupled). A group added later with
+          ``add_param_group({"params": ..., "use_muon": False})`` is an AdamW group whose ``lr``, ``eps`` and
+          ``weight_decay`` default to ``adamw_lr``, ``adamw_eps`` and ``adamw_weight_decay``, not Muon's.
+        - ``OneCycleLR`` and ``CyclicLR`` cycle one momentum key in every group, here AdamW's β1 in ``betas``,
+          so Muon's ``momentum`` stays where it was set.
+        - AdamW groups take torch's fused AdamW kernel where it applies (``fused=None``); their foreach path
+          takes a float ``lr`` only, as torch's Adam.
+        - State per parameter: Muon's ``momentum_buffer``, or AdamW's ``step``, ``exp_avg``, ``exp_avg_sq``.
     """
 
     foreach_takes_tensor_lr = False  # its AdamW groups' foreach path takes a float lr only, as torch's Adam
@@ -299,6 +425,7 @@ class MuonWithAdamW(OptiscopeOptimizer):
         # An AdamW group's lr, eps and λ where it names none (add_param_group fills them): the adamw_* arguments,
         # not the Muon values in ``defaults``, which would give a bias added later Muon's 20× larger η.
         self.adamw_defaults = {"lr": adamw_lr, "eps": adamw_eps, "weight_decay": adamw_weight_decay}
+        """``lr``, ``eps`` and ``weight_decay`` for an AdamW group added later that does not set them."""
         groups = [{"params": list(muon_params), "use_muon": True}]
         adamw = list(adamw_params)
         if adamw:
@@ -316,6 +443,16 @@ class MuonWithAdamW(OptiscopeOptimizer):
             self.adamw_defaults = recovered_adamw_defaults(self.param_groups)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a Muon group (``use_muon`` True or absent) or an AdamW group (``use_muon=False``).
+
+        Args:
+            param_group: a dict with ``params`` and any hyperparameters to override. An AdamW group's unset
+                ``lr``, ``eps`` and ``weight_decay`` come from ``adamw_defaults``, the others from the defaults.
+
+        Raises:
+            ValueError: a Muon group's tensor that is not 2-D; a hyperparameter out of its range.
+            TypeError: as ``OptiscopeOptimizer.add_param_group``.
+        """
         if isinstance(param_group, dict) and not param_group.get("use_muon", True):
             param_group = {**param_group, **{k: v for k, v in self.adamw_defaults.items() if k not in param_group}}
         super().add_param_group(param_group)
@@ -338,8 +475,18 @@ class MuonWithAdamW(OptiscopeOptimizer):
 
     @torch.no_grad()
     def effective_lr(self, param: Tensor) -> Tensor:
-        """AdamW's η / (√v̂ + ε) for a parameter of an AdamW group. KeyError for a parameter of a Muon group, whose
-        step η'·NS(b) orthogonalises the whole matrix and so has no per-element learning rate."""
+        """AdamW's per-element effective learning rate η / (√v̂ + ε) for a parameter of an AdamW group.
+
+        Args:
+            param: a parameter of an AdamW group that has been stepped.
+
+        Returns:
+            A tensor of ``param``'s shape, dtype and device.
+
+        Raises:
+            KeyError: ``param`` is in a Muon group, whose step η'·NS(d) orthogonalises the whole matrix and so
+                has no per-element learning rate; or it is not in this optimizer, or has not been stepped.
+        """
         group = next((g for g in self.param_groups if any(p is param for p in g["params"])), None)
         if group is not None and group["use_muon"]:
             raise KeyError(
@@ -363,12 +510,38 @@ def recovered_adamw_defaults(param_groups: list[dict[str, Any]]) -> dict[str, An
 def split_params_for_muon(
     model: nn.Module, head: nn.Module | str | None = None
 ) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """(hidden matrices for Muon, everything else for AdamW), the usual split.
+    """Split a model's trainable parameters into hidden matrices for Muon and everything else for AdamW.
 
     Muon gets the 2-D weights of ``nn.Linear`` layers. AdamW gets embeddings, the output head, norm
-    weights, biases and every parameter that is not 2-D. The head is ``head`` (a module or its
-    qualified name) or, by default, the last ``nn.Linear`` registered in the model (nanoGPT's
-    ``lm_head``); a Linear whose weight is tied to an embedding counts as that embedding.
+    weights, biases and every parameter that is not 2-D.
+
+    Args:
+        model: the model to split.
+        head: the output head, excluded from Muon: a module of ``model`` or its qualified name (as in
+            ``model.named_modules()``); None for the last ``nn.Linear`` registered in the model (nanoGPT's
+            ``lm_head``).
+
+    Returns:
+        ``(muon, adamw)``: two lists of parameters, each in ``model.parameters()`` order.
+
+    Raises:
+        ValueError: ``head`` is a name that is not a submodule of ``model``.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.optim import split_params_for_muon
+        >>> model = torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.Linear(8, 16), torch.nn.ReLU(),
+        ...                             torch.nn.Linear(16, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 10))
+        >>> muon, adamw = split_params_for_muon(model)
+        >>> [tuple(p.shape) for p in muon]  # the last Linear is the head
+        [(16, 8), (8, 16)]
+        >>> [tuple(p.shape) for p in adamw]  # embedding, biases, norm, head
+        [(10, 8), (16,), (8,), (8,), (8,), (10, 8), (10,)]
+
+    Notes:
+        - A Linear whose weight is tied to an embedding counts as that embedding (AdamW).
+        - Frozen parameters (``requires_grad=False``) are in neither list; a parameter shared by several
+          modules is listed once.
     """
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     if isinstance(head, str):
@@ -392,7 +565,31 @@ def split_params_for_muon(
 
 
 def muon_with_adamw(model: nn.Module, head: nn.Module | str | None = None, **kwargs: Any) -> MuonWithAdamW:
-    """A ``MuonWithAdamW`` over ``model`` split by ``split_params_for_muon``; kwargs go to the optimizer."""
+    """One ``MuonWithAdamW`` over ``model``: Muon for its hidden matrices, AdamW for the rest.
+
+    The split is ``split_params_for_muon``'s: hidden ``nn.Linear`` weights take Muon's step
+    θ ← (1 − ηλ) θ − η' NS(d); embeddings, the output head, norms and biases take AdamW's.
+
+    Args:
+        model: the model to optimize.
+        head: the output head (a module or its qualified name), or None for the last ``nn.Linear``.
+        **kwargs: ``MuonWithAdamW``'s keyword arguments (``lr``, ``adamw_lr``, ``weight_decay``, …).
+
+    Returns:
+        The optimizer, with a Muon group first and an AdamW group (if the rest is not empty) second.
+
+    Raises:
+        ValueError: the model has no hidden ``nn.Linear`` weights for Muon (use AdamW instead), ``head`` is
+            not a submodule, or a keyword argument is out of its range.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.optim import muon_with_adamw
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        >>> optimizer = muon_with_adamw(model, lr=0.02, adamw_lr=1e-3)
+        >>> [(g["use_muon"], g["lr"]) for g in optimizer.param_groups]
+        [(True, 0.02), (False, 0.001)]
+    """
     muon, adamw = split_params_for_muon(model, head)
     if not muon:
         raise ValueError("muon_with_adamw: the model has no hidden nn.Linear weights for Muon; use AdamW instead")

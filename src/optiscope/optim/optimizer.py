@@ -155,23 +155,97 @@ COMMON_RULES: dict[str, Rule] = {
 
 
 class OptiscopeOptimizer(torch.optim.Optimizer):
-    """Base class: a ``torch.optim.Optimizer`` whose groups are checked when they are added.
+    """Base class of every optiscope optimizer: a ``torch.optim.Optimizer`` that checks its groups when they are added.
 
-    What torch.optim accepts, this accepts the same way: ``model.named_parameters()`` and groups of
-    (name, tensor) pairs (the names are kept in each group's ``param_names`` and in ``state_dict()``),
-    a 1-element tensor ``lr``, and a parameter listed twice in one group (with torch's warning). What
-    torch rejects raises the exception type torch raises (mostly ValueError for a bad value and TypeError
-    for a bad type; see ``Rule``). torch's ``capturable`` and ``differentiable`` are taken as False only
-    (``FALSE_ONLY_FLAGS``), with a one-line ValueError for True.
+    A subclass writes its update θ ← θ − η d(g, state) once per implementation and this class runs the
+    step: for each param group, the parameters that have a gradient g go to
+    ``update_group(group, params, impl)`` with ``impl`` one of
 
-    Subclasses set ``rules`` (hyperparameter -> Rule), may override ``check_group`` for rules that
-    involve several hyperparameters and ``check_params`` for rules on the tensors, and implement
-    ``update_group(group, params, impl)``.
+    - ``"forloop"``: one tensor at a time, plain in-place tensor ops; the ground truth that every other
+      path is tested against, state included;
+    - ``"foreach"``: the same rule on lists of tensors with ``torch._foreach_*`` ops (fewer kernel launches
+      on a GPU; on a CPU seldom faster than the for-loop);
+    - ``"fused"``: torch's single-pass ATen kernel where the rule is exactly one of them
+      (``torch._fused_sgd_``, ``torch._fused_adam_``, ``torch._fused_adamw_``).
+
+    With ``foreach=None, fused=None`` the fastest supported path is chosen: fused where the options allow,
+    otherwise foreach for CUDA tensors and the for-loop on the CPU, as torch.optim does.
+
+    A subclass sets ``rules`` (hyperparameter -> valid values), may override ``check_group`` (rules on
+    several hyperparameters), ``check_params`` (rules on the tensors) and ``fused_supported``, and
+    implements ``update_group(group, params, impl)``.
+
+    Args:
+        params: the tensors to optimize, as torch.optim takes them: an iterable of tensors (``model.parameters()``),
+            of ``(name, tensor)`` pairs (``model.named_parameters()``) or of param-group dicts, each with its
+            ``params`` and any hyperparameters that differ from ``defaults``.
+        defaults: every hyperparameter's default value; each group gets the ones it does not set. Must hold
+            ``lr``; ``lr``, ``maximize``, ``foreach`` and ``fused`` are checked by the common rules where present.
+        false_only: the constructor's ``capturable`` and ``differentiable`` flags, as given; they are checked
+            (only False is taken) and not kept in the groups. None for an optimizer that takes neither.
+
+    Raises:
+        ValueError: a hyperparameter out of its range (``lr=-1.0``); ``capturable=True`` or
+            ``differentiable=True``; a tensor already in another group; some parameters named and others not;
+            ``fused=True`` with options that no fused kernel has.
+        TypeError: a hyperparameter of the wrong type (``lr=None``); ``params`` a single tensor, a set, or
+            holding something that is not a tensor; a complex parameter; a group that is not a dict.
+        RuntimeError: ``fused=True`` together with ``foreach=True``; a tensor of more than one element for a
+            number or bool hyperparameter.
+
+    Examples:
+        A new optimizer is its update rule; the checks, param groups and ``state_dict`` come with the base class:
+
+        >>> import torch
+        >>> from optiscope.optim import OptiscopeOptimizer
+        >>> class SignSGD(OptiscopeOptimizer):
+        ...     def __init__(self, params, lr=0.01):
+        ...         super().__init__(params, dict(lr=lr, maximize=False, foreach=None, fused=None))
+        ...     def update_group(self, group, params, impl):  # θ ← θ − η sign(g)
+        ...         for p in params:
+        ...             p.add_(p.grad.sign(), alpha=-group["lr"])
+        >>> w = torch.nn.Parameter(torch.tensor([0.5, -2.0]))
+        >>> optimizer = SignSGD([w], lr=0.1)
+        >>> (w**2).sum().backward()
+        >>> optimizer.step()
+        >>> w.detach()
+        tensor([ 0.4000, -1.9000])
+        >>> SignSGD([w], lr=-1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: SignSGD: invalid lr=-1.0; lr must be a finite number >= 0 or a 1-element tensor holding one
+
+    Notes:
+        - **A drop-in for torch.optim.** What torch.optim (2.13) accepts, this accepts the same way:
+          ``model.named_parameters()`` and groups of (name, tensor) pairs (the names are kept in each group's
+          ``param_names`` and in ``state_dict()``, which loads into torch's optimizer and back; the monitor
+          names its records by them), a 1-element tensor ``lr`` (of any shape; it acts as a 0-d one), every
+          scheduler in ``torch.optim.lr_scheduler``, and a parameter listed twice in one group (with torch's
+          warning; it is stepped twice). What torch
+          rejects raises the exception type torch raises (``tests/optim/test_torch_parity.py`` runs each case
+          against torch side by side). Refused although torch takes them: complex parameters (torch steps
+          their real and imaginary parts as separate reals) and ``betas`` given as tensors.
+        - torch's ``capturable`` and ``differentiable`` are taken as False only (``FALSE_ONLY_FLAGS``), with a
+          one-line ValueError for True: no path keeps its step counters on the device for CUDA-graph capture,
+          and steps run under ``torch.no_grad`` (use torch.optim's optimizer to differentiate through a step).
+        - ``load_state_dict`` loads a copy of the state: torch keeps references to tensors that need no cast,
+          so two optimizers loaded from one in-memory state dict would otherwise step each other's state.
+          A state dict from torch.optim (or an older optiscope) that lacks some of this optimizer's options
+          takes its defaults for them, and a ``step`` saved as a Python number (torch ≤ 1.11) becomes the
+          float32 scalar tensor the step counts with, as torch.optim loads it.
+        - Fused falls back to the for-loop per tensor, even with ``fused=True``, where torch's fused CPU
+          kernels are wrong: non-contiguous tensors (seen in torch 2.13) and, for SGD, float16/bfloat16 ones
+          (``SGD``'s notes). ``fused=True`` needs floating-point parameters and gradients of the same dtype on
+          the CPU or CUDA (RuntimeError at ``step`` otherwise).
+        - Sparse gradients are refused at ``step`` (RuntimeError): use a dense embedding (``sparse=False``).
     """
 
     rules: dict[str, Rule] = {}
-    #: Whether the foreach path takes a tensor lr (torch.optim.Adam's does not: ValueError with foreach=True).
+    """Each hyperparameter's valid values (name -> ``Rule``), checked with ``lr``, ``maximize``, ``foreach``
+    and ``fused`` whenever a group is added; a broken rule raises the exception type torch.optim raises."""
     foreach_takes_tensor_lr = True
+    """Whether the foreach path takes a tensor ``lr`` (torch.optim.Adam's does not: ValueError with
+    ``foreach=True``; with ``foreach=None`` such a group takes the fused path where it applies, else the for-loop)."""
 
     def __init__(
         self,
@@ -179,7 +253,6 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
         defaults: dict[str, Any],
         false_only: dict[str, Any] | None = None,
     ) -> None:
-        """``false_only``: the constructor's ``FALSE_ONLY_FLAGS`` (checked, not kept in the groups)."""
         # torch.optim checks the hyperparameters before the parameters; so do we.
         refuse_true_flags(type(self).__name__, false_only or {})
         self.check_hyperparameters(defaults)
@@ -191,8 +264,18 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
         super().__init__(params, defaults)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """As torch.optim, but the loaded state is a copy: torch keeps references to tensors that need
-        no cast, so two optimizers loaded from one in-memory state dict would step each other's state."""
+        """Load a state dict from ``state_dict()`` (this optimizer's, torch.optim's or an older optiscope's).
+
+        As torch.optim, but the loaded state is a copy: torch keeps references to tensors that need no cast,
+        so two optimizers loaded from one in-memory state dict would step each other's state.
+
+        Args:
+            state_dict: what ``state_dict()`` returned: ``state`` (per-parameter tensors) and ``param_groups``.
+                Options it lacks take this optimizer's defaults.
+
+        Raises:
+            ValueError: its groups do not match this optimizer's in number or sizes (torch.optim's check).
+        """
         super().load_state_dict(copy.deepcopy(state_dict))
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -210,6 +293,19 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
 
     # ----------------------------------------------------------------------------------------- checks
     def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a param group, checked as the constructor checks its groups.
+
+        Args:
+            param_group: a dict with ``params`` (a tensor, tensors, or ``(name, tensor)`` pairs) and any
+                hyperparameters that differ from the optimizer's defaults.
+
+        Raises:
+            TypeError: ``param_group`` is not a dict; a param is not a real tensor; a hyperparameter has the
+                wrong type.
+            ValueError: a tensor is already in another group; a hyperparameter is out of its range;
+                ``fused=True`` with options that no fused kernel has.
+            RuntimeError: ``fused=True`` together with ``foreach=True``.
+        """
         name = type(self).__name__
         if not isinstance(param_group, dict):
             raise TypeError(f"{name}: a param group must be a dict, got {type(param_group).__name__}")
@@ -246,7 +342,17 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
         super().add_param_group(group)
 
     def check_hyperparameters(self, group: dict[str, Any]) -> None:
-        """Every rule that applies to ``group``; a broken one raises the exception type torch.optim raises."""
+        """Check every rule that applies to ``group``; a broken one raises the exception type torch.optim raises.
+
+        Args:
+            group: a param group's hyperparameters (defaults merged in).
+
+        Raises:
+            ValueError: a value out of range, a True ``capturable``/``differentiable``, a tensor ``lr`` with
+                ``foreach=True`` where ``foreach_takes_tensor_lr`` is False, or a ``check_group`` rule broken.
+            TypeError: a value of the wrong type.
+            RuntimeError: a tensor of more than one element for a number or bool hyperparameter.
+        """
         name = type(self).__name__
         refuse_true_flags(name, {flag: group[flag] for flag in FALSE_ONLY_FLAGS if flag in group})
         for key, rule in {**COMMON_RULES, **self.rules_for(group)}.items():
@@ -265,32 +371,88 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
         self.check_group(group)
 
     def check_params(self, group: dict[str, Any], params: list[Tensor]) -> None:
-        """Rules on the tensors of a group (Muon's 2-D weights). Raise ValueError naming them."""
+        """Subclass hook: rules on the tensors of a group (Muon's 2-D weights); the base class has none.
+
+        Args:
+            group: the group's hyperparameters (defaults merged in).
+            params: the group's tensors.
+
+        Raises:
+            ValueError: in a subclass, naming the tensors that break a rule.
+        """
 
     def rules_for(self, group: dict[str, Any]) -> dict[str, Rule]:
-        """The rules that apply to ``group`` (composite optimizers have different rules per group)."""
+        """The rules that apply to ``group`` (composite optimizers have different rules per group).
+
+        Args:
+            group: the group's hyperparameters (defaults merged in).
+
+        Returns:
+            Hyperparameter name -> ``Rule``; ``rules`` unless a subclass overrides this.
+        """
         return self.rules
 
     def check_group(self, group: dict[str, Any]) -> None:
-        """Rules that involve more than one hyperparameter. Raise ValueError naming them."""
+        """Subclass hook: rules that involve more than one hyperparameter; the base class has none.
+
+        Args:
+            group: the group's hyperparameters (defaults merged in).
+
+        Raises:
+            ValueError: in a subclass, naming the hyperparameters that break a rule.
+        """
 
     # ---------------------------------------------------------------------------------------- fused
     def fused_supported(self, group: dict[str, Any]) -> bool:
-        """Whether this group's options map onto a fused kernel (devices are checked at step time)."""
+        """Whether this group's options map onto a fused kernel (devices are checked at step time).
+
+        Args:
+            group: the group's hyperparameters (defaults merged in).
+
+        Returns:
+            False here; True in a subclass whose rule with these options is one of torch's fused kernels.
+        """
         return False
 
     def fused_unsupported_reason(self, group: dict[str, Any]) -> str:
+        """Why ``fused=True`` is refused for ``group``, for the ValueError's message.
+
+        Args:
+            group: the group's hyperparameters (defaults merged in).
+
+        Returns:
+            A short clause, e.g. ``"Lion has no fused kernel"``.
+        """
         return f"{type(self).__name__} has no fused kernel"
 
     def fused_cpu_takes(self, p: Tensor) -> bool:
-        """Whether torch's fused CPU kernel updates ``p`` right. It does not for non-contiguous tensors (seen in
-        torch 2.13: tests/optim/test_optimizer.py); those take the for-loop path, even with fused=True."""
+        """Whether torch's fused CPU kernel updates ``p`` right; the others take the for-loop, even with fused=True.
+
+        It does not for non-contiguous tensors (seen in torch 2.13: tests/optim/test_optimizer.py).
+
+        Args:
+            p: a parameter whose gradient is set.
+
+        Returns:
+            True when ``p`` and its gradient are contiguous (and, in a subclass, any further condition holds).
+        """
         return _contiguous(p)
 
     # ----------------------------------------------------------------------------------------- step
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """Take one step for every parameter that has a gradient; returns the closure's loss, if any."""
+        """Take one step for every parameter that has a gradient; parameters without one are left as they are.
+
+        Args:
+            closure: optional; re-evaluates the model and returns the loss (called with gradients enabled).
+
+        Returns:
+            The closure's loss, or None without a closure.
+
+        Raises:
+            RuntimeError: a sparse gradient; or ``fused=True`` with parameters the fused kernels do not take
+                (not floating point, a gradient of another dtype, or a device other than CPU and CUDA).
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -320,7 +482,18 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
         return loss
 
     def implementation(self, group: dict[str, Any], params: list[Tensor]) -> str:
-        """'fused', 'foreach' or 'forloop' for this group, honouring explicit choices."""
+        """The path that steps ``params`` of ``group``, honouring an explicit ``fused`` or ``foreach``.
+
+        Args:
+            group: the param group.
+            params: its parameters that have a gradient.
+
+        Returns:
+            ``"fused"``, ``"foreach"`` or ``"forloop"``.
+
+        Raises:
+            RuntimeError: ``fused=True`` with parameters the fused kernels do not take.
+        """
         if group.get("fused"):
             if not fused_devices_ok(params):
                 raise RuntimeError(

@@ -1,29 +1,7 @@
 r"""Named optimizer recipes: one name, one update rule with one set of hyperparameters, everywhere.
 
-Every experiment, the sweep and every figure legend use these names, so "momentum" always means SGD
-with μ = 0.9 and "sgd" always means plain SGD. Only two numbers come from the experiment: the learning
-rate η and, for the recipes that decay weights, λ (``--weight-decay``). Every other hyperparameter is
-torch.optim's default unless the table says otherwise.
-
-| name         | update rule                                           | λ from the experiment        |
-|--------------|-------------------------------------------------------|------------------------------|
-| sgd          | SGD                                                   | no                           |
-| momentum     | SGD, heavy ball μ = 0.9                               | no                           |
-| nesterov     | SGD, Nesterov μ = 0.9                                 | no                           |
-| rmsprop      | RMSprop (α = 0.99)                                    | no                           |
-| adam         | Adam (β = 0.9, 0.999)                                 | no                           |
-| adam-no-bc   | Adam without bias correction                          | no                           |
-| adamw        | AdamW (β = 0.9, 0.999), decoupled decay               | yes                          |
-| adaml2       | Adam with λθ added to the gradient                    | yes                          |
-| lion         | Lion (β = 0.9, 0.99), decoupled decay                 | yes                          |
-| muon         | Muon on every (2-D) parameter, Newton–Schulz in fp32  | no (λ = 0, not torch's 0.1)  |
-| muon+adamw   | Muon on hidden matrices, AdamW (η/20, β = 0.9, 0.95)  | no (λ = 0)                   |
-|              | on the rest                                           |                              |
-
-``muon`` needs every parameter to be a matrix (it orthogonalises the update); a model with embeddings,
-norms and biases takes ``muon+adamw``, which splits it the standard way (``split_params_for_muon``) and
-gives the AdamW part 1/20 of η: at Muon's usual η = 0.02 that is AdamW's usual 1e-3. Newton–Schulz runs
-in float32 on the CPU (bfloat16 products are emulated there and ~10× slower) and in bfloat16 on a GPU.
+``RECIPES`` is the table (its docstring lists every recipe), ``build_optimizer`` builds one, and
+``parse_runs`` reads the command line's ``--optimizers name[@lr],...`` against it.
 """
 
 from __future__ import annotations
@@ -49,7 +27,24 @@ MUON_ADAMW_LR_RATIO = 1 / 20
 
 @dataclass(frozen=True)
 class Recipe:
-    """An optimizer class and the hyperparameters it always gets (besides η and, if ``decays``, λ)."""
+    """An optimizer class and the hyperparameters it always gets (besides η and, if ``decays``, λ).
+
+    A recipe is the update rule ``cls(params, lr=η, **options)``, with ``weight_decay=λ`` from the
+    experiment when it ``decays`` and λ = 0 otherwise. ``build_optimizer`` builds one by name from ``RECIPES``.
+
+    Args:
+        cls: the optimizer class, e.g. ``SGD``.
+        options: the keyword arguments it always gets, e.g. ``{"momentum": 0.9}``.
+        decays: whether λ (``--weight-decay``) reaches it; without, every group gets ``weight_decay=0``.
+        splits_model: whether it needs the model to split into Muon and AdamW parameters (``muon+adamw``).
+
+    Examples:
+        >>> from optiscope.optim import RECIPES, SGD, Recipe
+        >>> RECIPES["nesterov"].describe()
+        'SGD(lr=η, momentum=0.9, nesterov=True)'
+        >>> Recipe(SGD, {"momentum": 0.5}, decays=True).describe()
+        'SGD(lr=η, momentum=0.5, weight_decay=λ)'
+    """
 
     cls: type[torch.optim.Optimizer]
     options: dict[str, Any] = field(default_factory=dict)
@@ -57,7 +52,12 @@ class Recipe:
     splits_model: bool = False
 
     def describe(self) -> str:
-        """The recipe as code, e.g. 'SGD(lr=η, momentum=0.9)', for results.json and legends."""
+        """The recipe as code, for results.json and legends.
+
+        Returns:
+            A string such as ``'SGD(lr=η, momentum=0.9)'``, with ``weight_decay=λ`` where it decays; for
+            ``muon+adamw`` both parts and their learning rates.
+        """
         if self.splits_model:
             return (
                 "Muon(lr=η, weight_decay=0) on hidden matrices + "
@@ -81,6 +81,33 @@ RECIPES: dict[str, Recipe] = {
     "muon": Recipe(Muon, {"ns_dtype": None, "weight_decay": 0.0}),  # torch.optim.Muon's default λ is 0.1
     "muon+adamw": Recipe(Muon, splits_model=True),
 }
+"""Every named optimizer recipe (name -> ``Recipe``): the one vocabulary of the experiments, sweeps and legends.
+
+Every experiment, its ``--optimizers`` option, the sweep and every figure legend use these names, so
+"momentum" always means SGD with μ = 0.9 and "sgd" always means plain SGD. Only two numbers come from the
+experiment: the learning rate η (``name@lr``, or the experiment's default) and, for the recipes that decay
+weights, λ (``--weight-decay``). Every other hyperparameter is torch.optim's default unless the table says
+otherwise.
+
+| name | recipe | λ from the experiment |
+|---|---|---|
+| `sgd` | `SGD(lr=η)` | no |
+| `momentum` | `SGD(lr=η, momentum=0.9)` (heavy ball) | no |
+| `nesterov` | `SGD(lr=η, momentum=0.9, nesterov=True)` | no |
+| `rmsprop` | `RMSprop(lr=η)` (α = 0.99) | no |
+| `adam` | `Adam(lr=η)` (β = 0.9, 0.999) | no |
+| `adam-no-bc` | `Adam(lr=η, bias_correction=False)` | no |
+| `adamw` | `AdamW(lr=η, weight_decay=λ)` (β = 0.9, 0.999), decoupled decay | yes |
+| `adaml2` | `AdamL2(lr=η, weight_decay=λ)`: λθ added to the gradient | yes |
+| `lion` | `Lion(lr=η, weight_decay=λ)` (β = 0.9, 0.99), decoupled decay | yes |
+| `muon` | `Muon(lr=η, ns_dtype=None, weight_decay=0.0)`, every parameter a matrix | no (λ = 0, not torch's 0.1) |
+| `muon+adamw` | Muon (η, λ = 0) on hidden matrices; AdamW (η/20, β = 0.9, 0.95, λ = 0) on the rest | no (λ = 0) |
+
+``muon`` needs every parameter to be a matrix (it orthogonalises the update); a model with embeddings,
+norms and biases takes ``muon+adamw``, which splits it the standard way (``split_params_for_muon``) and
+gives the AdamW part 1/20 of η: at Muon's usual η = 0.02 that is AdamW's usual 1e-3. Newton–Schulz runs
+in float32 on the CPU (bfloat16 products are emulated there and ~10× slower) and in bfloat16 on a GPU.
+"""
 
 
 def recipe(name: str) -> Recipe:
@@ -97,12 +124,41 @@ def build_optimizer(
     *,
     decay_vectors: bool = True,
 ) -> torch.optim.Optimizer:
-    """The optimizer called ``name`` over ``params`` with learning rate ``lr``.
+    """Build the optimizer of recipe ``name`` over ``params`` with learning rate η = ``lr``.
 
-    ``params`` is a model (its trainable parameters), tensors, or param groups (a group's own
-    ``weight_decay`` wins). λ = ``weight_decay`` reaches only the recipes that decay; with a model and
-    ``decay_vectors=False`` it skips parameters with fewer than two dimensions (norms, biases), as
-    nanoGPT does. ``muon+adamw`` needs the model, to find its hidden matrices.
+    The result is ``RECIPES[name].cls(groups, lr=η, **options)`` with λ = ``weight_decay`` in each group
+    for the recipes that decay and λ = 0 for the others.
+
+    Args:
+        name: a key of ``RECIPES`` (``"sgd"``, ``"adamw"``, ``"muon+adamw"``, …).
+        params: a model (its trainable parameters), tensors, or param groups. ``muon+adamw`` needs the
+            model, to find its hidden matrices.
+        lr: η.
+        weight_decay: λ ≥ 0, for the recipes that decay (``adamw``, ``adaml2``, ``lion``); ignored by the others.
+        decay_vectors: with a model, False leaves parameters with fewer than two dimensions (norms, biases)
+            undecayed, as nanoGPT does; ignored for tensors and param groups.
+
+    Returns:
+        The optimizer, a ``torch.optim.Optimizer`` (a ``MuonWithAdamW`` for ``muon+adamw``).
+
+    Raises:
+        ValueError: ``name`` is not a recipe; or the optimizer refuses a value (``lr < 0``, a tensor that is
+            not 2-D for ``muon``).
+        TypeError: ``muon+adamw`` with ``params`` that are not an ``nn.Module``.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.optim import build_optimizer
+        >>> model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 1))
+        >>> optimizer = build_optimizer("adamw", model, lr=1e-3, weight_decay=0.1, decay_vectors=False)
+        >>> type(optimizer).__name__, [g["weight_decay"] for g in optimizer.param_groups]  # λ on matrices only
+        ('AdamW', [0.1, 0.0])
+
+    Notes:
+        - In param groups a group's own ``weight_decay`` wins for the recipes that decay; the others set
+          ``weight_decay=0`` in every group, the group's own included.
+        - ``muon+adamw`` ignores ``weight_decay`` and ``decay_vectors`` (λ = 0 in both parts) and gives AdamW
+          η/20.
     """
     rule = recipe(name)
     if rule.splits_model:

@@ -1,16 +1,7 @@
 r"""RMSProp (Tieleman & Hinton, 2012): Adam's second moment without its first, and no bias correction.
 
-For a parameter θ with gradient g, learning rate η, smoothing α, ε, weight decay λ and momentum μ:
-
-    g ← −g                           if maximize
-    g ← g + λθ                       coupled L2 decay
-    v ← α v + (1 − α) g²
-    ḡ ← α ḡ + (1 − α) g              centered only; then v − ḡ² replaces v below
-    d = g / (√v + ε)
-    b ← μ b + d,  θ ← θ − η b        with momentum;  θ ← θ − η d  without
-
-Its effective learning rate is η / (√v + ε) (``RMSprop.effective_lr``), Adam's without the bias
-correction — which is why RMSProp's first steps are large: v starts at 0.
+The rule is written once, in ``RMSprop``'s docstring; ``rmsprop_step_`` is it on one tensor (the for-loop
+path) and ``rmsprop_foreach_`` on lists of tensors.
 """
 
 from __future__ import annotations
@@ -102,10 +93,60 @@ def rmsprop_foreach_(
 
 
 class RMSprop(OptiscopeOptimizer):
-    """RMSProp with torch.optim.RMSprop's arguments and defaults.
+    """RMSProp (Tieleman & Hinton, 2012) with torch.optim.RMSprop's arguments and defaults.
 
-    State per parameter (torch's names): ``step``, ``square_avg`` (v), ``grad_avg`` (ḡ, when centered),
-    ``momentum_buffer`` (b, when momentum > 0).
+    Adam's second moment without its first, and no bias correction. For a parameter θ with gradient g,
+    learning rate η, smoothing α, ε, weight decay λ and momentum μ:
+
+    ```text
+    g ← −g                           if maximize
+    g ← g + λθ                       coupled L2 decay
+    v ← α v + (1 − α) g²
+    ḡ ← α ḡ + (1 − α) g              centered only; then v − ḡ² replaces v below
+    d = g / (√v + ε)
+    b ← μ b + d,  θ ← θ − η b        with momentum;  θ ← θ − η d  without
+    ```
+
+    Its effective learning rate is η / (√v + ε) (``effective_lr``), Adam's without the bias correction,
+    which is why RMSProp's first steps are large: v starts at 0, so the first step is η sign(g)/√(1 − α),
+    10 η at α = 0.99 (ε aside).
+
+    Args:
+        params: the tensors to optimize: an iterable of tensors, of ``(name, tensor)`` pairs
+            (``model.named_parameters()``) or of param-group dicts.
+        lr: η, a finite number ≥ 0 or a 1-element tensor holding one.
+        alpha: α in [0, 1), the smoothing of v (and of ḡ).
+        eps: ε ≥ 0, added to √v.
+        weight_decay: λ ≥ 0, added to the gradient as λθ.
+        momentum: μ in [0, 1); 0 for none.
+        centered: divide by the square root of the variance estimate v − ḡ² instead of v.
+        capturable: taken as False only (positional after ``centered``, in torch.optim.RMSprop's order).
+        foreach: True for the ``torch._foreach_*`` path, False for the for-loop, None to choose by device.
+        maximize: ascend the objective (g ← −g).
+        differentiable: taken as False only (steps run under ``torch.no_grad``).
+
+    Raises:
+        ValueError: a hyperparameter out of its range; ``capturable=True`` or ``differentiable=True``;
+            a param group with ``fused=True`` (RMSprop has no fused kernel).
+        TypeError: a hyperparameter of the wrong type, such as ``lr=None``.
+
+    Examples:
+        The first step is large: v = (1 − α) g², so d = sign(g)/√(1 − α) = 10 sign(g) at α = 0.99.
+
+        >>> import torch
+        >>> from optiscope.optim import RMSprop
+        >>> w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+        >>> optimizer = RMSprop([w], lr=0.01)
+        >>> (w**2).sum().backward()
+        >>> optimizer.step()
+        >>> w.detach()  # each coordinate moved by 10 η
+        tensor([ 0.9000, -1.9000])
+        >>> optimizer.effective_lr(w)  # η / (√v + ε), √v = 0.1 |g|
+        tensor([0.0500, 0.0250])
+
+    Notes:
+        State per parameter (torch's names): ``step``, ``square_avg`` (v), ``grad_avg`` (ḡ, when centered),
+        ``momentum_buffer`` (b, when μ > 0).
     """
 
     rules = {
@@ -173,7 +214,20 @@ class RMSprop(OptiscopeOptimizer):
 
     @torch.no_grad()
     def effective_lr(self, param: Tensor) -> Tensor:
-        """Per-element effective learning rate η / (√v + ε) of ``param`` after its latest step."""
+        """Per-element effective learning rate η / (√v + ε) of ``param`` after its latest step.
+
+        With ``centered=True``, v − ḡ² replaces v. With momentum the step is η b, so this is the factor
+        applied to g before it enters b.
+
+        Args:
+            param: a parameter of this optimizer that has been stepped.
+
+        Returns:
+            A tensor of ``param``'s shape, dtype and device.
+
+        Raises:
+            KeyError: ``param`` is not in this optimizer or has not been stepped.
+        """
         group = next((g for g in self.param_groups if any(p is param for p in g["params"])), None)
         s = self.state.get(param, {})
         if group is None or "square_avg" not in s:

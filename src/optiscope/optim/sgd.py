@@ -1,16 +1,7 @@
 r"""Stochastic gradient descent, with momentum, Nesterov momentum and two kinds of weight decay.
 
-For a parameter θ with gradient g, learning rate η, momentum μ, dampening τ and weight decay λ:
-
-    g ← −g                      if maximize
-    g ← g + λθ                  coupled ("L2") decay, the default
-    θ ← (1 − ηλ) θ              decoupled decay (``decoupled_weight_decay=True``)
-    b ← g                       on the first step,  b ← μ b + (1 − τ) g  afterwards
-    d ← g + μ b  (Nesterov)     or  d ← b  (heavy ball)  or  d ← g  (μ = 0)
-    θ ← θ − η d
-
-For plain SGD coupled and decoupled decay are the same update; they differ as soon as the step is not a
-fixed multiple of the gradient (momentum here, and above all Adam — see ``adam.py``).
+The update rule is written once, in ``SGD``'s docstring; ``sgd_step_`` is it on one tensor (the for-loop path),
+``sgd_foreach_`` on lists of tensors, and ``_sgd_fused_`` calls torch's fused kernel.
 """
 
 from __future__ import annotations
@@ -95,12 +86,67 @@ def sgd_foreach_(
 
 
 class SGD(OptiscopeOptimizer):
-    """SGD with optional (Nesterov) momentum and coupled or decoupled weight decay.
+    """SGD with optional (Nesterov) momentum and coupled or decoupled weight decay, as torch.optim.SGD.
+
+    For a parameter θ with gradient g, learning rate η, momentum μ, dampening τ and weight decay λ:
+
+    ```text
+    g ← −g                      if maximize
+    g ← g + λθ                  coupled ("L2") decay, the default
+    θ ← (1 − ηλ) θ              decoupled decay (decoupled_weight_decay=True)
+    b ← g                       on the first step,  b ← μ b + (1 − τ) g  afterwards
+    d ← g + μ b  (Nesterov)     or  d ← b  (heavy ball)  or  d ← g  (μ = 0)
+    θ ← θ − η d
+    ```
 
     Arguments (in torch's positional order), defaults and state are torch.optim.SGD's, plus the keyword
-    ``decoupled_weight_decay``: when True,
-    ``weight_decay`` shrinks θ by (1 − ηλ) each step instead of adding λθ to the gradient.
-    State per parameter: ``momentum_buffer`` (only when momentum ≠ 0), as in torch.optim.SGD.
+    ``decoupled_weight_decay``.
+
+    Args:
+        params: the tensors to optimize: an iterable of tensors, of ``(name, tensor)`` pairs
+            (``model.named_parameters()``) or of param-group dicts.
+        lr: η, a finite number ≥ 0 or a 1-element tensor holding one.
+        momentum: μ in [0, 1); 0 for plain SGD.
+        dampening: τ in [0, 1], the share of g that does not enter b.
+        weight_decay: λ ≥ 0.
+        nesterov: Nesterov momentum, d = g + μ b; needs μ > 0 and τ = 0.
+        decoupled_weight_decay: shrink θ by (1 − ηλ) each step instead of adding λθ to the gradient.
+        maximize: ascend the objective (g ← −g).
+        foreach: True for the ``torch._foreach_*`` path, False for the for-loop, None to choose by device.
+        fused: True for torch's fused kernel, False never, None to use it where the options allow.
+        differentiable: taken as False only (steps run under ``torch.no_grad``).
+
+    Raises:
+        ValueError: a hyperparameter out of its range; ``nesterov=True`` without μ > 0 and τ = 0;
+            ``fused=True`` with ``decoupled_weight_decay=True`` and λ > 0 (torch's fused SGD kernel only has
+            coupled weight decay); ``differentiable=True``.
+        TypeError: a hyperparameter of the wrong type, such as ``lr=None``; ``params`` a single tensor.
+        RuntimeError: ``fused=True`` together with ``foreach=True``.
+
+    Examples:
+        Two heavy-ball steps on ‖θ‖², whose gradient is g = 2θ:
+
+        >>> import torch
+        >>> from optiscope.optim import SGD
+        >>> w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+        >>> optimizer = SGD([w], lr=0.1, momentum=0.9)
+        >>> for _ in range(2):
+        ...     optimizer.zero_grad()
+        ...     (w**2).sum().backward()
+        ...     optimizer.step()
+        >>> w.detach()  # b = 2θ₀ = (2, −4), then b = 0.9 b + 2θ₁ = (3.4, −6.8)
+        tensor([ 0.4600, -0.9200])
+        >>> optimizer.state[w]["momentum_buffer"]
+        tensor([ 3.4000, -6.8000])
+
+    Notes:
+        - State per parameter: ``momentum_buffer`` (b, only when μ ≠ 0), as in torch.optim.SGD.
+        - For plain SGD coupled and decoupled decay are the same update; they differ as soon as the step
+          is not a fixed multiple of the gradient (momentum here, and above all Adam: see ``AdamW``).
+        - The fused path calls ``torch._fused_sgd_``. On the CPU, float16 and bfloat16 tensors take the
+          for-loop instead, even with ``fused=True``: torch ≤ 2.13's fused CPU SGD skips their vectorised
+          blocks (a tensor of 16 elements or more does not move) and corrupts their momentum
+          (pytorch/pytorch#191763, fixed by #192545).
     """
 
     rules = {

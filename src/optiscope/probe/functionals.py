@@ -44,13 +44,56 @@ def _sum_scored(values: Tensor, scored: Tensor | None) -> Tensor:
 
 
 def entropy_per_sequence(logits: Tensor, scored: Tensor | None = None) -> Tensor:
-    """Σ_t h_{i,t} for each sequence i (float64)."""
+    """The summed next-token entropy of each sequence, Σ_t h_{i,t}, in float64.
+
+    With p = softmax(logits) at position t of sequence i, h_{i,t} = −Σ_k p_k log p_k is the exact entropy
+    over the vocabulary; the sum runs over the scored positions. Softmax and logarithms run in float64
+    whatever the logits' dtype: entropy differences of 1e-7 are what the probe looks for.
+
+    Args:
+        logits: next-token logits of shape (E, T, V).
+        scored: an (E, T) mask of the positions that count (padding and prompts left out), or None for all.
+            Where it is false the value is left out with ``where``, so padded positions may hold anything, even
+            non-finite values, without leaking into the sum or its derivatives.
+
+    Returns:
+        A float64 tensor of shape (E,). The mean entropy per token is its total over the number of scored
+            positions, and per-sequence contributions add up to that total exactly.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.probe import entropy_per_sequence
+        >>> logits = torch.zeros(2, 3, 4)  # uniform over 4 tokens: h = log 4 = 1.3863 per position
+        >>> entropy_per_sequence(logits)
+        tensor([4.1589, 4.1589], dtype=torch.float64)
+        >>> entropy_per_sequence(logits, scored=torch.tensor([[1, 1, 1], [1, 0, 0]]))
+        tensor([4.1589, 1.3863], dtype=torch.float64)
+    """
     logp = torch.log_softmax(logits.double(), dim=-1)
     return _sum_scored(-(logp.exp() * logp).sum(dim=-1), scored)
 
 
 def loss_per_sequence(logits: Tensor, targets: Tensor, scored: Tensor | None = None) -> Tensor:
-    """Σ_t ℓ_{i,t} for each sequence i (float64); ``targets[i, t]`` is the token after position t."""
+    """The summed next-token cross-entropy of each sequence, Σ_t ℓ_{i,t}, in float64.
+
+    ℓ_{i,t} = −log p(x_{i,t+1}), the loss at position t of sequence i; the sum runs over the scored positions.
+    Softmax and logarithms run in float64 whatever the logits' dtype.
+
+    Args:
+        logits: next-token logits of shape (E, T, V).
+        targets: token ids of shape (E, T): ``targets[i, t]`` is the token after position t.
+        scored: an (E, T) mask of the positions that count, or None for all (as ``entropy_per_sequence``).
+
+    Returns:
+        A float64 tensor of shape (E,).
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.probe import loss_per_sequence
+        >>> logits = torch.zeros(2, 3, 4)  # uniform over 4 tokens: ℓ = log 4 = 1.3863 per position
+        >>> loss_per_sequence(logits, targets=torch.zeros(2, 3, dtype=torch.long))
+        tensor([4.1589, 4.1589], dtype=torch.float64)
+    """
     logp = torch.log_softmax(logits.double(), dim=-1)
     return _sum_scored(-torch.gather(logp, -1, targets.unsqueeze(-1)).squeeze(-1), scored)
 

@@ -75,15 +75,49 @@ def sample_sequences(
     generator: torch.Generator,
     attention_mask: Tensor | None = None,
 ) -> Tensor:
-    """Sample ``length`` tokens after each prompt at temperature 1; returns (E, P + length) ids.
+    """Sample ``length`` tokens after each prompt from the model at temperature 1, for an on-policy probe.
 
-    ``starts`` holds one start token per sequence (E,) or left-padded prompts (E, P) with their
-    ``attention_mask``; the sampled tokens are all real, so the mask of the result is the prompts' mask
-    followed by ones. The model is sampled as ``probe_step`` scores it, whose importance weights assume as
-    much: in eval mode (no dropout, which would also draw from the global random stream; each module's own
-    flag is restored after), on copies of its buffers (a forward pass that counts its calls leaves the count), with
-    the probe's normalisations (``norms``: an embedding's ``max_norm`` rescales a copy of its weight; one whose
-    weight another module holds, a tied output head, is refused)."""
+    Each token is drawn from p_θ(· | x_{<t}) = softmax(logits) of the last position, over the last
+    ``block_size`` tokens. The model is sampled as ``probe_step`` scores it, whose importance weights
+    w_i = p_{θ+ηv}(x_i)/p_θ(x_i) assume as much.
+
+    Args:
+        model: a module mapping token ids (E, T) to next-token logits (E, T, V) (or an output holding them:
+            a 🤗 output's ``.logits``, a tuple's first element).
+        starts: integer token ids: one start token per sequence, shape (E,), or left-padded prompts (E, P).
+        length: how many tokens to sample after each prompt; an integer ≥ 1.
+        block_size: the model's context in tokens: the window it sees; an integer ≥ 1.
+        generator: the ``torch.Generator`` to draw with (a CPU generator draws the same sequences for a model
+            on any device); the global random stream is left alone.
+        attention_mask: the prompts' mask (1 = real token), of the shape of ``starts``, or None.
+
+    Returns:
+        Token ids of shape (E, P + length): the prompts followed by the sampled tokens. The sampled tokens are
+            all real, so the mask of the result is the prompts' mask followed by ones.
+
+    Raises:
+        ValueError: ``starts`` not a 1-D or 2-D tensor of integer ids with E, P ≥ 1; ``length`` or
+            ``block_size`` not an integer ≥ 1; ``attention_mask`` of another shape; an embedding with
+            ``max_norm`` whose weight another module holds (a tied output head).
+        TypeError: ``generator`` is not a ``torch.Generator``.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.probe import sample_sequences
+        >>> _ = torch.manual_seed(0)
+        >>> model = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8))  # ids -> logits
+        >>> starts = torch.zeros(4, dtype=torch.long)  # one start token per sequence
+        >>> generator = torch.Generator().manual_seed(0)
+        >>> sequences = sample_sequences(model, starts, length=5, block_size=8, generator=generator)
+        >>> sequences.shape
+        torch.Size([4, 6])
+
+    Notes:
+        The model is sampled in eval mode (no dropout, which would also draw from the global random stream; each
+        module's own flag is restored after), on copies of its buffers (a forward pass that counts its calls
+        leaves the count), with the probe's normalisations (``norms``: an embedding's ``max_norm`` rescales a
+        copy of its weight; one whose weight another module holds, a tied output head, is refused).
+    """
     check_sampling(starts, length, block_size, generator, attention_mask)
     net = unwrap(model)
     check_max_norms_untied(net, "sample_sequences")
@@ -165,23 +199,93 @@ def probe_step(
     attention_mask: Tensor | None = None,
     scored: Tensor | None = None,
 ) -> dict[str, Any]:
-    """Probe one step direction on ``sequences`` (E × (T+1) token ids: inputs are [:, :-1], targets [:, 1:]).
+    """What one step θ → θ + ηv does to the mean next-token entropy H (or loss): predicted and measured.
 
-    The model is measured in eval mode: no dropout, batch norms on their running statistics (each submodule's
-    own train/eval flag is restored after). In ``mode="policy"`` the sequences must have been sampled from the
-    model (``sample_sequences``); ``log_ratio_clip`` is the c that clips the importance weights' log-ratios
-    there (fixed contexts have no weights). ``precision="float64"`` evaluates a float64 copy of the model
-    (exact enough to see ΔH of 1e-9); ``"model"`` keeps the model's dtype. ``chunk_size`` sequences go through
-    the model at a time, which bounds the memory and changes no result. ``reverse_check=True`` computes H′
-    and H″ again by reverse mode (``approx.reverse``: ∇H·v by backprop, vᵀ(∇²H v) by a Hessian-vector
-    product), for fixed contexts only: in policy mode it is ignored, with a warning. A padded batch of a 🤗
-    model comes with its ``attention_mask`` (E × (T+1), 1 for real tokens); ``scored`` (E × T) picks the
-    positions t whose next-token distribution counts — by default those where both x_t and x_{t+1} are real
-    tokens; on-policy with prompts, pass the sampled positions only (their log-probabilities are the importance
-    weights). ``F.scaled_dot_product_attention`` runs its math backend and a 🤗 model uses ``eager`` attention meanwhile
-    (``calls.forward_mode_attention``): the fused attention kernels have no forward-mode rules. An embedding with
-    ``max_norm`` whose weight another module holds (a tied output head) is refused (``norms``).
-    Returns the seed's ``results.json`` layout (module doc).
+    H is the mean per scored token over the E sequences. The probe predicts, from one nested forward-mode
+    pass (``torch.func.jvp`` of ``jvp``) for every sequence at once,
+
+        ΔH(η) ≈ η·H′ + ½η²·H″,   H′ = ∇H·v,   H″ = vᵀ∇²H v,
+
+    and measures the true ΔH(η) = H(θ + ηv) − H(θ) at each η of the grid. On fixed contexts (held-out text,
+    teacher-forced) the true ΔH is exact; on-policy (sequences sampled from the model at temperature 1) H(η) is
+    estimated by re-scoring the same sequences with self-normalised importance weights
+    w_i = p_{θ+ηv}(x_i)/p_θ(x_i), and H′ carries the score-function part Σ_i s_i (S_i − n_i H)/N with
+    s_i = ∇log p(x_i)·v.
+
+    Args:
+        model: a module mapping token ids (E, T) to next-token logits (E, T, V) (or an output holding them:
+            a 🤗 output's ``.logits``, a tuple's first element); may be wrapped in DDP or compiled.
+        direction: v by parameter name, as ``update_direction`` returns it; finite, on the parameters' device
+            and of their shapes.
+        sequences: integer token ids of shape (E, T + 1), E ≥ 1, T ≥ 1: inputs are ``[:, :-1]``, targets
+            ``[:, 1:]``; on the model's device.
+        etas: the grid of step sizes η at which to measure the true ΔH: a list of finite numbers > 0.
+        mode: ``"fixed"`` (teacher-forced contexts) or ``"policy"`` (sequences sampled from the model with
+            ``sample_sequences``).
+        functional: ``"entropy"`` (−Σ_k p_k log p_k, exact over the vocabulary) or ``"loss"`` (cross-entropy).
+        chunk_size: sequences per forward pass, which bounds the memory; an integer ≥ 1.
+        log_ratio_clip: c, which clips the importance weights' log-ratios to ±c in policy mode; a number > 0
+            (``math.inf``: no clipping).
+        precision: ``"float64"`` evaluates a float64 copy of the model (exact enough to see ΔH of 1e-9);
+            ``"model"`` keeps the model's dtype (not for a float16 or bfloat16 model).
+        reverse_check: also compute H′ and H″ by reverse mode (``approx.reverse``: ∇H·v by backprop, vᵀ(∇²H v)
+            by a Hessian-vector product), for fixed contexts only: in policy mode it is ignored, with a warning.
+        attention_mask: for a padded batch of a 🤗 model, (E, T + 1) with 1 for real tokens, or None.
+        scored: an (E, T) mask of the positions t whose next-token distribution counts, or None: by default
+            those where both x_t and x_{t+1} are real tokens. On-policy with prompts, pass the sampled positions
+            only (their log-probabilities are the importance weights).
+
+    Returns:
+        The seed notebook's ``results.json`` layout: ``mode``, ``functional``, ``E``, ``T``, ``base_value``
+            (H(θ)), ``timings``; ``approx`` with ``delta_h_per_lr`` (H′), ``quadratic`` (``gdotv`` = H′,
+            ``vHvv`` = H″), ``eta_star`` (2|H′|/|H″|, where the quadratic term equals the linear one),
+            ``per_sequence`` (per sequence i: ``gdotv``, its share of H′, the shares summing to it; ``h_base``,
+            its summed entropy S_i; ``d_sum``, S_i′; on-policy ``score``, s_i) and, with ``reverse_check``,
+            ``reverse``; ``true.entries``, one per η (sorted): ``eta``, ``delta_h_true`` and ``diagnostics``
+            (``weights_sum``, ``normalized_weights``, all 1 for fixed contexts, ``token_counts`` n_i, ``h_new``
+            S_i(η), ``base_entropy`` H(θ), ``ess``, ``clipped``).
+
+    Raises:
+        ValueError: ``mode``, ``precision``, ``functional``, ``etas``, ``chunk_size`` or ``log_ratio_clip``
+            invalid; an empty ``direction``, or an entry of the wrong shape or device, or not finite;
+            ``sequences`` not integer ids of shape (E, T + 1) in the model's vocabulary and on its device;
+            ``attention_mask`` or ``scored`` of the wrong shape, or no position scored; ``precision="model"``
+            on a half-precision model; a model without forward-mode AD rules; an embedding with ``max_norm``
+            tied to another module.
+        TypeError: ``direction`` is not a dict of tensors, or ``sequences`` not a tensor.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.probe import probe_step, update_direction
+        >>> _ = torch.manual_seed(0)
+        >>> model = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8))  # ids -> logits
+        >>> def loss_fn(m, batch):
+        ...     return torch.nn.functional.cross_entropy(m(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten())
+        >>> sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> v = update_direction(model, sgd, loss_fn, torch.randint(0, 8, (4, 6)))
+        >>> result = probe_step(model, v, torch.randint(0, 8, (16, 6)), etas=[1e-3, 1e-2])
+        >>> result["E"], result["T"], [e["eta"] for e in result["true"]["entries"]]
+        (16, 5, [0.001, 0.01])
+        >>> H1, H2 = result["approx"]["delta_h_per_lr"], result["approx"]["quadratic"]["vHvv"]
+        >>> true = result["true"]["entries"][0]["delta_h_true"]  # at η = 1e-3
+        >>> abs((1e-3 * H1 + 0.5e-6 * H2) / true - 1) < 1e-6  # the quadratic prediction
+        True
+
+    Notes:
+        The model is measured in eval mode: no dropout, batch norms on their running statistics (each
+        submodule's own train/eval flag is restored after); a forward pass that updates a buffer in place (a
+        call counter) updates a copy. ``chunk_size`` changes no result, except for a model that normalises by
+        the batch (a batch norm without running statistics), where each chunk is its batch.
+
+        Forward-mode AD: for the duration of a probe ``F.scaled_dot_product_attention`` runs its math backend
+        and a 🤗 model uses ``eager`` attention (``calls.forward_mode_attention``; the fused attention kernels
+        have no forward-mode rules), and torch's ``nn.MultiheadAttention`` fast path is off. torch 2.13's
+        ``layer_norm``, ``batch_norm`` and ``instance_norm`` kernels have wrong nested forward-mode second
+        derivatives, so ``F.layer_norm``, ``F.batch_norm`` and ``F.instance_norm`` are computed from ordinary
+        ops meanwhile (``optiscope.probe.norms``; a model that calls ``torch.layer_norm`` itself is not
+        covered), as is weight norm. ``F.embedding`` computes an embedding's ``max_norm`` rescaling out of
+        place; an embedding with ``max_norm`` whose weight another module holds (a tied output head) is
+        refused (``norms``), as is an ``nn.EmbeddingBag`` whose weight the direction moves.
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}; valid: {', '.join(MODES)}")
@@ -452,8 +556,33 @@ def _reverse_terms(
 
 
 def prediction_curves(result: dict[str, Any]) -> dict[str, list[float]]:
-    """A probe's true change and its predictions over its η grid, sorted by η: ``eta``, ``true``,
-    ``linear`` = η·H′ and ``quadratic`` = η·H′ + ½η²·H″ (H′ = ``delta_h_per_lr``, H″ = ``vHvv``)."""
+    """A probe's true change of H and its two predictions over its η grid, for a plot.
+
+    linear(η) = η·H′ and quadratic(η) = η·H′ + ½η²·H″, with H′ = ``approx.delta_h_per_lr`` and
+    H″ = ``approx.quadratic.vHvv``.
+
+    Args:
+        result: what ``probe_step`` returned (or its ``results.json``).
+
+    Returns:
+        ``eta``, ``true`` (ΔH measured), ``linear`` and ``quadratic``: lists of floats, sorted by η.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.probe import prediction_curves, probe_step, update_direction
+        >>> _ = torch.manual_seed(0)
+        >>> model = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8))  # ids -> logits
+        >>> def loss_fn(m, batch):
+        ...     return torch.nn.functional.cross_entropy(m(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten())
+        >>> sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> v = update_direction(model, sgd, loss_fn, torch.randint(0, 8, (4, 6)))
+        >>> result = probe_step(model, v, torch.randint(0, 8, (16, 6)), etas=[1e-3, 1e-2])
+        >>> curves = prediction_curves(result)
+        >>> sorted(curves), curves["eta"]
+        (['eta', 'linear', 'quadratic', 'true'], [0.001, 0.01])
+        >>> abs(curves["quadratic"][1] - curves["true"][1]) < abs(curves["linear"][1] - curves["true"][1])
+        True
+    """
     entries = sorted(result["true"]["entries"], key=lambda e: e["eta"])
     eta = np.array([e["eta"] for e in entries], dtype=float)
     first, second = result["approx"]["delta_h_per_lr"], result["approx"]["quadratic"]["vHvv"]
@@ -466,9 +595,41 @@ def prediction_curves(result: dict[str, Any]) -> dict[str, list[float]]:
 
 
 def subset_errors(result: dict[str, Any], eta: float, size: int, count: int, seed: int) -> dict[str, Any]:
-    """Relative error (linear − true)/|true| of the linear prediction on ``count`` random subsets of
-    ``size`` sequences at step size ``eta`` (one of the probed η): how far a smaller evaluation batch
-    can be trusted. Each subset is scored as if it were the whole batch (its own H, weights and N)."""
+    """How far the linear prediction can be trusted on a smaller evaluation batch: its error on random subsets.
+
+    For each of ``count`` random subsets S of ``size`` sequences, at step size η, the relative error
+    (η·H′_S − ΔH_S)/|ΔH_S| of the linear prediction, each subset scored as if it were the whole batch (its own
+    H, weights and N), from the per-sequence terms the probe kept.
+
+    Args:
+        result: what ``probe_step`` returned.
+        eta: one of the probed step sizes η.
+        size: sequences per subset; an integer from 1 to E.
+        count: how many subsets to draw; an integer ≥ 1.
+        seed: the seed of the subsets' draw.
+
+    Returns:
+        ``eta``, ``size``, ``count``, ``seed``, ``errors`` (one relative error per subset; NaN where the true
+            change is 0) and the ``mean`` and ``std`` of the finite ones (NaN for none, or for one for ``std``).
+
+    Raises:
+        ValueError: ``eta`` is not on the probed grid; ``size`` outside 1..E; ``count`` < 1; a seed torch
+            cannot take.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.probe import probe_step, subset_errors, update_direction
+        >>> _ = torch.manual_seed(0)
+        >>> model = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8))  # ids -> logits
+        >>> def loss_fn(m, batch):
+        ...     return torch.nn.functional.cross_entropy(m(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten())
+        >>> sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> v = update_direction(model, sgd, loss_fn, torch.randint(0, 8, (4, 6)))
+        >>> result = probe_step(model, v, torch.randint(0, 8, (16, 6)), etas=[1e-3, 1e-2])
+        >>> out = subset_errors(result, eta=1e-2, size=4, count=3, seed=0)
+        >>> len(out["errors"]), abs(out["mean"]) < 0.1
+        (3, True)
+    """
     grid = [e["eta"] for e in result["true"]["entries"]]
     entry = next(
         (e for e in result["true"]["entries"] if is_number(eta) and math.isclose(e["eta"], eta, rel_tol=1e-9)), None

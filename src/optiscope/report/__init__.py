@@ -45,7 +45,44 @@ def _common_parts(parts: list[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def write(dirs: Sequence[Path], out: Path | None = None) -> Path:
-    """Read ``dirs``, build the page and write it atomically to ``out`` (default: ``default_out``)."""
+    """Read the run directories ``dirs``, build one HTML page of them and write it atomically to ``out``.
+
+    What ``optiscope report`` does: ``read_run`` on each directory, ``build`` the page, write it. The page opens
+    from disk with no network (BokehJS and the figures are inlined) and computes nothing new.
+
+    Args:
+        dirs: the run directories: written by ``optiscope run``, ``optiscope sweep`` or a ``Monitor``'s
+            ``JSONLSink`` (a directory with ``metrics.jsonl``), finished, running or stopped.
+        out: the page's file; None: ``DIR/report.html`` for one directory, for several ``report.html`` in the
+            directory that holds them all.
+
+    Returns:
+        The path of the page written.
+
+    Raises:
+        UserError: ``out`` is a directory or cannot be written (a file in its path where a folder should be, no
+            such device, a read-only folder); a path in ``dirs`` is not a directory; or none of ``dirs`` holds
+            an optiscope run (no ``results.json``, ``metrics.jsonl`` or run ``config.json``).
+
+    Examples:
+        >>> import json
+        >>> from pathlib import Path
+        >>> from optiscope import report
+        >>> run = Path("runs/mine")
+        >>> run.mkdir(parents=True)
+        >>> with open(run / "metrics.jsonl", "w") as f:  # as a Monitor's JSONLSink writes it
+        ...     for step in range(1, 6):
+        ...         print(json.dumps({"step": step, "loss": 1 / step}), file=f)
+        >>> report.write([run]).as_posix()
+        'runs/mine/report.html'
+        >>> report.write([Path("runs")])
+        Traceback (most recent call last):
+        optiscope.errors.UserError: runs holds no optiscope run (no results.json, metrics.jsonl or run ...
+
+    Notes:
+        Among several directories, one that holds no run is named on the page with what it lacks. The page
+        needs the ``report`` extra (Bokeh: ``pip install 'optiscope[report]'``).
+    """
     out = Path(out) if out is not None else default_out(dirs)
     if out.is_dir():
         raise UserError(f"--out {out} is a directory; give the page's file name, e.g. {out / runs.REPORT}")

@@ -56,6 +56,30 @@ WATCH_SCRIPT = """<script>
 
 @dataclass
 class Page:
+    """One built report page: its HTML, and what ``--watch`` serves beside it.
+
+    Args:
+        html: the whole self-contained page, ``<!DOCTYPE html>`` to ``</html>``.
+        live: the data of each chart drawn from ``metrics.jsonl``, by its key (the chart's name and its line's
+            label): what ``--watch`` serves at ``/data?key=…`` for the open page to poll.
+        signature: a short hash of what an open page cannot follow by polling its data (the directories'
+            results, runs and divergences, the charts drawn, each live chart's columns); ``--watch`` serves it at
+            ``/signature``, and the page reloads itself when it changes.
+
+    Examples:
+        >>> import json
+        >>> from pathlib import Path
+        >>> from optiscope import report
+        >>> run = Path("runs/mine")
+        >>> run.mkdir(parents=True)
+        >>> with open(run / "metrics.jsonl", "w") as f:  # as a Monitor's JSONLSink writes it
+        ...     for step in range(1, 6):
+        ...         print(json.dumps({"step": step, "loss": 1 / step}), file=f)
+        >>> page = report.build([report.read_run(run)])
+        >>> page.html.startswith("<!DOCTYPE html>"), list(page.live), len(page.signature)
+        (True, ['e0-loss/run'], 16)
+    """
+
     html: str
     live: dict[str, dict[str, Any]] = field(default_factory=dict)
     signature: str = ""
@@ -84,6 +108,45 @@ def signature(run_dirs: Sequence[RunDir], titles: Sequence[str], live: dict[str,
 
 
 def build(run_dirs: Sequence[RunDir], watch: bool = False, interval_ms: int = 1000) -> Page:
+    """Build the report page of the directories read: a section per experiment, everything inlined.
+
+    Each section has, per directory, its status, the monitor's divergence diagnosis, the experiment's headline
+    sentences (every number read from ``results.json``), its ``config.json``, its figures, and Bokeh charts in
+    which a reader can zoom, read values on hover and hide a run by clicking its legend entry.
+
+    Args:
+        run_dirs: what ``read_run`` read, one per directory; those of one experiment share each chart.
+        watch: make the charts drawn from ``metrics.jsonl`` poll the server the page came from (``--watch``), and
+            the page reload itself when its ``signature`` changes.
+        interval_ms: how often a watched chart polls for its data, in milliseconds (the page checks its signature
+            every 2 × ``interval_ms``).
+
+    Returns:
+        The [`Page`][optiscope.report.Page].
+
+    Examples:
+        >>> import json
+        >>> from pathlib import Path
+        >>> from optiscope import report
+        >>> run = Path("runs/mine")
+        >>> run.mkdir(parents=True)
+        >>> with open(run / "metrics.jsonl", "w") as f:  # as a Monitor's JSONLSink writes it
+        ...     for step in range(1, 6):
+        ...         print(json.dumps({"step": step, "loss": 1 / step}), file=f)
+        >>> page = report.build([report.read_run(run)])
+        >>> "Monitored training" in page.html, "/data?key=" in page.html
+        (True, False)
+        >>> "/data?key=" in report.build([report.read_run(run)], watch=True).html  # its charts poll the server
+        True
+
+    Notes:
+        The page needs no network: BokehJS is inlined from the installed ``bokeh`` package (only the parts the
+        page uses: the widgets bundle only when a chart has tabs), figures are ``data:`` URIs, and nothing refers
+        to another host; under ``watch`` the only requests go back to the local server the page came from. A
+        directory that a ``Monitor`` wrote without an experiment is "monitored training", with the monitor's
+        charts; one with nothing optiscope can show gets a section saying so. Long runs are thinned to at most
+        400 points per line and 200 steps per heatmap row, line values kept to 5 significant digits.
+    """
     sources = Sources(watch=watch, interval_ms=interval_ms)
     body: list[str] = []
     models: dict[str, Any] = {}

@@ -21,7 +21,27 @@ from ..errors import UserError
 
 @dataclass
 class RunDir:
-    """What could be read from one run directory, and what could not (one sentence per problem)."""
+    """What could be read from one run directory, and what could not (one sentence per problem).
+
+    Args:
+        path: the directory.
+        experiment: the experiment its ``results.json`` or ``config.json`` names (``"sweep"`` for a sweep), when
+            this optiscope knows it; None: none (a Monitor's directory, nothing of a run).
+        config: its ``config.json`` as a dict; None when missing, unreadable or another program's.
+        results: its ``results.json``, when it is a known experiment's and has that experiment's shape; else None.
+        metrics: the monitor records of its ``metrics.jsonl`` (a line still being written left out).
+        figures: its ``figures/*.png``, sorted.
+        problems: one sentence per thing that could not be read or shown; the page shows them in its place.
+        monitored: a Monitor's directory (its ``JSONLSink``, the 🤗 and Lightning callbacks'): ``metrics.jsonl``
+            and no run ``config.json``.
+        in_progress: a process holds the directory's lock: the run is going on.
+
+    Examples:
+        >>> from pathlib import Path
+        >>> from optiscope.report import RunDir
+        >>> RunDir(Path("runs/lm")).name
+        'lm'
+    """
 
     path: Path
     experiment: str | None = None
@@ -35,10 +55,51 @@ class RunDir:
 
     @property
     def name(self) -> str:
+        """The directory's name (its whole path where it has none, such as ``/``)."""
         return self.path.name or str(self.path)
 
 
 def read_run(path: Path) -> RunDir:
+    """Read one run directory for the report, whatever state it is in.
+
+    A directory may be finished, still running (``metrics.jsonl`` growing, its last line half-written, no
+    ``results.json`` yet), interrupted, or not optiscope's at all. Nothing found inside it raises: each file that
+    cannot be used becomes a sentence in ``RunDir.problems``, which the page shows in place of what could not be
+    drawn.
+
+    Args:
+        path: the run directory.
+
+    Returns:
+        The [`RunDir`][optiscope.report.RunDir]: what could be read, and the problems.
+
+    Raises:
+        UserError: ``path`` is not a directory.
+
+    Examples:
+        >>> import json
+        >>> from pathlib import Path
+        >>> from optiscope.report import read_run
+        >>> run = Path("runs/mine")
+        >>> run.mkdir(parents=True)
+        >>> with open(run / "metrics.jsonl", "w") as f:  # as a Monitor's JSONLSink writes it
+        ...     for step in range(1, 6):
+        ...         print(json.dumps({"step": step, "loss": 1 / step}), file=f)
+        ...     _ = f.write('{"step": 6, "lo')  # a last line cut short
+        >>> read = read_run(run)
+        >>> read.monitored, len(read.metrics), read.results
+        (True, 5, None)
+        >>> read.problems
+        ['metrics.jsonl: its last line is incomplete (still being written, or cut off) and is left out']
+
+    Notes:
+        A ``config.json`` that is not an optiscope run's (a 🤗 model's, saved beside the callback's
+        ``metrics.jsonl``) is not the directory's config: the directory counts as a Monitor's. A missing
+        ``results.json`` is a problem only for a run that started (it wrote its config or records), is no
+        Monitor's and that no process holds any more: it was interrupted or failed, and ``--resume`` continues
+        it. A ``results.json`` of an experiment this optiscope does not know, or without that experiment's shape,
+        is left out and said; so are lines of ``metrics.jsonl`` that are not monitor records.
+    """
     path = Path(path)
     if not path.is_dir():
         raise UserError(f"{path} is not a run directory (give directories written by `optiscope run`)")

@@ -54,6 +54,64 @@ class Tuned(TypedDict):
 
 
 class Results(TypedDict):
+    """A sweep's ``results.json``: every trial, and per optimizer the tuned η and its fresh seeds' statistics.
+
+    Per optimizer, over its N fresh seeds' values x₁ … x_N at the tuned η: the mean x̄, the standard deviation s
+    and Student's 95 % interval x̄ ± t₀.₉₇₅(N−1) · s/√N. Each optimizer is compared with the next in the
+    ranking by the difference of their means and Welch's 95 % interval of it: "beyond seed noise" when the
+    interval excludes 0 (Welch's t test at 5 %).
+
+    Attributes:
+        experiment: ``"sweep"``.
+        swept: the experiment swept, e.g. ``"lm"``.
+        status: ``"ok"`` while any trial has a finite value; else ``"diverged"`` when every trial diverged,
+            ``"failed"`` otherwise (the command line then exits 3).
+        objective: ``name``, ``description``, ``direction`` (``"min"``/``"max"``) and ``curve`` (what its curve
+            shows).
+        factor: the ratio between neighbouring η of the automatic grid (√10); None for a fixed grid (``lrs``).
+        seeds: the tuning seeds.
+        fresh_seeds: the fresh seeds, run at the tuned η (absent from results written before sweeps ran them).
+        optimizers: per optimizer: ``centre_lr`` (η₀), ``tuned_lr`` (None: no η has a value for every tuning
+            seed), ``interior`` (False: the tuned η is at an end of the grid run, the optimum may lie beyond),
+            ``values`` (the fresh seeds'), ``mean``, ``std``, ``interval`` (Student's 95 % interval of the mean;
+            NaN from one seed), ``tuning_mean`` (the tuning seeds' mean at the tuned η: biased to the good side)
+            and ``sensitivity`` (per η, increasing: ``lr``, the tuning seeds' ``values``, their ``mean`` and
+            ``seeds``).
+        ranking: the optimizers with a tuned η, best mean first; one whose fresh seeds failed (a mean that is not
+            finite) last.
+        comparison: the best two compared (the first of ``neighbours``), or None with fewer than two ranked.
+        neighbours: each ranked optimizer against the next: ``best``, ``second``, ``difference`` of means,
+            ``interval`` (Welch's 95 %), ``differ`` (beyond seed noise) and ``verdict`` (one sentence).
+        steps_to_target: for objectives read from a curve: ``target`` (the worst tuned mean, which every tuned
+            optimizer reaches), ``slowest``, and per optimizer ``steps`` (on its fresh seeds' mean curve),
+            ``seed_steps`` (each seed's own curve; +∞: never), ``seeds`` and ``fraction_of_slowest``; else None.
+        trials: every trial's record: ``optimizer``, ``lr``, ``seed``, ``status`` (``"ok"``, ``"diverged"``,
+            ``"crashed"``), ``objective`` (±∞: diverged, crashed or missed the target), ``objectives`` (every
+            declared one), ``steps``, ``wall_seconds``, ``error`` and ``dir`` (relative to the sweep directory).
+
+    Examples:
+        >>> import json
+        >>> from pathlib import Path
+        >>> from optiscope.sweep import SweepConfig, run_sweep
+        >>> options = {"steps": 300, "tolerance": 1e-2, "bias_steps": 10, "decay_steps": 10}
+        >>> _ = run_sweep(SweepConfig("landscapes", ("adam",), seeds=1, lrs=(0.1, 0.3), options=options), "sweep")
+        >>> results = json.loads(Path("sweep/results.json").read_text())
+        >>> results["ranking"], results["objective"]["name"], results["seeds"], results["fresh_seeds"]
+        (['adam'], 'steps_ravine', [0], [1])
+        >>> adam = results["optimizers"]["adam"]
+        >>> adam["tuned_lr"], adam["interior"], [point["lr"] for point in adam["sensitivity"]]
+        (0.3, False, [0.1, 0.3])
+
+    Notes:
+        Fresh seeds that all give one value while the seed changes the value elsewhere in the sweep (an objective
+        read at evaluations, such as steps to a target, ties seeds by chance) get no interval and no verdict
+        beyond "the seed noise is not measured"; only where every seed gives one value at every η (landscapes'
+        surfaces) is a difference called exact. An optimizer with a fresh seed that diverged, crashed or missed
+        the target gets no interval. Both intervals assume normally scattered seeds; t₀.₉₇₅ with 2 degrees of
+        freedom is 4.30, so three seeds give wide intervals. Non-finite numbers are written as JSON's ``NaN``
+        and ``Infinity``, which Python's ``json`` reads.
+    """
+
     experiment: str
     swept: str
     status: str
@@ -236,9 +294,29 @@ def _ended(trial: dict[str, Any]) -> str:
 
 
 def what_trials_did(results: dict[str, Any], optimizer: str) -> str:
-    """How ``optimizer``'s trials ended, for one without a tuned lr: e.g. "of its 3 trials 2 diverged, 1 missed
-    the target" (a trial that ran and is ±∞ missed its target; one with a value finished, yet no lr has a value
-    for every tuning seed)."""
+    """How ``optimizer``'s trials ended, in words: for an optimizer without a tuned η.
+
+    Each trial counts as ``diverged`` or ``crashed`` (its status), ``missed the target`` (it ran, and its value is
+    ±∞) or ``finished`` (it has a value, yet no η has a value for every tuning seed).
+
+    Args:
+        results: a sweep's results (``Results``, or a dict with its ``trials``).
+        optimizer: the optimizer's name as the sweep gave it.
+
+    Returns:
+        One phrase, e.g. ``"of its 3 trials 2 diverged, 1 missed the target"`` (the kinds in alphabetical order).
+
+    Examples:
+        >>> import math
+        >>> from optiscope.sweep import what_trials_did
+        >>> trials = [
+        ...     {"optimizer": "sgd", "status": "diverged", "objective": math.inf},
+        ...     {"optimizer": "sgd", "status": "diverged", "objective": math.inf},
+        ...     {"optimizer": "sgd", "status": "ok", "objective": math.inf},
+        ... ]
+        >>> what_trials_did({"trials": trials}, "sgd")
+        'of its 3 trials 2 diverged, 1 missed the target'
+    """
     trials = [t for t in results["trials"] if t["optimizer"] == optimizer]
     ended = Counter(_ended(t) for t in trials)
     said = ", ".join(f"{count} {what}" for what, count in sorted(ended.items()))

@@ -48,6 +48,43 @@ RESERVED = ("optimizers", "seed", "seeds", "quiet", "verbose")
 
 @dataclass
 class SweepConfig:
+    """The settings of a sweep: which experiment, which optimizers, how many seeds, which learning rates.
+
+    Per optimizer the sweep tries learning rates η_k = η₀ · √10^k (rounded to three digits) around the
+    experiment's usual η₀ for it: k = −1, 0, 1 first, then further out while the best is at an end of the grid;
+    then ``seeds`` tuning seeds at the best η and its two neighbours, and ``seeds`` fresh seeds at the tuned η.
+    Every number the sweep reports for an optimizer comes from the fresh seeds.
+
+    Args:
+        experiment: an experiment that declares objectives (``experiments.sweepable()``: ``rare-tokens``,
+            ``landscapes``, ``lm``, ``adder``).
+        optimizers: recipe names, each once and without ``@lr`` (the sweep chooses the learning rates), e.g.
+            ``("adamw", "muon+adamw")``.
+        seeds: N, the tuning seeds per learning rate and the fresh seeds at the tuned one: 1 to 10,000.
+        lrs: a fixed grid of distinct finite learning rates > 0, never extended; None: the automatic grid.
+        objective: which of the experiment's ``OBJECTIVES`` to tune for; None: its first.
+        quick: run every trial with the experiment's ``--quick`` settings.
+        options: experiment options for every trial, by ``Config`` field name (``{"steps": 200}``); not
+            ``optimizers``, ``seed``, ``seeds``, ``quiet`` or ``verbose``, which the sweep sets itself.
+        workers: trials run at a time, >= 1: a local pool of spawned processes (1: in this process, one after
+            another), or the CPUs of a local Ray instance. It never changes a result.
+        backend: ``"local"`` or ``"ray"`` (``pip install 'optiscope[ray]'``). It never changes a result.
+        address: the Ray cluster's address, with ``backend="ray"`` only; None: a local Ray instance.
+
+    Examples:
+        >>> from optiscope.sweep import SweepConfig
+        >>> config = SweepConfig("lm", ("adamw", "muon+adamw"), quick=True, workers=2)
+        >>> config.seeds, config.lrs, config.objective
+        (3, None, None)
+
+    Notes:
+        ``SweepConfig`` checks nothing itself; ``run_sweep`` refuses a bad setting with a ``ConfigError``.
+        ``workers``, ``backend`` and ``address`` do not change results, so ``--resume`` may change them. Tuning
+        seeds are the experiment's default ``seed``, +1, …, +N−1, fresh seeds the next N. Every trial runs on one
+        torch thread, wherever it runs (torch's numbers depend on its thread count); more cores are used by
+        running more trials at once.
+    """
+
     experiment: str
     optimizers: tuple[str, ...]
     seeds: int = 3
@@ -186,8 +223,70 @@ def run_sweep(
     report: Callable[[dict[str, Any]], None] = lambda record: None,
     then: Callable[[Results], None] | None = None,
 ) -> Results:
-    """Run the sweep in ``out`` (see the module's docstring); ``report`` sees each trial's record, ``then`` the
-    results, after results.json is written while the directory is still held (the figures)."""
+    """Run the sweep ``config`` in the directory ``out``: tune each optimizer's η, then measure it with fresh seeds.
+
+    The protocol (``optiscope.sweep.grid``) decides the next trials from the records so far, round by round, until
+    none is left: per optimizer η_k = η₀ · √10^k for k = −1, 0, 1 at the first seed, extended while the best is at
+    an end; every tuning seed at the best η and its two neighbours; the fresh seeds at the tuned η (the best mean
+    of the three; ties: the lower η). Each trial is one optimizer at one η and seed, an ordinary run directory of
+    the experiment.
+
+    Args:
+        config: the sweep's settings.
+        out: the sweep directory: ``config.json``, ``trials/<optimizer>@<η>/seed-<s>/`` (one run directory per
+            trial), ``trials.jsonl`` (one record per finished trial) and ``results.json``.
+        resume: continue the sweep in ``out``: re-plan from ``trials.jsonl``, skip the recorded trials, continue a
+            half-finished one from its checkpoints, and run a trial recorded as crashed again.
+        force: first remove what a sweep owns in ``out`` (``trials/``, ``trials.jsonl`` and a run's own files),
+            then start afresh. Not with ``resume``.
+        report: called with each trial's record as it is appended to ``trials.jsonl`` (the console's line).
+        then: called with the results after ``results.json`` is written, while the directory is still held (the
+            figures); None: nothing.
+
+    Returns:
+        The sweep's results, as written to ``out/results.json`` ([`Results`][optiscope.sweep.Results]).
+
+    Raises:
+        ConfigError: a bad setting: an experiment that declares no objective, an unknown ``objective``, ``seeds``
+            outside 1 to 10,000, ``workers`` < 1, an unknown ``backend``, ``address`` without Ray, ``lrs`` empty,
+            not finite and > 0, or named twice, ``optimizers`` empty, repeated, spaced, not a tuple of names or
+            with ``@lr``, an ``options`` key the sweep sets itself, an option the experiment refuses, no usual η
+            and no ``lrs``. Also a trial whose experiment refused its options when it ran: the sweep stops once
+            the other trials of that round have ended.
+        RunDirError: ``out`` cannot be used as asked (it holds another run without ``resume`` or ``force``, both
+            given, another process holds it, a resume with settings that change results).
+        UserError: ``backend="ray"`` and Ray is not installed.
+        KeyboardInterrupt: Ctrl-C: every trial running stops after a complete step, with its checkpoint;
+            ``resume=True`` continues the sweep.
+
+    Examples:
+        >>> from optiscope.sweep import SweepConfig, run_sweep
+        >>> options = {"steps": 300, "tolerance": 1e-2, "bias_steps": 10, "decay_steps": 10}
+        >>> config = SweepConfig("landscapes", ("adam",), seeds=1, lrs=(0.1, 0.3), options=options)
+        >>> results = run_sweep(config, "sweep")
+        >>> results["optimizers"]["adam"]["tuned_lr"], len(results["trials"])
+        (0.3, 3)
+        >>> run_sweep(SweepConfig("entropy", ("adam",)), "sweep-entropy")
+        Traceback (most recent call last):
+        optiscope.errors.ConfigError: experiment 'entropy' declares no objective to tune for; ...
+
+    Notes:
+        A killed sweep resumed with ``resume=True`` ends with the results an uninterrupted sweep would have (wall
+        times aside). A trial that crashed (memory that ran out, a machine lost) is recorded with its error
+        (traceback in its ``error.log``), counts as the worst value and the sweep goes on; a diverged trial counts
+        as the worst value too. A refused trial leaves nothing behind, so the corrected call needs no ``force``; a
+        trial of that round that finished is recorded. A last record cut short in ``trials.jsonl`` (a full disk)
+        is dropped on resume, so the next record does not run into it.
+
+        A local pool whose worker dies runs the unfinished trials of that round again one at a time, each alone
+        in a fresh worker; one that kills its worker again is recorded as crashed. On Ray a trial whose worker
+        died (its memory, its node) is recorded as crashed after Ray's own retries.
+
+        A sweep stopped by Ctrl-C or SIGTERM asks each pool worker once to stop its trial after a complete step,
+        starts no other, and waits for them (killing any still running after 2 minutes, from its last
+        checkpoint; a second Ctrl-C stops them at once). Workers of a sweep killed outright stop the same way by
+        themselves, and a trial resumed meanwhile waits up to 2 minutes for its folder to be let go.
+    """
     plan = check(config)
     ignored = tuple(f.name for f in dataclasses.fields(SweepConfig) if f.metadata.get("affects_results") is False)
     with (

@@ -85,11 +85,81 @@ TRAINING_KEYS = ("model", "optimizer", "scheduler", "data", "rng", "monitor")
 
 
 def save(run: Run, path: Path, rng: list[dict[str, Any]]) -> Path:
+    """Write the checkpoint of ``run`` to ``path``, atomically: everything the run is, after a complete step.
+
+    The file is a ``torch.save``d dict in the format ``"optiscope.train/1"`` (the module's docstring lists its
+    entries): the run's label, step, history and running sums, and its training state (model, optimizer and
+    scheduler state dicts, the data generator's state, ``rng``, the monitor's state).
+
+    Args:
+        run: the run to save.
+        path: the checkpoint file; its folder is created. A previous checkpoint there survives a crash mid-write.
+        rng: every rank's RNG states (torch, CUDA, Python, NumPy) in rank order, as
+            ``optiscope.train.checkpoint.rng_states()`` gathers them (under torchrun, every rank calls it).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        WriteError: the machine would not let the file be written (a full disk or quota, a file-size limit, a
+            read-only or forbidden folder); what was there before is intact.
+
+    Examples:
+        >>> from pathlib import Path
+        >>> import torch
+        >>> from torch import nn
+        >>> from optiscope.train import Run, save
+        >>> from optiscope.train.checkpoint import rng_states
+        >>> model = nn.Linear(3, 1)
+        >>> run = Run("sgd", model, torch.optim.SGD(model.parameters(), lr=0.1), torch.Generator())
+        >>> save(run, Path("checkpoints/sgd.pt"), rng_states()).name
+        'sgd.pt'
+
+    Notes:
+        ``train`` writes the checkpoint itself (only on the writing rank); call ``save`` for a checkpoint of your
+        own making. A run that finished (or diverged) keeps its checkpoint with ``history["status"]`` set, so
+        resuming a job of several runs skips the finished ones and continues the interrupted one.
+    """
     return runs.save_checkpoint(path, snapshot(run, rng))
 
 
 def load(path: Path, label: str | None = None) -> dict[str, Any]:
-    """A checkpoint of this format (and of run ``label``, if given); anything else is a CheckpointError."""
+    """Read a training checkpoint of this format (and of run ``label``, if given); anything else is refused.
+
+    Args:
+        path: the checkpoint file written by ``save`` or ``train``.
+        label: the run it must belong to; None: any run's.
+
+    Returns:
+        The checkpoint's dict: ``format`` (``"optiscope.train/1"``), ``label``, ``step``, ``history``,
+            ``running`` and ``training`` — a dict of ``model``, ``optimizer``, ``scheduler``, ``data``, ``rng`` and
+            ``monitor`` states, or None for the outcome of a run that diverged before its first checkpoint.
+
+    Raises:
+        CheckpointError: no file at ``path``; a file torch cannot read (truncated, foreign); one of another format
+            or of another run than ``label``; or a damaged one (an entry missing, ``training`` not a dict). The
+            message names the file and says what to do; nothing is changed on disk.
+
+    Examples:
+        >>> from pathlib import Path
+        >>> import torch
+        >>> from torch import nn
+        >>> from optiscope.train import Run, load, save
+        >>> from optiscope.train.checkpoint import rng_states
+        >>> model = nn.Linear(3, 1)
+        >>> run = Run("sgd", model, torch.optim.SGD(model.parameters(), lr=0.1), torch.Generator())
+        >>> _ = save(run, Path("sgd.pt"), rng_states())
+        >>> state = load(Path("sgd.pt"), "sgd")
+        >>> state["format"], state["step"], sorted(state["training"])
+        ('optiscope.train/1', 0, ['data', 'model', 'monitor', 'optimizer', 'rng', 'scheduler'])
+        >>> load(Path("sgd.pt"), "adam")
+        Traceback (most recent call last):
+        optiscope.runs.CheckpointError: sgd.pt is the checkpoint of run 'sgd', not of 'adam'
+
+    Notes:
+        Tensors are loaded onto the CPU. The file is unpickled whole (``torch.load`` with ``weights_only=False``:
+        checkpoints hold RNG states and configs), so load only checkpoints you trust.
+    """
     state = runs.load_checkpoint(path)
     if state.get("format") != FORMAT:
         raise runs.CheckpointError(

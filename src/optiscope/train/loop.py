@@ -46,9 +46,42 @@ def new_history(**extra: Any) -> dict[str, Any]:
 class Run:
     """One training run: what is trained, by what, and what has been recorded (``history``).
 
-    ``net`` is what the forward pass is called on (``model`` itself, or a DDP / compiled wrapper of it);
-    ``data`` is the generator every batch is drawn from, so its state is the position in the data.
-    ``history["train"]`` holds, at every monitor record, the mean loss since the previous record.
+    The optimizer updates the parameters θ of ``model``; every batch is drawn from ``data``; ``history`` is the
+    run's JSON-able record. ``train`` changes all of it in place and writes all of it into the checkpoint, so the
+    run resumes exactly.
+
+    Args:
+        label: the run's name, e.g. ``"adam@0.001"``; a checkpoint of another label is refused.
+        model: the module whose parameters θ are trained and checkpointed.
+        optimizer: any ``torch.optim.Optimizer`` over ``model``'s parameters (ours or torch's).
+        data: the ``torch.Generator`` every batch is drawn from, so its state is the position in the data.
+        scheduler: a ``torch.optim.lr_scheduler`` scheduler, stepped after every optimizer step (it sets η);
+            None: η stays as the optimizer has it.
+        monitor: a [`Monitor`][optiscope.monitor.Monitor] of ``model`` and ``optimizer``: records every ``every``
+            steps and guards against divergence; None: no records, no guard.
+        history: the record; by default a new one (``step`` 0, ``status`` ``"running"``, ``divergence`` None,
+            ``train`` with empty ``step``, ``loss`` and ``seconds`` lists, ``seconds`` with ``train``, ``total``
+            and ``cpu`` at 0). A task adds its own entries.
+        net: what the forward pass is called on: a DDP or compiled wrapper of ``model``; None: ``model`` itself.
+        running: the sum of the losses and their count since the last monitor record (``{"loss_sum": 0.0,
+            "count": 0}`` to start with).
+
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> from optiscope.train import Run
+        >>> model = nn.Linear(3, 1)
+        >>> run = Run("sgd", model, torch.optim.SGD(model.parameters(), lr=0.1), torch.Generator().manual_seed(0))
+        >>> run.step, run.history["status"], run.forward is model
+        (0, 'running', True)
+
+    Notes:
+        ``history["train"]`` holds, at every monitor record, the step, the mean loss since the previous record
+        and the training seconds so far; without a monitor it stays empty. ``history["seconds"]`` counts the
+        training seconds (without evaluations and checkpoints), the total and the CPU seconds, carried across
+        resumes. ``history["status"]`` goes from ``"running"`` to ``"ok"`` or ``"diverged"``;
+        ``history["divergence"]`` is then the divergence record (``step``, ``loss``, ``reason``,
+        ``exploded_first``; with a checkpoint, ``checkpoint_step``: the last good one's step, None if none).
     """
 
     label: str
@@ -63,48 +96,157 @@ class Run:
 
     @property
     def step(self) -> int:
+        """Optimizer steps taken so far (``history["step"]``)."""
         return self.history["step"]
 
     @property
     def forward(self) -> nn.Module:
+        """What the forward pass is called on: ``net`` if given, else ``model``."""
         return self.net if self.net is not None else self.model
 
 
 class Task(ABC):
-    """What a run trains on. ``batch`` and ``loss`` are required; the rest are hooks."""
+    """What a run trains on: how to draw a batch, the loss to minimise, what to evaluate.
+
+    Subclass it with ``batch`` and ``loss``; the rest are hooks with defaults. At each step ``train`` draws
+    ``batch(step, run.data)``, takes L = ``loss(run.forward, batch)`` and g = ∇θ L, and lets the optimizer update
+    θ; it calls ``evaluate`` at the plan's evaluation steps, ``on_record`` with every monitor record, ``finish``
+    once when the run has ended and ``summary`` for the console line.
+
+    Examples:
+        A linear model learns y = x₁ + x₂ + x₃, and stops once its evaluation loss is below 10⁻³:
+
+        >>> import torch
+        >>> from torch import nn
+        >>> from optiscope.train import Plan, Run, Task, train
+        >>> class Sum(Task):
+        ...     def batch(self, step, data):
+        ...         x = torch.randn(32, 3, generator=data)
+        ...         return x, x.sum(1, keepdim=True)
+        ...     def loss(self, net, batch):
+        ...         x, y = batch
+        ...         return nn.functional.mse_loss(net(x), y)
+        ...     def evaluate(self, run):
+        ...         with torch.no_grad():
+        ...             loss = float(self.loss(run.model, self.batch(0, torch.Generator().manual_seed(1))))
+        ...         run.history.setdefault("eval_loss", []).append(loss)
+        ...         return loss < 1e-3  # the goal: training ends early
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Linear(3, 1)
+        >>> run = Run("sgd", model, torch.optim.SGD(model.parameters(), lr=0.1), torch.Generator().manual_seed(0))
+        >>> history = train(run, Sum(), Plan(steps=1000, eval_every=10))
+        >>> history["status"], history["step"] < 1000, history["eval_loss"][-1] < 1e-3
+        ('ok', True, True)
+    """
 
     @abstractmethod
     def batch(self, step: int, data: torch.Generator) -> Any:
-        """The batch of optimizer step ``step`` (1, 2, …), drawn from ``data`` only."""
+        """The batch of optimizer step ``step``, drawn from ``data`` only.
+
+        Args:
+            step: the optimizer step the batch is for: 1, 2, …
+            data: the run's generator (``Run.data``); drawing from it alone makes the checkpoint hold the
+                position in the data.
+
+        Returns:
+            Whatever ``loss`` takes.
+        """
 
     @abstractmethod
     def loss(self, net: nn.Module, batch: Any) -> Tensor:
-        """The loss of ``net`` (the model or its DDP / compiled wrapper) on ``batch``, to minimise."""
+        """The loss L of ``net`` on ``batch``, to minimise.
+
+        Args:
+            net: the model or its DDP / compiled wrapper (``Run.forward``).
+            batch: what ``batch`` returned.
+
+        Returns:
+            A scalar tensor; ``train`` calls ``backward`` on it.
+        """
 
     def evaluate(self, run: Run) -> bool:
-        """Evaluate at ``run.step`` into ``run.history``; True ends training early (a goal was reached)."""
+        """Evaluate at ``run.step`` into ``run.history``.
+
+        Args:
+            run: the run, after its step ``run.step``.
+
+        Returns:
+            True to end training early (a goal was reached); the default never does.
+        """
         return False
 
     def evaluation_fault(self, run: Run) -> str | None:
-        """Why the evaluation just made says the run diverged (a loss that is not finite), or None: the last
-        step's harm shows in no training loss, only here and in the weights."""
+        """Why the evaluation just made says the run diverged (a loss that is not finite), or None.
+
+        The last step's harm shows in no training loss, only here and in the weights; a reason given here makes
+        ``train`` count the run as diverged at ``run.step``.
+
+        Args:
+            run: the run, just evaluated.
+
+        Returns:
+            The reason, one line; None (the default) when the evaluation is fine.
+        """
         return None
 
     def on_record(self, run: Run, record: dict[str, Any]) -> None:  # noqa: B027 (an optional hook)
-        """Called with every monitor record (a measured step), to keep what the task wants of it."""
+        """Called with every monitor record (a measured step), to keep what the task wants of it.
+
+        Args:
+            run: the run, after the measured step.
+            record: the monitor's record of that step.
+        """
 
     def finish(self, run: Run) -> None:  # noqa: B027 (an optional hook)
-        """Called once when the run has ended (finished or diverged), before its outcome is saved."""
+        """Called once when the run has ended (finished or diverged), before its outcome is saved.
+
+        Args:
+            run: the run, its ``history["status"]`` set to ``"ok"`` or ``"diverged"``.
+        """
 
     def summary(self, run: Run) -> str:
-        """One line about the finished run, for the console."""
+        """One line about the finished run, for the console.
+
+        Args:
+            run: the finished run.
+
+        Returns:
+            By default ``"<label>: <status> after <step> steps"``.
+        """
         return f"{run.label}: {run.history['status']} after {run.step} steps"
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How long to train and how often to evaluate and checkpoint: every N steps and at the last step
-    (``eval_every=None``: never evaluate; ``checkpoint_every=None``: only at the end)."""
+    """How long to train, whether to clip, and how often to evaluate and checkpoint.
+
+    Evaluations and checkpoints come every N steps and at the last step. With ``clip`` = c, the gradient g of all
+    trainable parameters is scaled before each step to g · min(1, c / ‖g‖), ‖g‖ its global L2 norm.
+
+    Args:
+        steps: optimizer steps in all, an integer >= 0 (a resumed run counts the steps it took before).
+        clip: the cap c on the gradient's global norm, a number > 0; None: no clipping.
+        eval_every: evaluate (``Task.evaluate``) every this many steps and at the last, an integer >= 1;
+            None: never during training.
+        eval_at_start: also evaluate before the first step (of a run at step 0).
+        checkpoint_every: write the checkpoint every this many steps, an integer >= 1; None: only at the end.
+
+    Raises:
+        ValueError: a value of the right type out of its range (``steps=-1``, ``clip=0``); the message names it.
+        TypeError: a value of another type (``steps=1.5``, ``eval_at_start=1``; a bool is no count).
+
+    Examples:
+        >>> from optiscope.train import Plan
+        >>> Plan(steps=1000, clip=1.0, eval_every=100)
+        Plan(steps=1000, clip=1.0, eval_every=100, eval_at_start=False, checkpoint_every=None)
+        >>> Plan(steps=-1)
+        Traceback (most recent call last):
+        ValueError: Plan: steps=-1 must be an integer >= 0
+
+    Notes:
+        Whatever ``checkpoint_every`` says, the checkpoint is also written when the run finishes and when a stop
+        is requested (Ctrl-C, SIGTERM); a run that diverges has its outcome recorded in its last good checkpoint.
+    """
 
     steps: int
     clip: float | None = None
@@ -171,8 +313,79 @@ def train(
 ) -> dict[str, Any]:
     """Train ``run`` for ``plan.steps`` steps (fewer if the task reaches its goal or the run diverges).
 
-    If ``checkpoint`` exists the run continues from it; a finished run's checkpoint returns its history
-    as it is. Only the ``writer`` (rank 0) writes the checkpoint. Returns ``run.history``.
+    Each step is zero_grad → forward → backward → clip → step → schedule → monitor: the task's batch and loss L,
+    g = ∇θ L, g clipped to ‖g‖ ≤ ``plan.clip``, the optimizer's update of θ, the scheduler's η, the monitor's
+    record. Then the task evaluates (every ``plan.eval_every`` steps) and the checkpoint is written (every
+    ``plan.checkpoint_every`` steps and at the end). If ``checkpoint`` exists the run continues from it.
+
+    Args:
+        run: what is trained (model, optimizer, data generator, …); changed in place.
+        task: the batches, the loss, the evaluation.
+        plan: how many steps, the clipping, how often to evaluate and checkpoint.
+        checkpoint: the checkpoint file to resume from and write (atomically); None: none, the run cannot resume.
+        progress: the console's progress line (``optiscope.train.progress.Progress``); None: nothing printed.
+        writer: whether this process writes the checkpoint: under torchrun, True on rank 0 only.
+
+    Returns:
+        ``run.history``: ``step`` (steps taken), ``status`` (``"ok"`` or ``"diverged"``), ``divergence`` (None, or
+            where and why), ``train`` (``step``, ``loss`` and ``seconds`` at each monitor record), ``seconds``
+            (``train``, ``total``, ``cpu``) and whatever the task added.
+
+    Raises:
+        CheckpointError: ``checkpoint`` is unreadable, damaged, not an optiscope training checkpoint, another
+            run's, shaped for another model or optimizer (nothing is changed), or holds this run interrupted at a
+            step past ``plan.steps`` (resume it with steps >= that step).
+        Interrupted: a Ctrl-C or SIGTERM came; the run stopped after a complete step, its checkpoint written.
+        KeyboardInterrupt: a second signal of a kind that came before: stopped at once, from the last checkpoint.
+        WriteError: the machine would not let the checkpoint be written (a full disk, a read-only folder).
+
+    Examples:
+        >>> from pathlib import Path
+        >>> import torch
+        >>> from torch import nn
+        >>> from optiscope.train import Plan, Run, Task, train
+        >>> class Sum(Task):
+        ...     def batch(self, step, data):
+        ...         x = torch.randn(32, 3, generator=data)
+        ...         return x, x.sum(1, keepdim=True)
+        ...     def loss(self, net, batch):
+        ...         x, y = batch
+        ...         return nn.functional.mse_loss(net(x), y)
+        >>> def new_run():
+        ...     torch.manual_seed(0)
+        ...     model = nn.Linear(3, 1)
+        ...     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        ...     return Run("sgd", model, optimizer, torch.Generator().manual_seed(0))
+        >>> run = new_run()
+        >>> history = train(run, Sum(), Plan(steps=100), Path("sgd.pt"))
+        >>> history["status"], history["step"], round(run.model.weight.sum().item(), 3)
+        ('ok', 100, 3.0)
+        >>> train(new_run(), Sum(), Plan(steps=100), Path("sgd.pt"))["step"]  # finished: its history as it is
+        100
+
+    Notes:
+        Divergence is a result, not a crash. A loss or gradient norm that is not finite stops the run *before*
+        the step can write it into the weights (the step is not taken); the monitor's guard stops it after a step
+        that blew the loss up; weights that are not finite at a checkpoint, or an evaluation the task calls a
+        divergence (``Task.evaluation_fault``), are a divergence of the step taken last. Either way the history
+        says where and why, ``Task.finish`` runs, and the last good checkpoint is kept with the outcome recorded
+        in it (``divergence["checkpoint_step"]``); the progress line says which.
+
+        A finished or diverged run's checkpoint returns its history as it is, so resuming a job of several runs
+        skips the finished ones and continues the interrupted one. A run that reaches its goal before its first
+        step (or ``steps=0``) is finished and saved too: a resume returns that outcome instead of evaluating
+        again. A stop requested while the run was ending (its last evaluation, its checkpoint, its divergence)
+        still raises ``Interrupted`` once the outcome is saved, rather than be forgotten when the next run starts.
+        Outside the main thread, where Python cannot install signal handlers, signals keep their defaults.
+
+        Before a run trains, the monitor's sinks drop what an interrupted attempt logged after the checkpoint (a
+        run that ended is left whole: a diverged run's last record is of the step it refused), and its guard's
+        warm-up is cut to at most a tenth of ``plan.steps`` (or a short run would never be judged). The monitor
+        is closed when ``train`` returns or raises. With ``plan.clip`` its records hold ``grad_norm_before_clip``
+        beside the clipped ``grad_norm``.
+
+        Under torchrun every rank calls ``train``: the loss is averaged over ranks, every rank's RNG states are
+        gathered into the checkpoint, and only the ``writer`` writes it.
     """
     progress = progress or Progress(enabled=False)
     try:

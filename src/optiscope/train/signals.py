@@ -20,7 +20,32 @@ from typing import Any
 
 
 class Interrupted(KeyboardInterrupt):
-    """The run stopped on request after a complete step; its checkpoint resumes it exactly."""
+    """The run stopped on request after a complete step; its checkpoint resumes it exactly.
+
+    ``train`` raises it after the first Ctrl-C (SIGINT) or SIGTERM, once the step in progress is complete and its
+    checkpoint written. It is a ``KeyboardInterrupt``, so code that stops on Ctrl-C stops on it too; the command
+    line exits 130, and ``--resume`` continues the run bit for bit.
+
+    Args:
+        label: the run's label (``Run.label``); kept as ``self.label``.
+        step: the last step taken, the checkpoint's; kept as ``self.step``.
+
+    Examples:
+        >>> from optiscope.train import Interrupted
+        >>> stop = Interrupted("adam@0.001", 120)
+        >>> print(stop)
+        adam@0.001: stopped after step 120; its checkpoint resumes it exactly (--resume)
+        >>> isinstance(stop, KeyboardInterrupt), stop.step
+        (True, 120)
+
+    Notes:
+        A signal of a kind that came before (a second Ctrl-C) stops at once with a plain ``KeyboardInterrupt``;
+        the last periodic checkpoint is intact, because every checkpoint is written atomically. The first SIGINT
+        and the first SIGTERM are one request, not two: a job scheduler that sends SIGTERM to every process of a
+        job reaches a sweep's workers as well as the sweep, which passes its stop on to them as SIGINT. Outside
+        the main thread (where Python cannot install handlers) the signals keep their default behaviour. It
+        pickles as it was made, so a sweep's pool worker can send it back.
+    """
 
     def __init__(self, label: str, step: int) -> None:
         self.label, self.step = label, step
