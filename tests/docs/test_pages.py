@@ -52,7 +52,9 @@ def test_command_parses_and_its_options_are_valid(page, line):
 
 def test_every_public_name_has_its_api_entry():
     """Each package's API page has a ``::: package.name`` entry for every name in its ``__all__``."""
-    entries = set(re.findall(r"^::: ([\w.]+)", "".join(p.read_text() for p in (DOCS / "api").glob("*.md")), re.M))
+    text = "".join(p.read_text() for p in (DOCS / "api").glob("*.md"))
+    # an entry, or an anchor before one (a function named as its module is rendered from inside it)
+    entries = set(re.findall(r"^::: ([\w.]+)", text, re.M)) | set(re.findall(r"^\[\]\(\)\{#([\w.]+)\}", text, re.M))
     from test_docstrings import PUBLIC
 
     missing = [
@@ -70,7 +72,7 @@ def test_every_figure_a_page_shows_is_in_the_repository_and_small():
     for page, src in shown:
         if not src.startswith(("http://", "https://")):
             assert (page.parent / src).is_file(), f"{name(page)} shows {src}, which is not there"
-    images = [p for p in (DOCS / "assets").rglob("*") if p.is_file()]
+    images = [p for p in (DOCS / "assets").rglob("*") if p.suffix in (".png", ".svg", ".jpg", ".gif", ".webp")]
     unused = [p for p in images if not any((page.parent / src).resolve() == p.resolve() for page, src in shown)]
     assert not unused, f"figures no page shows: {[str(p.relative_to(ROOT)) for p in unused]}"
     total = sum(p.stat().st_size for p in images)
@@ -82,3 +84,29 @@ def test_pages_stay_short():
     assert len(README.read_bytes()) <= 12 * 1024, f"README.md is {len(README.read_bytes()) / 1024:.1f} KB"
     long = {name(p): len(p.read_bytes()) for p in DOCS.rglob("*.md") if len(p.read_bytes()) > 26 * 1024}
     assert not long, f"pages over 26 KB: {long}"
+
+
+def parsers(parser, path=()):
+    """Every (sub)command's parser of the command line, with its words: ("run", "lm"), ("sweep", …)."""
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for word, sub in action.choices.items():
+                yield from parsers(sub, (*path, word))
+
+
+def test_the_cli_reference_lists_exactly_the_options_the_commands_take():
+    """A new option, or one renamed or gone, shows on docs/guides/cli.md (whose help texts come from the parser)."""
+    from optiscope import cli
+
+    page = (DOCS / "guides" / "cli.md").read_text()
+    taken = {option for _, p in parsers(cli.make_parser()) for a in p._actions for option in a.option_strings}
+    helps = [line for block in blocks(DOCS / "guides" / "cli.md", "text") for line in block.splitlines()]
+    # the help texts, not the error messages shown as examples (one names a misspelt option on purpose)
+    shown = set(re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", "\n".join(h for h in helps if "optiscope:" not in h)))
+    long_options = {o for o in taken if o.startswith("--")}
+    assert not long_options - shown, f"options cli.md does not show: {sorted(long_options - shown)}"
+    assert not shown - long_options, f"options cli.md shows that no command takes: {sorted(shown - long_options)}"
+    assert page.count("```text") >= len({path[0] for path, _ in parsers(cli.make_parser()) if path})

@@ -1,0 +1,88 @@
+"""Make the experiment pages' figures from real runs.
+
+The figures in ``docs/assets/figures/`` were made with::
+
+    nice -n 10 .venv/bin/python docs/figures.py --keep /tmp/optiscope-figures
+
+run from the repository root on the 2-core development machine (torch 2.13, CPU, shared with other work).
+
+Each experiment runs, one at a time, through the ``optiscope`` command line into its own folder (under
+``--keep``, or else a temporary folder deleted at the end); ``docs/figures.py rare-tokens lm`` redoes only
+those. The chosen PNGs are copied to ``docs/assets/figures/<experiment>-<figure>.png`` at the same size in
+pixels, as optimised PNGs of 256 colours, to keep the site's figures small. The Home page and the README show
+``rare-tokens-sgd_vs_adam.png``.
+
+Every experiment runs with its defaults (``lm`` about 15 minutes there, ``adder`` about 10) but ``entropy``,
+whose default run trains its own GPT for about 20 minutes: it runs with ``--quick``, and its page says under
+the figure that it is from the ``--quick`` run while the numbers in the text are from the default run.
+"""
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "assets" / "figures"
+
+# experiment -> (extra options, figures to keep); --threads 1 where the experiment has it
+EXPERIMENTS = {
+    "rare-tokens": ([], ["sgd_vs_adam", "optimizers", "lr_sweep"]),
+    "landscapes": ([], ["landscapes", "bias_correction", "adamw_vs_adaml2"]),
+    "lm": ([], ["lm_loss", "lm_embedding_rows"]),
+    "entropy": (["--quick"], ["entropy_delta_vs_eta_aggregate", "entropy_loglog"]),
+    "adder": (["--threads", "1"], ["adder_explainer", "adder_training"]),
+    "edge-of-stability": (["--threads", "1"], ["sharpness", "preconditioned"]),
+}
+
+
+def make(name: str, scratch: Path) -> None:
+    """Run one experiment into ``scratch`` and copy its chosen figures into ``docs/assets/figures``."""
+    options, figures = EXPERIMENTS[name]
+    out = scratch / name
+    command = [sys.executable, "-m", "optiscope", "run", name, "--out", str(out), "--force", "--quiet", *options]
+    print("$", " ".join(command[1:]), flush=True)
+    start = time.monotonic()
+    # exit code 3 (every run diverged) still leaves figures; anything else is a failure
+    done = subprocess.run(command, cwd=ROOT, check=False)
+    if done.returncode not in (0, 3):
+        raise SystemExit(f"{name}: exit code {done.returncode}")
+    print(f"  {time.monotonic() - start:.0f} s", flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    for figure in figures:
+        target = OUT / f"{name}-{figure}.png"
+        with Image.open(out / "figures" / f"{figure}.png") as image:
+            # the figures are opaque and drawn in few colours: 256 of them, undithered, look the same at a
+            # third of the size (scaling down would add anti-aliased colours and grow the file instead)
+            image = image.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+            image.save(target, optimize=True)
+        print(f"  {target.relative_to(ROOT)}: {target.stat().st_size / 1024:.0f} KB", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("experiments", nargs="*", help=f"some of {', '.join(EXPERIMENTS)} (default: all)")
+    parser.add_argument("--keep", help="run into this folder and keep it (default: a temporary folder)")
+    args = parser.parse_args()
+    unknown = [name for name in args.experiments if name not in EXPERIMENTS]
+    if unknown:
+        parser.error(f"unknown experiments {unknown}; valid: {', '.join(EXPERIMENTS)}")
+    args.experiments = args.experiments or list(EXPERIMENTS)
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+        for name in args.experiments:
+            make(name, Path(args.keep))
+    else:
+        with tempfile.TemporaryDirectory() as scratch:
+            for name in args.experiments:
+                make(name, Path(scratch))
+    total = sum(p.stat().st_size for p in OUT.glob("*.png"))
+    print(f"docs/assets/figures: {total / 2**20:.2f} MB")
+
+
+if __name__ == "__main__":
+    main()
