@@ -78,3 +78,16 @@ def test_a_loss_that_explodes_is_caught_within_half_a_window():
 def test_a_window_must_be_a_count():
     with pytest.raises(ValueError, match=r"window=0 must be an integer >= 1"):
         DivergenceGuard(window=0)
+
+
+def test_a_diagnosis_without_an_explosion_says_which_measured_steps_it_compared():
+    """ "No parameter's u/w exploded" compares each parameter's early u/w with its latest: the sentence says between
+    which measured steps, and that one measured step leaves nothing to compare (not a growth of 1x). A record
+    without those steps (an older file's, a loop's own) reads as before."""
+    calm = [{"name": "0.weight", "first_step": None, "growth": 1.0}, {"name": "0.bias", "growth": 0.5}]
+    record = {"step": 30, "loss": math.nan, "reason": "loss is nan", "exploded_first": [], "grew_most": calm}
+    one = str(Diverged({**record, "first_measured_step": 1, "last_measured_step": 1}))
+    assert one.endswith("no parameter's u/w exploded: only step 1 was measured, no growth to compare"), one
+    two = str(Diverged({**record, "first_measured_step": 1, "last_measured_step": 26}))
+    assert two.endswith("no parameter's u/w exploded between the measured steps 1 and 26 (the most: 0.weight, 1x)")
+    assert str(Diverged(record)).endswith("no parameter's u/w exploded (the most: 0.weight, 1x)")

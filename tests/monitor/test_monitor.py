@@ -956,6 +956,27 @@ def test_finite_float32_weights_whose_norm_overflows_float32_are_measured_in_flo
     assert entry["nonfinite_w"] == 0
 
 
+def test_a_divergence_diagnosis_says_which_measured_steps_its_growth_spans():
+    """Measured every 25 steps: a NaN at step 20 comes after one measured step, which leaves no growth to compare;
+    one at step 27 after two, whose steps the sentence names (the oracle: the steps of the records written)."""
+
+    def run(nan_step):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        recorder = Recorder()
+        monitor = Monitor(model, opt, every=25, sinks=[recorder])
+        record = nan_at(nan_step, monitor, model, opt, torch.randn(32, 4), torch.randn(32, 1))
+        return [r["step"] for r in recorder.records if not r.get("diverged")], record
+
+    steps, record = run(20)
+    assert steps == [1] and record["exploded_first"] == []
+    assert str(Diverged(record)).endswith("no parameter's u/w exploded: only step 1 was measured, no growth to compare")
+    steps, record = run(27)
+    assert steps == [1, 25] and record["exploded_first"] == []
+    assert "no parameter's u/w exploded between the measured steps 1 and 25 (the most: " in str(Diverged(record))
+
+
 def test_embedding_summary_before_any_row_was_measured_is_none():
     model = nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(8, 1))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)

@@ -108,3 +108,76 @@ def test_rewind_drops_what_was_logged_after_the_checkpoint(tmp_path):
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 5.0), (2, 4.0), (3, 3.0), (4, 2.0)]
     assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 2  # the attempt and the resumed one
+
+
+def _console():
+    import io
+
+    from rich.console import Console
+
+    return Console(file=io.StringIO(), width=250, color_system=None)
+
+
+def _table_names(text):
+    """The parameter names of each printed table, in the order printed."""
+    import re
+
+    tables = []
+    for line in text.splitlines():
+        if line.startswith("step "):
+            tables.append([])
+        elif found := re.match(r"^  (\S+)\s+g=", line):
+            tables[-1].append(found[1])
+    return tables
+
+
+def test_the_console_keeps_the_models_parameter_order_also_when_it_collapses_a_long_table():
+    """Ten parameter tensors whose u/w ranks differently at each step: every table lists them in the model's order
+    (a layer can be followed from one table to the next), and a collapsed one lists the two largest and the two
+    smallest movers, by u/w measured by hand around ``step()``, in that order too."""
+    from optiscope.monitor import ConsoleSink
+
+    torch.manual_seed(0)
+    widths = [6, 12, 3, 9, 5, 1]
+    model = torch.nn.Sequential(*(torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:], strict=False)))
+    order = [name for name, _ in model.named_parameters()]
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    full, collapsed = _console(), _console()
+    sinks = [ConsoleSink(full, full=True), ConsoleSink(collapsed, max_rows=4)]
+    monitor = Monitor(model, opt, every=1, sinks=sinks)
+    x, y = torch.randn(32, 6), torch.randn(32, 1)
+    kept, rankings = [], set()
+    for _ in range(3):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        opt.step()
+        ratio = {n: float((p.detach() - before[n]).norm() / p.detach().norm()) for n, p in model.named_parameters()}
+        monitor.step(loss)
+        by_size = sorted(order, key=lambda n: -ratio[n])
+        rankings.add(tuple(by_size))
+        kept.append([n for n in order if n in {*by_size[:2], *by_size[-2:]}])
+    monitor.close()
+    assert any(ranking != tuple(order) for ranking in rankings)  # the case at hand: by u/w, the rows would move
+    assert _table_names(full.file.getvalue()) == [order] * 3
+    assert _table_names(collapsed.file.getvalue()) == kept
+    assert collapsed.file.getvalue().count("⋯ 6 more") == 3
+
+
+def test_the_scalars_given_to_step_are_on_the_consoles_header_line():
+    """``monitor.step(loss, train_acc=0.8)``: the header says each given scalar with its value; the context's
+    fields (the same at every step) are not repeated there."""
+    from optiscope.monitor import ConsoleSink
+
+    model, data = tiny_lm()
+    opt = Adam(model.parameters(), lr=1e-2)
+    console = _console()
+    monitor = Monitor(model, opt, every=1, sinks=[ConsoleSink(console)], context={"run": "a", "eta": 0.01})
+    loss = train_step(model, opt, data)
+    opt.step()
+    monitor.step(loss, train_acc=0.8, val_loss=torch.tensor(2.3456789), tokens=1024)
+    monitor.close()
+    (header,) = [line for line in console.file.getvalue().splitlines() if line.startswith("step ")]
+    assert header.endswith(" │ train_acc 0.8 │ val_loss 2.346 │ tokens 1024"), header
+    assert "eta" not in header and "run" not in header

@@ -292,3 +292,84 @@ def test_hovering_a_heatmap_cell_names_its_parameter(browser, tmp_path):
         assert owners == {said}, (said, value, owners)
     assert page.errors == []
     context.close()
+
+
+def own_loop(run_dir, given, context=None, steps=6, every=2):
+    """A Monitor in a plain loop writing ``run_dir/metrics.jsonl``, given ``given(step)`` as extra scalars at each
+    step: {step: the scalars given} of the measured steps (the first and every ``every``-th)."""
+    import torch
+
+    from optiscope.monitor import JSONLSink, Monitor
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    monitor = Monitor(model, opt, every=every, sinks=[JSONLSink(run_dir / "metrics.jsonl")], context=context)
+    x, y = torch.randn(16, 3), torch.randn(16, 1)
+    measured = {}
+    for step in range(1, steps + 1):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        monitor.step(loss, **given(step))
+        if step == 1 or step % every == 0:
+            measured[step] = given(step)
+    monitor.close()
+    return measured
+
+
+XS = """(title) => {
+  const chart = [...document.querySelectorAll('.chart')].find(c => c.querySelector('h4').textContent === title);
+  const root = Bokeh.documents[0].get_model_by_id(chart.querySelector('[data-root-id]').dataset.rootId);
+  return root.renderers.filter(r => r.name).map(r => [r.name, Array.from(r.data_source.data.x)]);
+}"""
+
+
+def test_your_own_loops_scalars_get_a_chart_each_and_its_run_is_named_by_its_directory(browser, tmp_path):
+    """``monitor.step(loss, train_acc=…, val_loss=…)`` in a loop of one's own, no ``run`` label: each given
+    scalar is a chart of its own against step, its line the values given at the measured steps (the oracle: what
+    the loop passed), and the run is called by its directory, "my-run", in legends, headings and the status."""
+    run_dir = tmp_path / "my-run"
+    measured = own_loop(run_dir, lambda s: {"train_acc": s / 10, "val_loss": 100.0 - s})
+    assert list(measured) == [1, 2, 4, 6]  # the case at hand: scalars given at every step, recorded when measured
+    assert cli.main(["report", str(run_dir)]) == 0
+    context, page = open_page(browser)
+    load(page, (run_dir / "report.html").as_uri())
+    assert page.errors == []
+    titles = [c["title"] for c in page.evaluate(CHARTS)]
+    assert {"train_acc at each logged step", "val_loss at each logged step"} <= set(titles), titles
+    for field in ("train_acc", "val_loss"):
+        ys = [[name, y] for name, y in page.evaluate(LINES, f"{field} at each logged step") if name]
+        assert ys == [["my-run", [m[field] for m in measured.values()]]], (field, ys)
+        assert page.evaluate(XS, f"{field} at each logged step") == [["my-run", [float(s) for s in measured]]]
+    assert [name for name, _ in page.evaluate(LINES, "Loss at each logged step") if name] == ["my-run"]
+    assert "u/w per parameter, my-run" in titles and not any(t.endswith(", run") for t in titles), titles
+    assert "last logged: my-run at step 6" in page.locator("article p").first.text_content()
+    context.close()
+
+
+def test_the_runs_of_several_own_loops_are_named_by_their_directories_and_share_each_scalars_chart(tmp_path):
+    """Two directories of Monitors without a ``run`` label: each run is its directory's name (not "run", nor
+    "first: first"), a labelled run of a directory ``dir: run``, and both give lines to one chart per scalar;
+    a scalar only one run gave has its chart all the same."""
+    from optiscope.report import read_run
+    from optiscope.report.charts import Sources
+    from optiscope.report.page import divergence_lines
+    from optiscope.report.sections import metrics_charts
+
+    from .monitored import diverging_run
+
+    diverging_run(tmp_path / "exploding" / "metrics.jsonl", nan_step=4, curvature_every=2)
+    (line,) = divergence_lines(read_run(tmp_path / "exploding"))
+    assert "exploding diverged at step 4" in line, line
+    own_loop(tmp_path / "first", lambda s: {"train_acc": 0.5})
+    own_loop(tmp_path / "second", lambda s: {"train_acc": 0.6, "grad_scale": 2.0**s})
+    own_loop(tmp_path / "second", lambda s: {"train_acc": 0.7}, context={"run": "named"})
+    group = [read_run(tmp_path / d) for d in ("first", "second")]
+    found = dict(metrics_charts(Sources(), group, "k"))
+    assert [r.name for r in found["Loss at each logged step"].renderers] == ["first", "second", "second: named"]
+    assert {"u/w per parameter, first", "u/w per parameter, second", "u/w per parameter, second: named"} <= set(found)
+    assert not any(title.endswith(("run", "first: first")) for title in found)
+    assert [r.name for r in found["train_acc at each logged step"].renderers] == ["first", "second", "second: named"]
+    assert [r.name for r in found["grad_scale at each logged step"].renderers] == ["second"]

@@ -145,7 +145,7 @@ def test_runs_told_apart_by_their_context_are_separate_runs(tmp_path):
     """Two Monitors that share "run" and differ in another context field: two runs, each its own records."""
     contexts = [{"run": "sgd", "eta": 0.1}, {"run": "sgd", "eta": 0.01}]
     losses = monitored_dir(tmp_path, contexts)
-    runs_found = series.by_run(read_run(tmp_path).metrics)
+    runs_found = series.by_run(read_run(tmp_path).metrics, unnamed=tmp_path.name)
     assert list(runs_found) == ["sgd eta=0.1", "sgd eta=0.01"]
     for context, label in zip(contexts, runs_found, strict=True):
         assert [r["loss"] for r in runs_found[label]] == losses[json.dumps(context)]

@@ -36,8 +36,9 @@ class Diverged(RuntimeError):
 
     Args:
         record: the divergence record: ``step``, ``loss``, ``reason``, ``exploded_first`` (the parameters whose
-            u/w exploded, earliest first), ``grew_most`` (the others whose u/w grew most) and, with curvature
-            measured, ``curvature_diagnosis``; only ``step``, ``loss`` and ``reason`` are required.
+            u/w exploded, earliest first), ``grew_most`` (the others whose u/w grew most), ``first_measured_step``
+            and ``last_measured_step`` (the measured steps their growth spans) and, with curvature measured,
+            ``curvature_diagnosis``; only ``step``, ``loss`` and ``reason`` are required.
         measured: the record of the step at which the guard tripped when that step was a measured one (written
             to the sinks already; a training loop keeps it as it keeps any other), else None.
 
@@ -60,6 +61,12 @@ class Diverged(RuntimeError):
         1 loss is nan True
         >>> print(Diverged({"step": 7, "loss": float("inf"), "reason": "loss is inf"}))
         diverged at step 7: loss is inf (loss inf); u/w: none measured
+        >>> calm = {"step": 30, "loss": float("nan"), "reason": "loss is nan", "exploded_first": []}
+        >>> calm["grew_most"] = [{"name": "0.weight", "growth": 1.3}, {"name": "0.bias", "growth": 0.9}]
+        >>> str(Diverged({**calm, "first_measured_step": 1, "last_measured_step": 26})).split("; ")[-1]
+        "no parameter's u/w exploded between the measured steps 1 and 26 (the most: 0.weight, 1.3x)"
+        >>> str(Diverged({**calm, "first_measured_step": 1, "last_measured_step": 1})).split("; ")[-1]
+        "no parameter's u/w exploded: only step 1 was measured, no growth to compare"
     """
 
     def __init__(self, record: dict[str, Any], measured: dict[str, Any] | None = None) -> None:
@@ -78,18 +85,23 @@ def curvature_finding(record: dict[str, Any]) -> str:
 
 
 def exploded_summary(record: dict[str, Any]) -> str:
-    """Which parameters' u/w exploded first (a divergence record's ``exploded_first``), or that none did and
-    which grew the most (its ``grew_most``)."""
+    """Which parameters' u/w exploded first (a divergence record's ``exploded_first``), or that none did between
+    which measured steps (its ``first_measured_step`` and ``last_measured_step``, where it has them) and which
+    grew the most (its ``grew_most``); a single measured step has no growth to compare, and says so."""
     exploded = [r["name"] for r in record.get("exploded_first", [])]
     if exploded:
         return f"u/w exploded first in: {', '.join(exploded[:3])}"
     grew = record.get("grew_most", [])
     if not grew:
         return "u/w: none measured"
+    first, last = record.get("first_measured_step"), record.get("last_measured_step")
+    if first is not None and first == last:
+        return f"no parameter's u/w exploded: only step {first} was measured, no growth to compare"
+    between = f" between the measured steps {first} and {last}" if first is not None and last is not None else ""
     top = grew[0]
     growth = top.get("growth")
     most = f" (the most: {top['name']}, {growth:.2g}x)" if isinstance(growth, int | float) else ""
-    return f"no parameter's u/w exploded{most}"
+    return f"no parameter's u/w exploded{between}{most}"
 
 
 @dataclass(frozen=True)

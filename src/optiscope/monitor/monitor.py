@@ -11,11 +11,11 @@ Two lines in an existing loop (the first and the last)::
         monitor.step(loss)          # right after optimizer.step()
 
 The monitor registers step hooks on the optimizer. On a *measured* step (the first, then every
-``every``-th) the pre-hook copies the parameters that have gradients and the post-hook turns
-θ_after − θ_before into the actual update u — whatever optimizer made it, ours or torch's — then frees
-the copy: at most one extra copy of the parameters, and only on measured steps. ``monitor.step(loss)``
-adds the loss, learning rates and throughput, checks for divergence on every step (the loss is all it
-needs), and sends measured steps' records to the sinks.
+``every``-th) the pre-hook reads the gradients (an optimizer may use them up inside its step) and copies the
+parameters that have them, and the post-hook turns θ_after − θ_before into the actual update u — whatever
+optimizer made it, ours or torch's — then frees the copy: one extra copy of the parameters, and only on
+measured steps. ``monitor.step(loss)`` adds the loss, learning rates and throughput, checks for divergence
+on every step (the loss is all it needs), and sends measured steps' records to the sinks.
 
 Under ``torchrun``/DDP every rank computes the same values (parameters and all-reduced gradients are
 identical; the loss is averaged across ranks) and only rank 0's sinks write.
@@ -36,7 +36,9 @@ import contextlib
 import copy
 import math
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -74,6 +76,7 @@ RECORD_FIELDS = frozenset(
         "reason",
         "exploded_first",
         "grew_most",
+        "first_measured_step",
         "last_measured_step",
         "curvature_diagnosis",
         *KEYS,
@@ -124,6 +127,24 @@ def parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[
     return names
 
 
+@dataclass
+class Gradients:
+    """A measured step's gradients as the step began (``Monitor._read_gradients``): the parameters that had
+    one, their gradients' ``norms`` (float64, as the tensors hold them: ``scale`` times the gradient stepped
+    with under a GradScaler's fused step), ``nonfinite`` and ``zeros`` counts, the gradient ``tensors`` and
+    their ``versions`` (in-place writes count up), and ``copies`` of them where the optimizer may write into
+    them."""
+
+    params: list[Tensor]
+    norms: Tensor
+    scale: float
+    nonfinite: list[int]
+    zeros: list[int]
+    tensors: list[Tensor]
+    versions: list[int]
+    copies: list[Tensor] | None
+
+
 class Monitor:
     """Per-parameter statistics of each optimizer step, and a divergence guard, on any training loop.
 
@@ -132,9 +153,10 @@ class Monitor:
 
         g = ‖g‖,  w = ‖θ′‖,  u = ‖θ′ − θ‖,  u/w,  cos(u, −g) = ⟨u, −g⟩/(‖u‖ ‖g‖),  u_rms = ‖u‖/√n,
 
-    and for Adam-family optimizers (ours and torch's) the effective learning rate η/(√v̂ + ε), as its min,
-    median and max; the same norms over each param group and over all parameters. Every step's loss goes
-    to the ``guard``, which turns a diverging run into a ``Diverged`` record instead of a crash.
+    and, where optiscope knows the optimizer's rule (ours, torch's Adam, AdamW, NAdam, RAdam, Adamax, RMSprop,
+    Adagrad), the effective learning rate (Adam's η/(√v̂ + ε)) as its min, median and max; the same norms over
+    each param group and over all parameters. Every step's loss goes to the ``guard``, which turns a diverging
+    run into a ``Diverged`` record instead of a crash.
 
     Args:
         model: the module being trained, for parameter names; may be wrapped in DDP or compiled.
@@ -203,14 +225,20 @@ class Monitor:
 
     Notes:
         - Cost: the pre-step hook copies the parameters that have gradients on measured steps only, and the
-          post-step hook frees the copy: at most one extra copy of the parameters.
+          post-step hook frees the copy: one extra copy of the parameters; of the gradients too on the first
+          measured step, and on every measured step of an optimizer that writes into them (see below).
         - What is measured: every parameter of the optimizer's groups that holds a gradient, as the optimizer
           steps exactly those (one frozen mid-run with ``requires_grad_(False)`` that keeps a zeroed ``.grad``
           is still moved by momentum and decay, and recorded), also one added later with ``add_param_group``.
           Names are those the optimizer was given (``model.named_parameters()``), else the model's own inside
           its wrappers, else ``group{i}.param{j}``. g is the gradient the optimizer steps with, so after any
-          clipping. Norms are summed in float32 at least, and again in float64 where float32 overflows
-          although every entry is finite, so only a tensor holding inf or NaN has a non-finite norm.
+          clipping, read as the step begins (or as its closure returns): inside ``step()`` an optimizer may use
+          it up (heavyball) or rescale it in place (Schedule-Free). For cos(u, −g) the monitor keeps the
+          gradient tensors, copied where the optimizer writes into them: the first measured step copies and
+          compares; a later one whose gradient was written into after all has a NaN cosine, and the measured
+          steps after it copy. A measured step that begins with no gradient warns once. Norms are summed in
+          float32 at least, and again in float64 where float32 overflows although every entry is finite, so
+          only a tensor holding inf or NaN has a non-finite norm.
         - ``curvature``: its loss is evaluated once on its batch when the monitor is built (``check_batch``),
           so that a batch or loss function the Hessian-vector products cannot take fails here, not ``every``
           steps into training. With ``rank_batch_size`` the model must be a ``DistributedDataParallel`` with
@@ -295,8 +323,11 @@ class Monitor:
         self.last_record: dict[str, Any] | None = None
         self.last_measured_step: int | None = None  # last_record's step, which a resumed run keeps (state_dict)
         self._ratio_history: dict[str, list[tuple[int, float]]] = {}
-        self._snapshot: list[Tensor] | None = None
+        self._snapshot: list[Tensor] | None = None  # the parameters before a measured step, then −u
         self._snapshot_params: list[Tensor] = []
+        self._gradients: Gradients | None = None  # a measured step's gradients, read as the step begins
+        self._copy_gradients: bool | None = None  # whether the optimizer writes into p.grad; None: not known yet
+        self._warned_no_gradients = False
         self._measured: dict[str, Any] | None = None  # the stats of the last optimizer step, if it was measured
         # each group's lr as the measured step used it, read before the step: a record means the same whether
         # a scheduler moves lr on before monitor.step() (optiscope.train, Lightning) or after (the 🤗 callback)
@@ -344,18 +375,72 @@ class Monitor:
     def _curvature_due(self, step: int) -> bool:
         return self.curvature is not None and self.curvature.due(step)
 
-    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         self._skipping = skipped_inside(optimizer)
         if self._skipping or not self.is_measured(self.step_count + 1):
-            return
+            return None
         # copies: a scheduler steps a tensor lr in place (``fill_``), before the monitor reads the step's lr
         self._step_lrs = [g["lr"].clone() if isinstance(g["lr"], Tensor) else g["lr"] for g in optimizer.param_groups]
-        # Every parameter that holds a gradient or may get one: an optimizer stepped with a closure (Lightning's
-        # automatic optimisation) computes the gradients inside step(), after this hook; and one frozen with
+        self._snapshot, self._gradients = None, None  # what a step that raised inside left behind is not this one's
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if not callable(closure):
+            self._read_gradients(optimizer, after_closure=False)
+            return None
+        # A closure computes the gradients inside step() (Lightning's automatic optimisation), where the
+        # optimizer may use them up at once: they are read as its closure returns. One frozen with
         # requires_grad_(False) that keeps a zeroed .grad is still stepped (momentum, weight decay move it).
         params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad or p.grad is not None]
         self._snapshot_params = params
         self._snapshot = [p.detach().clone() for p in params]
+        read = []
+
+        def closure_then_read() -> Any:
+            loss = closure()
+            if not read:  # LBFGS calls it again and again; the step's gradient is the first
+                read.append(True)
+                self._read_gradients(optimizer, after_closure=True)
+            return loss
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_then_read}
+        return (args[0], closure_then_read, *args[2:]), kwargs
+
+    @torch.no_grad()
+    def _read_gradients(self, optimizer: torch.optim.Optimizer, after_closure: bool) -> None:
+        """What a measured step needs of its gradients, read before the optimizer uses them: an optimizer may
+        use them up (heavyball sets ``p.grad`` to None) or rescale them in place (Schedule-Free divides them by
+        its preconditioner) inside ``step()``. Their norms, counts and, for cos(u, −g), the gradient tensors
+        themselves, copied where the optimizer writes into them (``Gradients``); then the parameters."""
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if after_closure:  # taken before the closure ran: keep the parameters that now have a gradient
+            with_grad = {id(p) for p in params}
+            kept = [(p, b) for p, b in zip(self._snapshot_params, self._snapshot, strict=True) if id(p) in with_grad]
+            self._snapshot_params, self._snapshot = [p for p, _ in kept], [b for _, b in kept]
+            params = self._snapshot_params
+        else:
+            self._snapshot_params = params
+            self._snapshot = [p.detach().clone() for p in params]
+        if not params:
+            self._gradients = None
+            return
+        # dense: torch's foreach norms have no kernel for the sparse gradient of an nn.Embedding(sparse=True)
+        grads = [dense(p.grad) for p in params]
+        norms = stats.foreach_norms(grads)
+        # a GradScaler hands an optimizer that unscales by itself (torch's fused Adam) its scale instead of
+        # unscaling: the gradient it steps with is this one divided by that scale, and its kernel writes that
+        # into .grad without telling the tensor's version counter: always copied
+        scale = getattr(optimizer, "grad_scale", None)
+        copy_them = isinstance(scale, Tensor) or self._copy_gradients is not False
+        self._gradients = Gradients(
+            params=params,
+            norms=norms,
+            scale=float(scale) if isinstance(scale, Tensor) else 1.0,
+            nonfinite=stats.nonfinite_counts(grads, norms),
+            zeros=stats.zero_counts(grads),
+            tensors=grads,
+            versions=[g._version for g in grads],
+            copies=[g.clone() for g in grads] if copy_them else None,
+        )
 
     @torch.no_grad()
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -367,30 +452,39 @@ class Monitor:
         self._skipped_in_a_row = 0
         # an earlier step's numbers that no step() took (stepped twice without a call there) are not this step's
         self._measured, self._update = None, None
-        if self._snapshot is None:
+        gradients, before, params = self._gradients, self._snapshot, self._snapshot_params
+        self._gradients, self._snapshot, self._snapshot_params = None, None, []
+        if before is None:  # not a measured step
             return
-        kept = [(p, b) for p, b in zip(self._snapshot_params, self._snapshot, strict=True) if p.grad is not None]
-        self._snapshot, self._snapshot_params = None, []
-        if not kept:  # no parameter had a gradient: the optimizer moved nothing, there is nothing to measure
+        if gradients is None:  # the optimizer had no gradient to step with: there is nothing to measure
+            self._warn_no_gradients()
             return
-        params, before = [p for p, _ in kept], [b for _, b in kept]
         torch._foreach_sub_(before, [p.detach() for p in params])  # before − after = −u, in place
-        self._measured = self._parameter_stats(optimizer, params, neg_updates=before)
+        self._measured = self._parameter_stats(optimizer, gradients, neg_updates=before)
         if self._curvature_due(self.step_count):  # −u: the sign does not change a curvature
             self._update = {id(p): u for p, u in zip(params, before, strict=True)}
 
+    def _warn_no_gradients(self) -> None:
+        if self._warned_no_gradients:
+            return
+        self._warned_no_gradients = True
+        warnings.warn(
+            f"Monitor: optimizer step {self.step_count} began with no parameter holding a gradient (every p.grad "
+            "None), so there is nothing to record; call loss.backward() before optimizer.step() (warned once)",
+            stacklevel=5,
+        )
+
     def _parameter_stats(
-        self, optimizer: torch.optim.Optimizer, params: list[Tensor], neg_updates: list[Tensor]
+        self, optimizer: torch.optim.Optimizer, gradients: Gradients, neg_updates: list[Tensor]
     ) -> dict[str, Any]:
-        # dense: torch's foreach norms have no kernel for the sparse gradient of an nn.Embedding(sparse=True)
-        grads = [dense(p.grad) for p in params]
+        params = gradients.params
         weights = [p.detach() for p in params]
-        g = stats.foreach_norms(grads)
+        g = gradients.norms / gradients.scale
         w = stats.foreach_norms(weights)
         u = stats.foreach_norms(neg_updates)
-        cos_dot = stats.foreach_dots(neg_updates, grads)  # ⟨−u, g⟩ = ⟨u, −g⟩
-        bad_g, bad_w = stats.nonfinite_counts(grads, g), stats.nonfinite_counts(weights, w)
-        zero_g = stats.zero_counts(grads)
+        # ⟨−u, g⟩ = ⟨u, −g⟩, over the scaled gradient whose norm divides it: the cosine is the same
+        cos_dot = stats.foreach_dots(neg_updates, self._gradient_tensors(gradients))
+        bad_w = stats.nonfinite_counts(weights, w)
         per_param: dict[str, dict[str, Any]] = {}
         group_of = {id(q): group for group in optimizer.param_groups for q in group["params"]}
         for i, p in enumerate(params):
@@ -400,14 +494,16 @@ class Monitor:
                 "w": float(w[i]),
                 "u": float(u[i]),
                 "u_over_w": stats.safe_ratio(float(u[i]), float(w[i])),
-                "cos": stats.cosine(float(cos_dot[i]), float(u[i]), float(g[i])),
+                "cos": stats.cosine(float(cos_dot[i]), float(u[i]), float(gradients.norms[i])),
                 "u_rms": float(u[i]) / math.sqrt(n) if n else 0.0,
-                "zero_grad": zero_g[i] / n if n else 0.0,
-                "nonfinite_grad": bad_g[i],
+                "zero_grad": gradients.zeros[i] / n if n else 0.0,
+                "nonfinite_grad": gradients.nonfinite[i],
                 "nonfinite_w": bad_w[i],
             }
             summary = stats.effective_lr_summary(optimizer, p, group_of[id(p)])
-            if summary is not None:
+            if isinstance(summary, str):
+                entry["no_eff_lr"] = summary
+            else:
                 entry["eff_lr"] = summary
                 if self.histograms:
                     entry["eff_lr_hist"] = stats.log_histogram(stats.effective_lr(optimizer, p))
@@ -420,6 +516,23 @@ class Monitor:
             idx = [index[id(p)] for p in group["params"] if id(p) in index]
             groups.append(_aggregate(g[idx], w[idx], u[idx]))
         return {"params": per_param, "groups": groups, "total": _aggregate(g, w, u)}
+
+    def _gradient_tensors(self, gradients: Gradients) -> list[Tensor]:
+        """The gradients as the step began, for ⟨u, g⟩: the copies, or the optimizer's own tensors where it left
+        them as they were. Whether it does is learnt on the first measured step, which copies and compares; a
+        later step that writes into them after all (its version counter moved) loses its cosine (NaN) and has
+        every later measured step copy."""
+        untouched = [t._version == v for t, v in zip(gradients.tensors, gradients.versions, strict=True)]
+        if gradients.copies is not None:
+            if self._copy_gradients is None:  # the first measured step: did the optimizer write into them?
+                now = stats.foreach_norms(gradients.tensors)
+                same = bool(((now == gradients.norms) | (now.isnan() & gradients.norms.isnan())).all())
+                self._copy_gradients = not (all(untouched) and same)
+            return gradients.copies
+        if all(untouched):
+            return gradients.tensors
+        self._copy_gradients = True
+        return [t if ok else torch.full_like(t, math.nan) for t, ok in zip(gradients.tensors, untouched, strict=True)]
 
     def _name(self, p: Tensor) -> str:
         """``p``'s name in the records; a tensor added since (``add_param_group``) is named as
@@ -487,8 +600,9 @@ class Monitor:
                 🤗 Adafactor's relative step does), ``tokens_per_s`` (with ``batch_tokens``), the ``scalars``, the
                 context's fields, ``params`` (per parameter name: ``g``, ``w``, ``u``, ``u_over_w``, ``cos``,
                 ``u_rms``, ``zero_grad`` (the fraction of exactly-zero gradient entries), ``nonfinite_grad``,
-                ``nonfinite_w`` and, for Adam-family optimizers, ``eff_lr`` with ``min``/``median``/``max``, plus
-                ``eff_lr_hist`` with ``histograms``), ``groups`` and ``total`` (``g``, ``w``, ``u``, ``u_over_w``,
+                ``nonfinite_w`` and, where optiscope knows the optimizer's rule (``stats.effective_rate``),
+                ``eff_lr`` with ``min``/``median``/``max``, plus ``eff_lr_hist`` with ``histograms``, else
+                ``no_eff_lr``, one line saying why), ``groups`` and ``total`` (``g``, ``w``, ``u``, ``u_over_w``,
                 ``n``); on curvature steps the ``Curvature`` fields and ``curvature`` (details); with
                 ``embedding``, ``embedding`` (a summary of the rows' updates).
 
@@ -673,7 +787,7 @@ class Monitor:
         """Declare divergence at ``step``: write the divergence record to the sinks, then raise or keep it.
 
         The record holds the context's fields, ``diverged`` (True), ``step``, ``loss``, ``reason``,
-        ``exploded_first``, ``grew_most``, ``last_measured_step`` and, with curvature measured,
+        ``exploded_first``, ``grew_most``, ``first_measured_step``, ``last_measured_step`` and, with curvature measured,
         ``curvature_diagnosis``. With ``on_divergence="record"`` it is kept in ``self.diverged``: the first
         divergence only (a run that goes on is judged again at every step, and the first is what happened).
         A training loop calls this itself when it stops *before* a step.
@@ -697,6 +811,8 @@ class Monitor:
             "reason": reason,
             "exploded_first": self.exploded_first(),
             "grew_most": self.grew_most(),
+            # the measured steps the u/w growth spans: one alone has no growth to compare
+            "first_measured_step": min((h[0][0] for h in self._ratio_history.values() if h), default=None),
             "last_measured_step": self.last_measured_step,
         }
         diagnosis = curvature_diagnosis(step, self._curvature_history)

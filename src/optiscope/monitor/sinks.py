@@ -50,9 +50,10 @@ def _e(x: float | None) -> str:
 class ConsoleSink:
     """Prints each measured step as a header line and one aligned line per parameter, like the seed's log.
 
-    The header gives the step, loss, learning rates, ‖g‖, the overall u/w, tokens/s and, when measured,
-    λ₁ against its threshold, tr H and B_simple; each parameter's line gives g, w, u, u/w, cos(u, −g) and
-    the effective learning rate η/(√v̂ + ε) as ``[min median max]``::
+    The header gives the step, loss, learning rates, ‖g‖, the overall u/w, tokens/s, when measured λ₁ against
+    its threshold, tr H and B_simple, and the scalars given to ``Monitor.step`` (``train_acc 0.8``); each
+    parameter's line, in the model's order, gives g, w, u, u/w, cos(u, −g) and the effective learning rate
+    η/(√v̂ + ε) as ``[min median max]``::
 
         embedding.weight   g=3.1e-05 w=1.0e+00 u=1.6e-06 u/w=1.6e-06 cos=+0.98 lr_eff=[1.0e-04 3.2e-03 9.9e-02]
 
@@ -62,7 +63,7 @@ class ConsoleSink:
     Args:
         console: the ``rich.console.Console`` to print to, or None for the terminal.
         max_rows: with more parameters than this, only the ``max_rows // 2`` largest and smallest movers (by
-            u/w) are shown, and a line says how many were left out; an integer ≥ 2.
+            u/w) are shown, still in the model's order, and a line says how many were left out; an integer ≥ 2.
         full: print every parameter, whatever ``max_rows``.
         every: print only records whose step is a multiple of this (and the first), when the monitor measures
             more often than you want to read; an integer ≥ 1. Divergence is always printed.
@@ -81,8 +82,8 @@ class ConsoleSink:
         >>> monitor = Monitor(model, optimizer, sinks=[ConsoleSink(Console(width=120, color_system=None))])
         >>> model(torch.ones(1, 2)).sum().backward()
         >>> optimizer.step()
-        >>> _ = monitor.step(0.5)
-        step 1 │ loss 0.5000 │ lr 1.00e-02 │ |g| 1.7e+00 │ u/w 2.5e-02
+        >>> _ = monitor.step(0.5, train_acc=0.8)
+        step 1 │ loss 0.5000 │ lr 1.00e-02 │ |g| 1.7e+00 │ u/w 2.5e-02 │ train_acc 0.8
           weight  g=1.4e+00 w=3.7e-01 u=1.4e-02 u/w=3.8e-02 cos=+1.00 lr_eff=[1.0e-02 1.0e-02 1.0e-02]
           bias    g=1.0e+00 w=5.9e-01 u=1.0e-02 u/w=1.7e-02 cos=+1.00 lr_eff=[1.0e-02 1.0e-02 1.0e-02]
     """
@@ -116,23 +117,19 @@ class ConsoleSink:
         if record["step"] != 1 and record["step"] % self.every:
             return
         self.console.print(self._header(record), highlight=False, soft_wrap=True)
-        rows = sorted(record.get("params", {}).items(), key=lambda kv: -_sortable(kv[1]["u_over_w"]))
-        skipped = 0
-        if not self.full and len(rows) > self.max_rows:
-            half = self.max_rows // 2
-            skipped = len(rows) - 2 * half
-            rows = rows[:half] + [("", None)] + rows[-half:]
+        params = record.get("params", {})
+        rows = list(params.items()) if self.full else _shown_rows(params, self.max_rows)
         width = min(max((len(n) for n, _ in rows), default=10), 48)
         for name, entry in rows:
-            if entry is None:
-                self.console.print(
-                    f"  {'':<{width}}  ⋯ {skipped} more between these by u/w (ConsoleSink(full=True) lists all)",
-                    style="dim",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-                continue
             self.console.print("  " + escape(self.line(name, entry, width)), highlight=False, soft_wrap=True)
+        if len(rows) < len(params):
+            self.console.print(
+                f"  {'':<{width}}  ⋯ {len(params) - len(rows)} more, their u/w between the largest and smallest "
+                "shown (ConsoleSink(full=True) lists all)",
+                style="dim",
+                highlight=False,
+                soft_wrap=True,
+            )
 
     @staticmethod
     def line(name: str, entry: dict[str, Any], width: int = 0) -> str:
@@ -178,6 +175,7 @@ class ConsoleSink:
             parts.append(f"tr H {_e(record['hessian_trace'])}")
         if "noise_scale" in record:
             parts.append(f"B_simple {_e(record['noise_scale'])}")
+        parts += [f"{escape(name)} {value:.4g}" for name, value in given_scalars(record).items()]
         return "[bold]" + " │ ".join(parts) + "[/bold]"
 
     def _write_divergence(self, record: dict[str, Any]) -> None:
@@ -403,6 +401,37 @@ def run_directory_sinks(
     with contextlib.suppress(ImportError):  # TensorBoard is an optional extra; metrics.jsonl has everything
         sinks.append(TensorBoardSink(Path(run_dir) / TENSORBOARD / checkpoint_name(label).removesuffix(".pt")))
     return sinks
+
+
+def given_scalars(record: dict[str, Any]) -> dict[str, float]:
+    """The scalars given to ``Monitor.step`` that a record holds (``monitor.step(loss, train_acc=0.8)``).
+
+    They are the numbers at the record's top level that are neither the monitor's own fields (``loss``,
+    ``grad_norm``, the curvature's, …) nor its context's (named under ``context``), in the order given.
+
+    Args:
+        record: a record as ``Monitor.step`` returns it, or as read back from ``metrics.jsonl``.
+
+    Returns:
+        ``{name: value}``, e.g. ``{"train_acc": 0.8}``; empty when none were given.
+    """
+    from .monitor import RECORD_FIELDS  # here, not at the top: monitor.py imports this module
+
+    context = record.get("context")
+    own = RECORD_FIELDS | {name for name in (context if isinstance(context, list) else ()) if isinstance(name, str)}
+    return {name: value for name, value in record.items() if name not in own and is_number(value)}
+
+
+def _shown_rows(params: dict[str, dict[str, Any]], max_rows: int) -> list[tuple[str, dict[str, Any]]]:
+    """The rows of a table of ``params`` at most ``max_rows`` long: all of them, or the ``max_rows // 2`` largest
+    and as many smallest movers by u/w; in the record's order (the model's) either way, so that a layer keeps its
+    place from one table to the next."""
+    if len(params) <= max_rows:
+        return list(params.items())
+    half = max_rows // 2
+    by_size = sorted(params, key=lambda name: -_sortable(params[name]["u_over_w"]))
+    kept = {*by_size[:half], *by_size[-half:]}
+    return [(name, entry) for name, entry in params.items() if name in kept]
 
 
 def _sortable(x: float) -> float:

@@ -14,15 +14,19 @@ Group and overall figures combine tensors as one long vector: ‖·‖ = (Σ ‖
 
 from __future__ import annotations
 
+import inspect
 import math
+import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..optim.adam import adam_effective_lr, adam_steps
+from ..optim.adam import Adam as OwnAdam
+from ..optim.adam import adam_steps
+from ..optim.muon import MuonWithAdamW
 
 
 def foreach_norms(tensors: Sequence[Tensor]) -> Tensor:
@@ -93,52 +97,177 @@ def cosine(dot: float, norm_a: float, norm_b: float) -> float:
     return safe_ratio(dot, norm_a * norm_b)
 
 
-def effective_lr(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor | None:
-    """η / (√v̂ + ε) per element for Adam-family state (ours or torch.optim's), else None.
+class Rate(NamedTuple):
+    """A per-element effective learning rate η_eff = ``scale`` / (√(x/``divisor``) + ``eps``), or with ``root``
+    False ``scale`` / (x/``divisor`` + ``eps``): the factor by which a step multiplies the direction it applies,
+    falling as x (a second moment, a sum of squares, an infinity norm) grows; ``x`` None: ``scale`` everywhere."""
 
-    Uses the optimizer's own ``effective_lr`` when it has one (optiscope's Adam, AdamW, AdamL2,
-    RMSprop, MuonWithAdamW); otherwise reads torch.optim-style Adam state (``exp_avg_sq``, ``step``).
-    """
-    if hasattr(optimizer, "effective_lr"):
-        try:
+    x: Tensor | None
+    scale: float
+    eps: float = 0.0
+    divisor: float = 1.0
+    root: bool = True
+
+    def at(self, x: Any) -> Any:
+        """η_eff at ``x``: a float (NaN for a non-finite one) or a tensor of them."""
+        if isinstance(x, Tensor):
+            x = x / self.divisor
+            return self.scale / ((x.sqrt() if self.root else x) + self.eps)
+        if not math.isfinite(x):
+            return math.nan
+        x = max(x, 0.0) / self.divisor
+        return self.scale / ((math.sqrt(x) if self.root else x) + self.eps)
+
+
+def _stepped(state: dict[str, Any]) -> float:
+    """t, a torch.optim state's step count (read once: on a GPU it costs a synchronisation); KeyError at 0."""
+    t = float(state["step"]) if "step" in state else 0.0
+    if t == 0:
+        raise KeyError("not stepped yet")
+    return t
+
+
+def adam_rate(state: dict[str, Any], group: dict[str, Any]) -> Rate:
+    """Adam, AdamW (torch's and ours) and torch's NAdam: θ ← θ − η d/(√v̂ + ε) with v̂ = v/(1 − β₂ᵗ) (v_max's with
+    amsgrad), d = m̂ for Adam and NAdam's own blend of g and m for NAdam; decoupled weight decay apart."""
+    t = adam_steps(state)
+    if t == 0:
+        raise KeyError("not stepped yet")
+    v = state["max_exp_avg_sq"] if group.get("amsgrad") else state["exp_avg_sq"]
+    bc2 = 1 - group["betas"][1] ** t if group.get("bias_correction", True) else 1.0
+    return Rate(v, float(group["lr"]), float(group["eps"]), bc2)
+
+
+def radam_rate(state: dict[str, Any], group: dict[str, Any]) -> Rate:
+    """torch's RAdam: θ ← θ − η r √(1 − β₂ᵗ)/(√v + ε) m̂ once the variance is tractable (ρₜ > 5, r its
+    rectification), θ ← θ − η m̂ before (the first steps: ρₜ ≤ 5)."""
+    t = _stepped(state)
+    beta2, lr = group["betas"][1], float(group["lr"])
+    bc2 = 1 - beta2**t
+    rho_inf = 2 / (1 - beta2) - 1
+    rho = rho_inf - 2 * t * beta2**t / bc2
+    if rho <= 5:
+        return Rate(None, lr)
+    rect = math.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
+    return Rate(state["exp_avg_sq"], lr * rect * math.sqrt(bc2), float(group["eps"]))
+
+
+def adamax_rate(state: dict[str, Any], group: dict[str, Any]) -> Rate:
+    """torch's Adamax: θ ← θ − η m̂/u, with u = max(β₂u, |g| + ε) (ε inside u)."""
+    _stepped(state)
+    return Rate(state["exp_inf"], float(group["lr"]), root=False)
+
+
+def rmsprop_rate(state: dict[str, Any], group: dict[str, Any]) -> Rate:
+    """torch's RMSprop: θ ← θ − η g/(√v + ε), v − ḡ² for v when centered; with momentum μ the buffer
+    b ← μb + g/(√v + ε) takes that factor, and θ ← θ − η b."""
+    _stepped(state)
+    v = state["square_avg"]
+    if group.get("centered"):
+        v = v.addcmul(state["grad_avg"], state["grad_avg"], value=-1)
+    return Rate(v, float(group["lr"]), float(group["eps"]))
+
+
+def adagrad_rate(state: dict[str, Any], group: dict[str, Any]) -> Rate:
+    """torch's Adagrad: θ ← θ − η/(1 + (t − 1)·lr_decay) · g/(√s + ε), s the sum of all g² so far."""
+    t = _stepped(state)
+    return Rate(state["sum"], float(group["lr"]) / (1 + (t - 1) * group["lr_decay"]), float(group["eps"]))
+
+
+#: torch.optim's optimizers whose step optiscope knows, and the rule of each (``tests/monitor`` checks every one
+#: against the rate a real ``step()`` applied); AdamW is a torch.optim.Adam whose ``step`` is Adam's
+RATE_RULES: dict[type, Callable[[dict[str, Any], dict[str, Any]], Rate]] = {
+    torch.optim.Adam: adam_rate,
+    torch.optim.AdamW: adam_rate,
+    torch.optim.NAdam: adam_rate,
+    torch.optim.RAdam: radam_rate,
+    torch.optim.Adamax: adamax_rate,
+    torch.optim.RMSprop: rmsprop_rate,
+    torch.optim.Adagrad: adagrad_rate,
+}
+
+
+def _rule(optimizer: torch.optim.Optimizer) -> Callable[[dict[str, Any], dict[str, Any]], Rate] | None:
+    """The rule of ``optimizer``'s class, also for a subclass that keeps the known class's ``step`` (one that
+    overrides it may step otherwise: no rule)."""
+    step = inspect.unwrap(type(optimizer).step)
+    for cls in type(optimizer).__mro__:
+        if cls in RATE_RULES:
+            return RATE_RULES[cls] if inspect.unwrap(cls.step) is step else None
+    return None
+
+
+def public_name(cls: type) -> str:
+    """``cls`` by its shortest import path (``torch.optim.RAdam``, not ``torch.optim.radam.RAdam``)."""
+    parts = cls.__module__.split(".")
+    for i in range(1, len(parts)):
+        if getattr(sys.modules.get(".".join(parts[:i])), cls.__qualname__, None) is cls:
+            return f"{'.'.join(parts[:i])}.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def effective_rate(optimizer: torch.optim.Optimizer, param: Tensor, group: dict[str, Any]) -> Rate | Tensor | str:
+    """The effective learning rate of ``param``'s latest step where optiscope knows the optimizer's rule: a
+    ``Rate``, or the full tensor from the optimizer's own ``effective_lr`` (optiscope's RMSprop); else one
+    line saying why there is none."""
+    state = optimizer.state.get(param, {})
+    try:
+        if isinstance(optimizer, MuonWithAdamW) and group.get("use_muon"):
+            optimizer.effective_lr(param)  # raises, saying why a Muon group has none
+        if isinstance(optimizer, OwnAdam | MuonWithAdamW):  # Adam's state: min, median, max in two reductions
+            return adam_rate(state, group)
+        if hasattr(optimizer, "effective_lr"):  # the optimizer states its own rule
             return optimizer.effective_lr(param)
-        except KeyError:
-            return None
-    try:  # a KeyError: no Adam state that has stepped (or not Adam's)
-        return adam_effective_lr(optimizer.state, optimizer.param_groups, param)
-    except KeyError:
-        return None
+        rule = _rule(optimizer)
+        if rule is not None:
+            return rule(state, group)
+        if public_name(type(optimizer)).startswith("optiscope."):  # SGD, Lion, Muon: η times their direction
+            return f"{public_name(type(optimizer))}: no per-element rate (its step is lr times its direction)"
+        return f"{public_name(type(optimizer))}: step rule not known to optiscope"
+    except KeyError as error:  # not stepped yet (or a Muon group): no rate
+        reason = error.args[0] if error.args else "not stepped yet"
+        return f"{public_name(type(optimizer))}: {reason}"
+
+
+def effective_lr(optimizer: torch.optim.Optimizer, param: Tensor) -> Tensor | None:
+    """The effective learning rate of ``param``'s latest step, per element, or None (``effective_rate``)."""
+    group = next((g for g in optimizer.param_groups if any(q is param for q in g["params"])), None)
+    rate = None if group is None else effective_rate(optimizer, param, group)
+    if isinstance(rate, Rate):
+        return torch.full_like(param, rate.scale) if rate.x is None else rate.at(_real(rate.x))
+    return rate if isinstance(rate, Tensor) else None
+
+
+def _real(x: Tensor) -> Tensor:
+    """A complex parameter's state as its real and imaginary parts, which torch.optim steps each on its own."""
+    return torch.view_as_real(x) if x.is_complex() else x
 
 
 def effective_lr_summary(
     optimizer: torch.optim.Optimizer, param: Tensor, group: dict[str, Any]
-) -> dict[str, float] | None:
-    """min / median / max of the effective learning rate, without building it element by element.
+) -> dict[str, float] | str:
+    """min / median / max of the effective learning rate, without building it element by element; or one line
+    saying why there is none (``effective_rate``).
 
     The median is torch's (the lower of the two middle entries of an even count), as ``summarize`` takes it.
-    For Adam-style state, η/(√(v/(1 − β2ᵗ)) + ε) decreases with v, so its min, lower median and max are the
-    map of v's max, upper median and min: two reductions over v instead of a parameter-sized temporary.
-    Other optimizers with an ``effective_lr`` method (RMSprop) are summarised from the full tensor.
+    A ``Rate`` falls as its x grows, so its min, lower median and max are the map of x's max, upper median
+    and min: two reductions over x instead of a parameter-sized temporary. A rate that the optimizer's own
+    ``effective_lr`` gives (RMSprop) is summarised from the full tensor.
     """
-    state = optimizer.state.get(param, {})
-    t = adam_steps(state)
-    if t > 0 and "betas" in group and "eps" in group:
-        v = state["max_exp_avg_sq"] if group.get("amsgrad") else state["exp_avg_sq"]
-        beta2 = group["betas"][1]
-        bc2 = 1 - beta2**t if group.get("bias_correction", True) else 1.0
-        lr, eps = float(group["lr"]), float(group["eps"])
-
-        def eff(x: float) -> float:
-            return lr / (math.sqrt(max(x, 0.0) / bc2) + eps) if math.isfinite(x) else math.nan
-
-        if v.numel() == 0:
-            return {"min": math.nan, "median": math.nan, "max": math.nan}
-        lo, hi = torch.aminmax(v)
-        flat = sampled(v.flatten())
-        middle = torch.kthvalue(flat, flat.numel() // 2 + 1).values  # v's upper median (0-based n//2)
-        return {"min": eff(float(hi)), "median": eff(float(middle)), "max": eff(float(lo))}
-    values = effective_lr(optimizer, param)
-    return None if values is None else summarize(values)
+    rate = effective_rate(optimizer, param, group)
+    if isinstance(rate, str):
+        return rate
+    if isinstance(rate, Tensor):
+        return summarize(rate)
+    if rate.x is None:
+        return {"min": rate.scale, "median": rate.scale, "max": rate.scale}
+    x = _real(rate.x)
+    if x.numel() == 0:
+        return {"min": math.nan, "median": math.nan, "max": math.nan}
+    lo, hi = torch.aminmax(x)
+    flat = sampled(x.flatten())
+    middle = torch.kthvalue(flat, flat.numel() // 2 + 1).values  # x's upper median (0-based n//2)
+    return {"min": rate.at(float(hi)), "median": rate.at(float(middle)), "max": rate.at(float(lo))}
 
 
 MEDIAN_SAMPLE = 8192

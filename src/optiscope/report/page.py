@@ -26,7 +26,7 @@ from ..monitor.divergence import curvature_finding
 from . import headlines, series
 from .charts import Sources
 from .rundir import RunDir
-from .sections import metrics_charts, section_charts
+from .sections import metrics_charts, named, section_charts
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #1c1c1c; background: #fbfbf9;
@@ -76,8 +76,8 @@ class Page:
         ...     for step in range(1, 6):
         ...         print(json.dumps({"step": step, "loss": 1 / step}), file=f)
         >>> page = report.build([report.read_run(run)])
-        >>> page.html.startswith("<!DOCTYPE html>"), list(page.live), len(page.signature)
-        (True, ['e0-loss/run'], 16)
+        >>> page.html.startswith("<!DOCTYPE html>"), list(page.live), len(page.signature)  # its run is "mine"
+        (True, ['e0-loss/mine'], 16)
     """
 
     html: str
@@ -96,7 +96,10 @@ def signature(run_dirs: Sequence[RunDir], titles: Sequence[str], live: dict[str,
                 str(r.path),
                 r.results is not None,
                 r.in_progress,
-                {label: series.parameter_names(rows) for label, rows in sorted(series.by_run(r.metrics).items())},
+                {
+                    label: series.parameter_names(rows)
+                    for label, rows in sorted(series.by_run(r.metrics, unnamed=r.name).items())
+                },
                 divergence_lines(r),
             )
             for r in run_dirs
@@ -156,8 +159,8 @@ def build(run_dirs: Sequence[RunDir], watch: bool = False, interval_ms: int = 10
         groups.setdefault(section_of(run), []).append(run)
     for k, (experiment, group) in enumerate(groups.items()):
         body.append(section_head(experiment, group))
-        for run in group:
-            body.append(run_summary(run))
+        for name, _, run in named(group):
+            body.append(run_summary(run, name))
         if experiment is not None:
             found = (
                 metrics_charts(sources, group, f"e{k}")
@@ -256,9 +259,11 @@ def edge_of_stability_summary(group: list[RunDir]) -> str:
 SUMMARIES = {"edge-of-stability": edge_of_stability_summary}
 
 
-def run_summary(run: RunDir) -> str:
-    out = [f"<article><h3>{html.escape(str(run.path))}</h3>", status_line(run)]
-    out += divergence_lines(run)
+def run_summary(run: RunDir, name: str) -> str:
+    """The directory's article: its path, status, divergences, problems, headlines and config; ``name`` is what its
+    charts call it (and a run without a ``run`` label in its records)."""
+    out = [f"<article><h3>{html.escape(str(run.path))}</h3>", status_line(run, name)]
+    out += divergence_lines(run, name)
     if run.problems:
         items = "".join(f"<li>{html.escape(p)}</li>" for p in run.problems)
         out.append(f'<div class="problems"><strong>Not shown:</strong><ul>{items}</ul></div>')
@@ -284,8 +289,10 @@ def sentence_html(sentence: headlines.Sentence) -> str:
     return "".join(parts)
 
 
-def status_line(run: RunDir) -> str:
-    runs_seen = series.by_run(run.metrics)
+def status_line(run: RunDir, name: str | None = None) -> str:
+    """The directory's status; a run without a ``run`` label in its records is called ``name`` (None: the
+    directory's name)."""
+    runs_seen = series.by_run(run.metrics, unnamed=run.name if name is None else name)
     progress = ", ".join(f"{label} at step {rows[-1]['step']}" for label, rows in runs_seen.items())
     if run.results is not None:
         status = str(run.results.get("status", "ok"))
@@ -339,8 +346,10 @@ def _landscape_points(surfaces: dict[str, Any]) -> list[str]:
     return ["diverged" if point.get("diverged_at") is not None else "ok" for point in points]
 
 
-def divergence_lines(run: RunDir) -> list[str]:
-    """The monitor's divergence diagnosis of each run that diverged: where, why, which parameters first."""
+def divergence_lines(run: RunDir, name: str | None = None) -> list[str]:
+    """The monitor's divergence diagnosis of each run that diverged: where, why, which parameters first; a run
+    without a ``run`` label in its records is called ``name`` (None: the directory's name)."""
+    name = run.name if name is None else name
     found = [r for r in run.metrics if r.get("diverged")]
     if not found and run.results is not None and isinstance(run.results.get("divergence"), dict):
         found = [d for d in run.results["divergence"].values() if isinstance(d, dict)]
@@ -351,7 +360,8 @@ def divergence_lines(run: RunDir) -> list[str]:
             for e in d.get("exploded_first", [])
             if isinstance(e, dict) and e.get("first_step") is not None
         )
-        text = f"{series.run_label(d)} diverged at step {d.get('step')}: {d.get('reason', 'no reason recorded')}"
+        label = series.run_label(d, unnamed=name)
+        text = f"{label} diverged at step {d.get('step')}: {d.get('reason', 'no reason recorded')}"
         text += f"; u/w grew first in {first}" if first else ""
         finding = curvature_finding(d)
         text += f"; {finding}" if finding else ""

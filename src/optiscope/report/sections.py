@@ -1,8 +1,8 @@
 """The charts of one experiment's section: its run directories' results and metrics, overlaid.
 
-Several directories of one experiment share each chart (a line is labelled ``dir: run``); charts drawn
-from ``metrics.jsonl`` are the ones that grow under ``--watch``. Each builder returns (title, chart)
-pairs, leaving out a chart with nothing to draw.
+Several directories of one experiment share each chart (a line is labelled ``dir: run``, a run that a
+``Monitor`` wrote without a ``run`` label ``dir``); charts drawn from ``metrics.jsonl`` are the ones that grow
+under ``--watch``. Each builder returns (title, chart) pairs, leaving out a chart with nothing to draw.
 """
 
 from __future__ import annotations
@@ -19,13 +19,20 @@ from .rundir import RunDir
 Charts = list[tuple[str, Any]]
 
 
-def labelled(group: list[RunDir]) -> Iterator[tuple[Callable[[str], str], RunDir]]:
-    """(label function, run dir): with several directories, each run is named ``dir: run``, ``dir`` being as
-    much of each directory's path as tells them apart (``a/lm`` and ``b/lm``, not ``lm`` twice, whose lines
-    would replace each other's)."""
+def named(group: list[RunDir]) -> Iterator[tuple[str, str, RunDir]]:
+    """(name, prefix, run dir): ``name`` is as much of each directory's path as tells them apart (``a/lm`` and
+    ``b/lm``, not ``lm`` twice, whose lines would replace each other's), and what a run without a ``run`` label
+    of its own in ``metrics.jsonl`` is called; with several directories every other run is labelled
+    ``prefix + run``, the prefix being ``"name: "``."""
     names = distinct_names([run.path for run in group])
     for run, name in zip(group, names, strict=True):
-        prefix = f"{name}: " if len(group) > 1 else ""
+        yield name, f"{name}: " if len(group) > 1 else "", run
+
+
+def labelled(group: list[RunDir]) -> Iterator[tuple[Callable[[str], str], RunDir]]:
+    """(label function, run dir): with several directories, each run is named ``dir: run``, ``dir`` being
+    ``named``'s name of its directory."""
+    for _, prefix, run in named(group):
         yield (lambda label, prefix=prefix: prefix + label), run
 
 
@@ -55,16 +62,19 @@ def section_charts(sources: Sources, experiment: str, group: list[RunDir], key: 
 
 # --------------------------------------------------------------------------------------------- metrics
 def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
-    """Charts every monitored run has: loss, gradient norm, curvature against its threshold when recorded,
-    and per run the u/w heatmap with per-parameter lines and Adam's effective-learning-rate bands."""
+    """Charts every monitored run has: loss, gradient norm, curvature against its threshold when recorded, each
+    scalar given to ``Monitor.step`` against step (one chart per scalar, every run a line), and per run the u/w
+    heatmap with per-parameter lines and Adam's effective-learning-rate bands."""
 
-    def overlaid(name: str, positive: bool = False) -> dict[str, dict[str, list]]:
+    def overlaid(field: str, positive: bool = False) -> dict[str, dict[str, list]]:
         out = {}
-        for f, run in labelled(group):
-            out.update({f(label): pts for label, pts in series.scalar(run.metrics, name, positive).items()})
+        for name, prefix, run in named(group):
+            out.update(series.scalar(run.metrics, field, positive, unnamed=name, prefix=prefix))
         return out
 
-    diverged = {f(label) for f, run in labelled(group) for label in series.diverged(run.metrics)}
+    diverged = set()
+    for name, prefix, run in named(group):
+        diverged |= series.diverged(run.metrics, unnamed=name, prefix=prefix)
     # the gradient the optimizer used (clipped, where the loop clips) and, recorded beside it, the one before
     gradient = overlaid("grad_norm", True)
     gradient.update({f"{label} before clipping": pts for label, pts in overlaid("grad_norm_before_clip", True).items()})
@@ -122,9 +132,26 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
             ),
         )
     )
-    for i, (f, run) in enumerate(labelled(group)):
-        for j, (label, rows) in enumerate(series.by_run(run.metrics).items()):
-            name = f(label)
+    # the scalars a loop gave monitor.step (train_acc=0.8, val_loss=…): a chart each, their scales need not agree
+    given = dict.fromkeys(field for _, _, run in named(group) for field in series.given_scalar_names(run.metrics))
+    for field in given:
+        out.append(
+            (
+                f"{field} at each logged step",
+                charts.lines(
+                    sources,
+                    f"{key}-given-{field}",
+                    f"{field} (given to monitor.step)",
+                    overlaid(field),
+                    "step",
+                    field,
+                    live=True,
+                    diverged=diverged,
+                ),
+            )
+        )
+    for i, (directory, prefix, run) in enumerate(named(group)):
+        for j, (name, rows) in enumerate(series.by_run(run.metrics, unnamed=directory, prefix=prefix).items()):
             out.append(
                 (
                     f"u/w per parameter, {name}",
@@ -133,7 +160,8 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
                     ),
                 )
             )
-            if not has_layer_lines(run, label):  # lm's results already give them per layer
+            # lm's results already give them per layer
+            if not has_layer_lines(run, series.run_label(rows[0], unnamed=directory)):
                 out.append(
                     (
                         f"u/w per parameter over training, {name}",

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..monitor.sinks import given_scalars
+
 #: Points kept per line and steps kept per heatmap row; enough to see every feature of a training curve.
 LINE_POINTS = 400
 HEATMAP_STEPS = 200
@@ -48,38 +50,54 @@ def drawable(value: Any, positive: bool = False) -> bool:
     return ok and (value > 0 or not positive)
 
 
-def run_label(record: dict[str, Any]) -> str:
-    """The run a record belongs to: its ``run`` (``"run"`` when unnamed), with its seed when it has one and
-    the other fields of the monitor's ``context`` (named in the record's ``context``), e.g. "sgd lr=0.01"."""
-    label = str(record.get("run", "run"))
+def run_label(record: dict[str, Any], *, unnamed: str, prefix: str = "") -> str:
+    """The run a record belongs to: ``prefix`` and its ``run``, or ``unnamed`` (its directory's name) when it has
+    none, with its seed when it has one and the other fields of the monitor's ``context`` (named in the record's
+    ``context``), e.g. "sgd lr=0.01"."""
+    label = prefix + str(record["run"]) if "run" in record else unnamed
     label = f"{label} seed {record['seed']}" if "seed" in record else label
     names = record.get("context") if isinstance(record.get("context"), list) else []
     extra = [k for k in names if isinstance(k, str) and k not in ("run", "seed") and k in record]
     return " ".join([label, *(f"{k}={record[k]}" for k in extra)])
 
 
-def by_run(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The measured-step records of each run, in file order (divergence records left out)."""
+def by_run(records: Sequence[dict[str, Any]], *, unnamed: str, prefix: str = "") -> dict[str, list[dict[str, Any]]]:
+    """The measured-step records of each run, in file order (divergence records left out), labelled as
+    ``run_label`` says."""
     out: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         if not record.get("diverged"):
-            out.setdefault(run_label(record), []).append(record)
+            out.setdefault(run_label(record, unnamed=unnamed, prefix=prefix), []).append(record)
     return out
 
 
-def diverged(records: Sequence[dict[str, Any]]) -> set[str]:
-    """The runs whose divergence record is among ``records``."""
-    return {run_label(record) for record in records if record.get("diverged")}
+def diverged(records: Sequence[dict[str, Any]], *, unnamed: str, prefix: str = "") -> set[str]:
+    """The runs whose divergence record is among ``records``, labelled as ``run_label`` says."""
+    return {run_label(record, unnamed=unnamed, prefix=prefix) for record in records if record.get("diverged")}
 
 
-def scalar(records: Sequence[dict[str, Any]], key: str, positive: bool = False) -> dict[str, dict[str, list]]:
-    """run -> the points of the top-level value ``key`` against step (runs without it left out)."""
+def scalar(
+    records: Sequence[dict[str, Any]], key: str, positive: bool = False, *, unnamed: str, prefix: str = ""
+) -> dict[str, dict[str, list]]:
+    """run -> the points of the top-level value ``key`` against step (runs without it left out), each run
+    labelled as ``run_label`` says."""
     out = {}
-    for run, rows in by_run(records).items():
+    for run, rows in by_run(records, unnamed=unnamed, prefix=prefix).items():
         rows = [r for r in rows if key in r]
         if rows:
             out[run] = thin([r["step"] for r in rows], [r[key] for r in rows], positive=positive)
     return {run: points for run, points in out.items() if points["x"]}
+
+
+def given_scalar_names(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The scalars given to ``Monitor.step`` (``monitor.step(loss, train_acc=0.8)``) that the measured-step records
+    hold, in the order first met; not those drawn on charts of their own already (``SCALARS``), nor a ``run`` or
+    ``seed`` that names the run."""
+    names: dict[str, None] = {}
+    for record in records:
+        if not record.get("diverged"):
+            names.update(dict.fromkeys(given_scalars(record)))
+    return [name for name in names if name not in (*SCALARS, "run", "seed")]
 
 
 def parameter_names(rows: Sequence[dict[str, Any]]) -> list[str]:
