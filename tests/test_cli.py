@@ -1,6 +1,7 @@
 """The command line: options from Config, run/plot/list/demo, the run-directory lifecycle, and errors
 classified once (bad input: one line, exit 2; internal: exit 1 with the traceback in error.log)."""
 
+import argparse
 import errno
 import json
 import math
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 import torch
@@ -71,6 +73,32 @@ def test_each_options_help_states_its_default_once(name, capsys):
     for field, value in getattr(experiments.load(name), "QUICK", {}).items():
         shown = ",".join(map(str, value)) if isinstance(value, tuple | list) else value
         assert f"--quick: {shown})" in helps[field.replace("_", "-")], (field, helps[field.replace("_", "-")])
+
+
+def parsers(parser, path=()):
+    """Every (sub)command's parser with its words: (), ("run",), ("run", "lm"), ("sweep", "lm"), …"""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for word, sub in action.choices.items():
+                yield from parsers(sub, (*path, word))
+
+
+def test_every_option_of_every_command_says_what_it_takes():
+    """Each option and argument has a help of its own (not only "(default: 4)"), and one that takes a value names
+    its kind in the metavar (PATH, DIR, INT, …), never argparse's echo of the option's name (``--out OUT``)."""
+    missing, echoed = [], []
+    for path, parser in parsers(cli.make_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):  # its choices are the (sub)commands, each with a help
+                continue
+            where = f"optiscope {' '.join(path)} {'/'.join(action.option_strings) or action.dest}"
+            if not re.sub(r"\(default: [^)]*\)", "", action.help or "").strip():
+                missing.append(where)
+            if action.nargs != 0 and action.metavar is None and action.option_strings:
+                echoed.append(where)
+    assert not missing, f"without help: {missing}"
+    assert not echoed, f"without a metavar naming the value's kind: {echoed}"
 
 
 def test_sweep_help_offers_only_the_experiments_it_can_tune(capsys):
@@ -444,12 +472,81 @@ def test_demo_refuses_a_file_before_it_runs_anything(tmp_path, capsys):
     )
 
 
-def test_demo_ends_with_the_report_page_path_first(fake, tmp_path, capsys):
-    assert cli.main(["demo", "--out", str(tmp_path)]) == 0
+def test_demo_says_each_experiment_and_ends_with_the_report_address(fake, tmp_path, capsys, monkeypatch):
+    """Into a file or a pipe (capsys is no terminal): each experiment as it starts and as it ends (status, seconds,
+    its figures counted, not listed), the last line the report's absolute file:// address (a relative --out)."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["demo", "--out", "demo"]) == 0
     out = capsys.readouterr().out.splitlines()
-    rule = next(i for i, line in enumerate(out) if "─" in line and "figures" in line)
-    assert out[rule - 1] == str(tmp_path / "report.html")  # the last line of the runs' output, the page
-    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert out[0] == "experiment 1/1: fake"
+    assert re.fullmatch(r"experiment 1/1: fake ok, \d+ s; 1 figure in demo/fake/figures", out[1]), out
+    assert out[-1] == "report: " + (tmp_path / "demo" / "report.html").as_uri()
+    assert out[-1].startswith(f"report: file://{tmp_path}")  # absolute, though --out was relative
+    assert len(out) == 3 and not any("figure:" in line for line in out)
+    assert (tmp_path / "demo" / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_demo_says_a_run_that_diverged_and_a_report_it_could_not_write(fake, tmp_path, capsys, monkeypatch):
+    import fake_experiment
+
+    monkeypatch.setattr(fake_experiment, "QUICK", {"steps": 2, "diverge": True})
+    monkeypatch.setattr(cli, "report_module", lambda: (_ for _ in ()).throw(cli.UserError("the report needs Bokeh")))
+    assert cli.main(["demo", "--out", str(tmp_path)]) == 0  # as before: a diverged demo run is shown, not a failure
+    out = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"experiment 1/1: fake diverged, \d+ s; 1 figure in .*", out[1]), out
+    assert out[-1] == "report: not written (the report needs Bokeh)"
+
+
+def test_demo_says_which_experiment_still_runs_when_the_log_is_silent(fake, tmp_path, capsys, monkeypatch):
+    """A run that prints nothing (no progress bar into a pipe) is said to be running every SILENT_AT_MOST seconds."""
+    import fake_experiment
+
+    run = fake_experiment.run
+
+    def silent(config, run_dir):  # until the demo has said it is still running (or 20 s: the test then fails)
+        for _ in range(2000):
+            if "still running" in capsys.readouterr().out:
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("nothing said in 20 s")
+        return run(config, run_dir)
+
+    monkeypatch.setattr(fake_experiment, "run", silent)
+    monkeypatch.setattr(cli, "SILENT_AT_MOST", 0.05)
+    assert cli.main(["demo", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("report: file://")
+
+
+def test_a_demo_experiment_that_fails_is_said_before_the_error(fake, tmp_path, capsys, monkeypatch):
+    import fake_experiment
+
+    monkeypatch.setattr(fake_experiment, "QUICK", {"steps": 2, "crash": "internal"})
+    assert cli.main(["demo", "--out", str(tmp_path)]) == cli.EXIT_INTERNAL
+    captured = capsys.readouterr()
+    assert re.fullmatch(r"experiment 1/1: fake error, \d+ s", captured.out.splitlines()[-1])
+    assert "internal error: ValueError: an internal computation failed" in captured.err
+
+
+@pytest.mark.slow
+def test_the_whole_demo_into_a_pipe_says_where_it_is_and_ends_with_the_report_address(tmp_path):
+    """``make demo > demo.log``: every quick experiment said as it starts and ends, the last line the page's address."""
+    done = subprocess.run(
+        [sys.executable, "-m", "optiscope", "demo", "--out", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    names = list(experiments.EXPERIMENTS)
+    for k, name in enumerate(names, 1):
+        started = out.index(f"experiment {k}/{len(names)}: {name}")
+        ended = rf"experiment {k}/{len(names)}: {name} (ok|diverged), \d+ s; \d+ figures? in .*/{name}/figures"
+        assert any(re.fullmatch(ended, line) for line in out[started + 1 :]), (name, out)
+    assert out[-1] == "report: " + (tmp_path / "demo" / "report.html").as_uri()
+    assert not any(line.startswith("  figure:") for line in out)
 
 
 # ----------------------------------------------------------------------------------------------- sweep

@@ -14,15 +14,18 @@ machine, not a bug); 3 every run diverged; 130 interrupted (resume with --resume
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
 import re
 import sys
+import threading
 import time
 import traceback
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -166,6 +169,11 @@ def report_figures(drawn: figures.Drawn, out: Path, console: Console) -> int:
     """Print where the figures are, and any that could not be drawn (exit 1: an internal error)."""
     for path in drawn.paths:
         console.print(f"  figure: {path}", highlight=False)
+    return report_figure_failures(drawn, out)
+
+
+def report_figure_failures(drawn: figures.Drawn, out: Path) -> int:
+    """Say on stderr which figures could not be drawn, in one line (exit 1: an internal error), or nothing (0)."""
     if not drawn.failures:
         return 0
     names = ", ".join(name for name, _ in drawn.failures)
@@ -232,9 +240,15 @@ def cmd_plot(args: argparse.Namespace, console: Console) -> int:
     return report_figures(figures.draw_run(args.dir, read_results(args.dir)), args.dir, console)
 
 
+#: seconds the demo may be silent, writing to a file or a pipe (``make demo`` into a CI log), before it says which
+#: experiment is still running: a log that stops for minutes looks like a job that hangs
+SILENT_AT_MOST = 30.0
+
+
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    """Every experiment in quick mode, one after another (replacing an earlier demo's runs), then the
-    report page of them all (its path the first line after the runs) and the figures."""
+    """Every experiment in quick mode, one after another (replacing an earlier demo's runs), each said as it starts
+    and as it ends (its status, seconds and figures), then the report page of them all: the last line, its
+    ``file://`` address (or why it was not written)."""
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise runs.RunDirError(
@@ -246,24 +260,99 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
             f"--out {out} holds a run itself; the demo writes a run per experiment into a folder of its own "
             "(default runs/demo): choose another --out"
         )
-    code, drawn_all = 0, []
-    for name in experiments.EXPERIMENTS:  # the registry's order tells the story
-        console.rule(f"[bold]{name}[/bold] (quick)")
+    code, names = 0, list(experiments.EXPERIMENTS)  # the registry's order tells the story
+    for k, name in enumerate(names, 1):
+        which = f"experiment {k}/{len(names)}: {name}"
+        console.print(f"[bold]{which}[/bold]", highlight=False)
         started = time.perf_counter()
-        _, drawn = run_and_draw(name, out / name, True, {}, force=True)
-        drawn_all.append((name, drawn, time.perf_counter() - started))
-    # the page first: it is what a person opens; the figure paths follow for those who want the files
+        try:
+            with said_while_silent(console, which):
+                results, drawn = run_and_draw(name, out / name, True, {}, force=True)
+        except Exception:  # said here, then as every command says it (one line on stderr, the exit code)
+            console.print(f"{which} error, {time.perf_counter() - started:.0f} s", highlight=False)
+            raise
+        status = "error" if drawn.failures else results.get("status", "ok")
+        console.print(
+            f"{which} {status}, {time.perf_counter() - started:.0f} s; {figures_in(drawn, out / name)}",
+            highlight=False,
+        )
+        code = report_figure_failures(drawn, out / name) or code
     try:
-        report = report_module()
-        page = report.write([out / name for name in experiments.EXPERIMENTS], out / runs.REPORT)
-        console.print(str(page), highlight=False)
+        page = report_module().write([out / name for name in names], out / runs.REPORT)
+        console.print(f"report: {page.resolve().as_uri()}", highlight=False)
     except UserError as e:
-        console.print(f"report: not written ({e})", highlight=False)
-    console.rule("[bold]figures[/bold]")
-    for name, drawn, elapsed in drawn_all:
-        console.print(f"{name} ({elapsed:.0f} s):", highlight=False)
-        code = report_figures(drawn, out / name, console) or code
+        console.print(f"report: not written ({' '.join(str(e).split())})", highlight=False)
     return code
+
+
+def figures_in(drawn: figures.Drawn, run_dir: Path) -> str:
+    """How many figures a run's ``drawn`` holds and their folder (and how many could not be drawn), in words.
+
+    Args:
+        drawn: what ``figures.draw_run`` drew.
+        run_dir: the run directory they were drawn for.
+
+    Returns:
+        ``"5 figures in runs/demo/lm/figures"``, with ``" (2 could not be drawn)"`` after it where some failed.
+
+    Example:
+        >>> figures_in(figures.Drawn([Path("r/figures/a.png")], []), Path("r"))
+        '1 figure in r/figures'
+    """
+    count = len(drawn.paths)
+    folder = drawn.paths[0].parent if drawn.paths else run_dir / runs.FIGURES
+    failed = f" ({len(drawn.failures)} could not be drawn)" if drawn.failures else ""
+    return f"{count} figure{'' if count == 1 else 's'} in {folder}{failed}"
+
+
+class _Written:
+    """A stream that passes every write on to ``stream`` and remembers when the last one was (``time.monotonic``)."""
+
+    def __init__(self, stream: typing.TextIO) -> None:
+        self.stream, self.last = stream, time.monotonic()
+
+    def write(self, text: str) -> int:
+        self.last = time.monotonic()
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, fileno: the stream's own
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def said_while_silent(console: Console, what: str, every: float | None = None) -> Iterator[None]:
+    """While the block runs, print ``"<what> still running, <seconds> s"`` whenever stdout has been silent for
+    ``every`` seconds, if ``console`` is not a terminal: a terminal shows the runs' own progress bars, a file or a
+    pipe gets no bar, and the experiments that do not train print nothing while they work.
+
+    Args:
+        console: where to print the line (on stdout).
+        what: what is running, as the line names it.
+        every: seconds of silence before a line; None: ``SILENT_AT_MOST``.
+
+    Example:
+        >>> with said_while_silent(Console(), "experiment 1/6: lm"):
+        ...     pass
+    """
+    if console.is_terminal:
+        yield
+        return
+    every = SILENT_AT_MOST if every is None else every
+    written, stop, started = _Written(sys.stdout), threading.Event(), time.monotonic()
+
+    def watch() -> None:
+        while not stop.wait(min(1.0, every)):
+            if time.monotonic() - written.last >= every:
+                console.print(f"{what} still running, {time.monotonic() - started:.0f} s", highlight=False)
+
+    sys.stdout, watcher = written, threading.Thread(target=watch, name="said_while_silent", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+        sys.stdout = written.stream
 
 
 def report_module() -> types.ModuleType:
@@ -415,20 +504,41 @@ def add_sweep_parser(sub: Any) -> None:
         # but is not offered in the listing (a subparser without help is not listed)
         offered = {"help": module.SUMMARY} if name in tunable else {}
         p = names.add_parser(name, **offered, description=f"Sweep {name}: {module.SUMMARY}")
-        p.add_argument("--optimizers", required=True, help="optimizers to tune, comma-separated (no @lr)")
-        p.add_argument("--out", required=True, type=out_dir, help="the sweep directory")
+        p.add_argument(
+            "--optimizers", required=True, metavar="A,B,...", help="optimizer names to tune, comma-separated (no @lr)"
+        )
+        p.add_argument("--out", required=True, type=out_dir, metavar="DIR", help="the sweep directory")
         p.add_argument("--quick", action="store_true", help="each trial in the experiment's quick configuration")
         p.add_argument(
             "--seeds",
             type=int,
             default=3,
+            metavar="INT",
             help="tuning seeds at the best lr and its neighbours, then as many fresh ones at the tuned lr (default: 3)",
         )
-        p.add_argument("--lrs", default="auto", help="auto (a grid that grows until the best is interior) or a,b,...")
-        p.add_argument("--objective", default=None, help="which declared objective to tune for (default: the first)")
-        p.add_argument("--workers", type=int, default=1, help="trials at a time (default: 1)")
-        p.add_argument("--backend", default="local", help="local (a process pool) or ray (default: local)")
-        p.add_argument("--address", default=None, help="a Ray cluster's address (--backend ray)")
+        p.add_argument(
+            "--lrs",
+            default="auto",
+            metavar="auto|A,B,...",
+            help="learning rates η to try: auto (a grid that grows until the best is interior) or a list "
+            "(default: auto)",
+        )
+        p.add_argument(
+            "--objective",
+            default=None,
+            metavar="NAME",
+            help="which declared objective to tune for (default: the first)",
+        )
+        p.add_argument("--workers", type=int, default=1, metavar="INT", help="trials run at a time (default: 1)")
+        p.add_argument(
+            "--backend", default="local", metavar="NAME", help="local (a process pool) or ray (default: local)"
+        )
+        p.add_argument(
+            "--address",
+            default=None,
+            metavar="HOST:PORT",
+            help="a Ray cluster's address (--backend ray; default: a local instance)",
+        )
         p.add_argument("--resume", action="store_true", help="continue the sweep in --out, keeping finished trials")
         p.add_argument("--force", action="store_true", help="replace the sweep in --out")
         add_config_arguments(p, module, skip=(*SWEEP_RESERVED, *SWEEP_OPTIONS))
@@ -491,21 +601,32 @@ def make_parser() -> argparse.ArgumentParser:
     for name in sorted(experiments.EXPERIMENTS):
         module = experiments.load(name)
         p = run_sub.add_parser(name, help=module.SUMMARY, description=module.SUMMARY)
-        p.add_argument("--out", required=True, type=out_dir, help="the run directory (one run per directory)")
+        p.add_argument(
+            "--out", required=True, type=out_dir, metavar="DIR", help="the run directory (one run per directory)"
+        )
         p.add_argument("--quick", action="store_true", help="the short version (what `make demo` runs)")
         p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoints")
         p.add_argument("--force", action="store_true", help="replace the run in --out (its files are deleted first)")
         add_config_arguments(p, module)
     plot = sub.add_parser("plot", help="redraw the figures of a run directory from its results.json")
-    plot.add_argument("dir", type=run_dir)
-    demo = sub.add_parser("demo", help="every experiment in quick mode, then where the figures are")
-    demo.add_argument("--out", type=out_dir, default=Path("runs/demo"))
+    plot.add_argument(
+        "dir", type=run_dir, metavar="DIR", help="a run directory (written by `optiscope run` or `sweep`)"
+    )
+    demo = sub.add_parser("demo", help="every experiment in quick mode, then the report page of them all")
+    demo.add_argument(
+        "--out",
+        type=out_dir,
+        default=Path("runs/demo"),
+        metavar="DIR",
+        help="the folder of the demo's runs, one directory per experiment, and its report (default: runs/demo)",
+    )
     page = sub.add_parser("report", help="one self-contained HTML page of run directories (or --watch one)")
     page.add_argument("dirs", nargs="+", type=run_dir, metavar="DIR", help="run directories (several are compared)")
     page.add_argument(
         "--out",
         type=out_dir,
         default=None,
+        metavar="PATH",
         help="the HTML file (default: DIR/report.html; for several, in their common parent)",
     )
     page.add_argument("--watch", action="store_true", help="serve the page on 127.0.0.1, refreshing as the run writes")

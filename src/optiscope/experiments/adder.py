@@ -104,18 +104,20 @@ class Config:
     )
     seed: int = field(default=1, metadata={"help": "the seed, when --seeds is not given"})
     seeds: tuple[int, ...] = field(default=(), metadata={"help": "several seeds, e.g. 1,2,3,4,5"})
-    min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine decays to lr × this"})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine decays to η × this (a ratio)"})
     warmup_steps: int | None = field(
         default=None, metadata={"help": "warmup steps (default: 7.5 % of --steps, at most 1000)", "follows": "--steps"}
     )
     weight_decay: float = field(default=0.01, metadata={"help": "λ, for the optimizers that decay"})
-    clip: float = field(default=1.0, metadata={"help": "global gradient-norm clip"})
-    batch_size: int = 256
+    clip: float = field(default=1.0, metadata={"help": "largest global gradient L2 norm (clipped above it)"})
+    batch_size: int = field(default=256, metadata={"help": "additions per batch"})
     steps: int = field(default=60_000, metadata={"help": "training steps per seed (early stop at 10,010/10,010)"})
-    curriculum_digits: int = field(default=3, metadata={"help": "operand length cap at step 1 (grows to 10)"})
+    curriculum_digits: int = field(
+        default=3, metadata={"help": "operand length cap at step 1, in digits (grows to 10)"}
+    )
     curriculum_steps: int = field(default=0, metadata={"help": "steps over which the cap grows to 10 (0: off)"})
     carry_start: float = field(default=0.8, metadata={"help": "fraction of carry-chain examples at step 1"})
-    carry_end: float = field(default=0.2, metadata={"help": "... and after carry_steps"})
+    carry_end: float = field(default=0.2, metadata={"help": "fraction of carry-chain examples after --carry-steps"})
     carry_steps: int = field(default=30_000, metadata={"help": "steps over which the fraction fades linearly"})
     eval_every: int = field(default=1_000, metadata={"help": "score the suite and checkpoint every N steps"})
     log_every: int = field(

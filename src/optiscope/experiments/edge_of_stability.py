@@ -65,16 +65,18 @@ class Config:
         },
     )
     examples: int = field(default=256, metadata={"help": "training examples (the full batch)"})
-    inputs: int = field(default=8, metadata={"help": "input dimension"})
-    outputs: int = field(default=4, metadata={"help": "output dimension"})
-    width: int = field(default=64, metadata={"help": "width of the student's two hidden layers"})
-    teacher_width: int = field(default=128, metadata={"help": "width of the teacher's hidden layer"})
+    inputs: int = field(default=8, metadata={"help": "input dimension (features)"})
+    outputs: int = field(default=4, metadata={"help": "output dimension (targets)"})
+    width: int = field(default=64, metadata={"help": "units in each of the student's two hidden layers"})
+    teacher_width: int = field(default=128, metadata={"help": "units in the teacher's hidden layer"})
     weight_decay: float = field(
         default=0.0, metadata={"help": "λ of the recipes that decay (adamw, adaml2; with λ = 0 they are adam)"}
     )
     tol: float = field(default=1e-3, metadata={"help": "Lanczos: relative residual of the top eigenpair"})
-    edge: float = field(default=0.9, metadata={"help": "a run 'reached its edge' at sharpness >= edge x threshold"})
-    seed: int = 0
+    edge: float = field(
+        default=0.9, metadata={"help": "a run 'reached its edge' at sharpness >= edge × threshold (a ratio)"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the data, the teacher and the initial weights"})
     threads: int = field(default=1, metadata={"help": "torch CPU threads (tiny models run best on one)", **NO_EFFECT})
     quiet: bool = field(default=False, metadata={"help": "print nothing while training", **NO_EFFECT})
 

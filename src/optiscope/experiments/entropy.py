@@ -53,16 +53,25 @@ OWNS = ("lm",)
 @dataclass
 class Config:
     checkpoint: str | None = field(
-        default=None, metadata={"help": "an `optiscope run lm` directory to probe (default: train one here)"}
+        default=None,
+        metadata={"help": "an `optiscope run lm` directory to probe (default: train one here)", "metavar": "DIR"},
     )
     checkpoint_run: str | None = field(
-        default=None, metadata={"help": "which run of that directory (default: lowest final validation loss)"}
+        default=None,
+        metadata={
+            "help": "which run of that directory, by its label (default: lowest final validation loss)",
+            "metavar": "LABEL",
+        },
     )
     optimizers: str = field(
         default="sgd,adam,adamw", metadata={"help": f"directions to probe, as optimizer[@lr]: {', '.join(lm.DEFAULTS)}"}
     )
     hf_model: str | None = field(
-        default=None, metadata={"help": "a local 🤗 causal-LM directory (from_pretrained) to probe instead of a GPT"}
+        default=None,
+        metadata={
+            "help": "a local 🤗 causal-LM directory (from_pretrained) to probe instead of a GPT",
+            "metavar": "DIR",
+        },
     )
     lora_rank: int = field(
         default=0, metadata={"help": "with --hf-model: train and probe LoRA adapters of this rank (0: the full model)"}
@@ -70,25 +79,36 @@ class Config:
     mode: str | None = field(
         default=None,
         metadata={
-            "help": "fixed: held-out text; policy: sequences sampled from the model (default: policy with "
+            "help": "the sequences: fixed (held-out text) or policy (sampled from the model) (default: policy with "
             "--lora-rank, else fixed)"
         },
     )
     E: int = field(default=512, metadata={"help": "evaluation sequences per run"})
     runs: int = field(default=4, metadata={"help": "independent draws of sequences and step batch"})
     seq_len: int = field(default=64, metadata={"help": "tokens per evaluation sequence (<= the model's context)"})
-    eta_decades: float = field(default=3.0, metadata={"help": "the η grid spans lr·10^-d … lr·10 (d = this minus 1)"})
+    eta_decades: float = field(
+        default=3.0, metadata={"help": "decades the η grid spans: lr·10^-d … lr·10 (d = this minus 1)"}
+    )
     n_etas: int = field(default=7, metadata={"help": "η values per run (log-spaced)"})
     warm_steps: int = field(default=20, metadata={"help": "real steps each optimizer takes before it is probed"})
     subset_size: int = field(default=128, metadata={"help": "sequences per random subset"})
     subsets: int = field(default=500, metadata={"help": "random subsets per run"})
-    subset_seed: int = 42
+    subset_seed: int = field(default=42, metadata={"help": "seed of the random subsets"})
     train_steps: int = field(default=1000, metadata={"help": "steps of the GPT trained here when no --checkpoint"})
-    train_layers: int = field(default=4, metadata={"help": "layers of the GPT trained here"})
-    train_width: int = field(default=128, metadata={"help": "width (n_embd) of the GPT trained here"})
-    text: str | None = field(default=None, metadata={"help": "text to train it on (default: Shakespeare)"})
-    seed: int = 0
-    precision: str = field(default="float64", metadata={"help": "float64 (a float64 copy of the model) or model"})
+    train_layers: int = field(default=4, metadata={"help": "transformer blocks of the GPT trained here"})
+    train_width: int = field(
+        default=128, metadata={"help": "embedding width (n_embd), in channels, of the GPT trained here"}
+    )
+    text: str | None = field(
+        default=None, metadata={"help": "UTF-8 text file to train it on (default: Shakespeare)", "metavar": "PATH"}
+    )
+    seed: int = field(
+        default=0, metadata={"help": "seed of the GPT trained here, the warm-up steps and the sequences drawn"}
+    )
+    precision: str = field(
+        default="float64",
+        metadata={"help": "dtype of the probe: float64 (a float64 copy of the model) or model (its own)"},
+    )
     quiet: bool = field(default=False, metadata={"help": "print nothing while working", **NO_EFFECT})
 
     def __post_init__(self) -> None:

@@ -53,7 +53,7 @@ class Config:
     tolerance: float = field(default=1e-6, metadata={"help": "a run has converged once f − f* ≤ tolerance"})
     lrs: tuple[float, ...] = field(
         default=(1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2, 0.5, 1.0),
-        metadata={"help": "learning-rate grid every optimizer is run over (its best is shown)"},
+        metadata={"help": "learning rates η every optimizer is run over (its best is shown)"},
     )
     optimizers: str = field(
         default="sgd,momentum,nesterov,rmsprop,adam,adamw,lion",

@@ -87,19 +87,27 @@ class Config:
         default="sgd,adam@0.05,adam,adamw,muon+adamw",
         metadata={"help": f"runs as optimizer[@lr], comma-separated; optimizers: {', '.join(DEFAULTS)}"},
     )
-    text: str | None = field(default=None, metadata={"help": "train on this UTF-8 text file"})
-    url: str | None = field(default=None, metadata={"help": "train on a downloaded text (needs --sha256)"})
-    sha256: str | None = field(default=None, metadata={"help": "SHA-256 of the --url file"})
-    tokenizer: str = field(default="char", metadata={"help": f"one of {', '.join(TOKENIZERS)}"})
-    vocab_cap: int = field(default=8192, metadata={"help": "largest word vocabulary (word tokenizer)"})
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    block_size: int = 64
-    dropout: float = 0.0
-    batch_size: int = field(default=12, metadata={"help": "global batch (split across torchrun ranks)"})
-    steps: int = 2000
-    schedule: str = field(default="auto", metadata={"help": f"one of {', '.join(SCHEDULES)}; auto: per optimizer"})
+    text: str | None = field(
+        default=None, metadata={"help": "train on this UTF-8 text file (default: Shakespeare)", "metavar": "PATH"}
+    )
+    url: str | None = field(
+        default=None, metadata={"help": "train on the text downloaded from this URL (needs --sha256)", "metavar": "URL"}
+    )
+    sha256: str | None = field(
+        default=None, metadata={"help": "SHA-256 of the --url file, 64 hex digits", "metavar": "HEX"}
+    )
+    tokenizer: str = field(default="char", metadata={"help": f"the tokenizer: one of {', '.join(TOKENIZERS)}"})
+    vocab_cap: int = field(default=8192, metadata={"help": "largest vocabulary, in words (word tokenizer)"})
+    n_layer: int = field(default=4, metadata={"help": "transformer blocks"})
+    n_head: int = field(default=4, metadata={"help": "attention heads per block (they divide --n-embd)"})
+    n_embd: int = field(default=128, metadata={"help": "embedding width, in channels"})
+    block_size: int = field(default=64, metadata={"help": "context length, in tokens"})
+    dropout: float = field(default=0.0, metadata={"help": "dropout probability, from 0 to 1"})
+    batch_size: int = field(default=12, metadata={"help": "global batch, in sequences (split across torchrun ranks)"})
+    steps: int = field(default=2000, metadata={"help": "training steps per run"})
+    schedule: str = field(
+        default="auto", metadata={"help": f"lr schedule: one of {', '.join(SCHEDULES)}; auto: per optimizer"}
+    )
     warmup_steps: int | None = field(
         default=None,
         metadata={
@@ -107,11 +115,11 @@ class Config:
             "follows": "--steps",
         },
     )
-    min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine decays to this fraction of the lr"})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "cosine decays to this fraction of η (a ratio)"})
     weight_decay: float = field(default=0.1, metadata={"help": "λ on matrices, for the optimizers that decay"})
-    clip: float = field(default=1.0, metadata={"help": "global gradient-norm clip"})
-    eval_every: int = 250
-    eval_batches: int = 20
+    clip: float = field(default=1.0, metadata={"help": "largest global gradient L2 norm (clipped above it)"})
+    eval_every: int = field(default=250, metadata={"help": "evaluate (losses, samples) every N steps"})
+    eval_batches: int = field(default=20, metadata={"help": "batches per evaluation, of --batch-size sequences"})
     log_every: int = field(default=10, metadata={"help": "monitor every N steps (metrics.jsonl)"})
     # Training is unchanged by it (the Hessian-vector products run on copies, in eval mode, with the RNG
     # forked), but results.json and metrics.jsonl gain the curvature series, so it counts as affecting results.
@@ -122,8 +130,10 @@ class Config:
             "--log-every, on a fixed batch of --curvature-batch training sequences (0: off)"
         },
     )
-    curvature_batch: int = field(default=CURVATURE_BATCH, metadata={"help": "sequences in the fixed curvature batch"})
-    sample_tokens: int = 100
+    curvature_batch: int = field(
+        default=CURVATURE_BATCH, metadata={"help": "sequences in the fixed curvature batch, of --block-size tokens"}
+    )
+    sample_tokens: int = field(default=100, metadata={"help": "tokens per greedy sample"})
     prompts: tuple[str, ...] = field(
         default=("ROMEO:", "First Citizen:", "To be, or not"),
         metadata={
@@ -131,9 +141,9 @@ class Config:
             "separator": "|",
         },
     )
-    seed: int = 1337
+    seed: int = field(default=1337, metadata={"help": "seed of the initial weights and the batch order"})
     checkpoint_every: int = field(default=250, metadata={"help": "checkpoint every N steps", **NO_EFFECT})
-    device: str = field(default="auto", metadata={"help": f"one of {', '.join(DEVICES)}", **NO_EFFECT})
+    device: str = field(default="auto", metadata={"help": f"where to train: one of {', '.join(DEVICES)}", **NO_EFFECT})
     compile: bool = field(default=False, metadata={"help": "torch.compile the model", **NO_EFFECT})
     quiet: bool = field(default=False, metadata={"help": "print nothing while training", **NO_EFFECT})
     verbose: bool = field(default=False, metadata={"help": "per-parameter tables at evaluations", **NO_EFFECT})

@@ -93,7 +93,7 @@ class Config:
     weight_decay: float = field(default=0.01, metadata={"help": "λ, for the optimizers that decay"})
     sweep_lrs: tuple[float, ...] = field(
         default=(0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 2.5, 3.0),
-        metadata={"help": "learning rates of the SGD-vs-Adam sweep"},
+        metadata={"help": "learning rates η of the SGD-vs-Adam sweep"},
     )
     seed: int = field(default=0, metadata={"help": "seed of the data stream"})
     # taken by every experiment (one command line silences any); this one prints nothing while it runs anyway
