@@ -12,9 +12,10 @@ those. The chosen PNGs are copied to ``docs/assets/figures/<experiment>-<figure>
 pixels, as optimised PNGs of 256 colours, to keep the site's figures small. The Home page and the README show
 ``rare-tokens-sgd_vs_adam.png``.
 
-Every experiment runs with its defaults (``lm`` about 15 minutes there, ``adder`` about 10) but ``entropy``,
-whose default run trains its own GPT for about 20 minutes: it runs with ``--quick``, and its page says under
-the figure that it is from the ``--quick`` run while the numbers in the text are from the default run.
+Every experiment runs with its defaults (``lm`` took 44 minutes there, the machine shared with other work,
+``adder`` 2.5) but ``entropy``, whose default run trains its own GPT for about 20 minutes: it runs with
+``--quick``, and its page says under the figure that it is from the ``--quick`` run while the numbers in the
+text are from the default run.
 """
 
 import argparse
