@@ -86,20 +86,10 @@ def test_pages_stay_short():
     assert not long, f"pages over 26 KB: {long}"
 
 
-def parsers(parser, path=()):
-    """Every (sub)command's parser of the command line, with its words: ("run", "lm"), ("sweep", …)."""
-    import argparse
-
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for word, sub in action.choices.items():
-                yield from parsers(sub, (*path, word))
-
-
 def test_the_cli_reference_lists_exactly_the_options_the_commands_take():
     """A new option, or one renamed or gone, shows on docs/guides/cli.md (whose help texts come from the parser)."""
     from optiscope import cli
+    from test_cli import parsers
 
     page = (DOCS / "guides" / "cli.md").read_text()
     taken = {option for _, p in parsers(cli.make_parser()) for a in p._actions for option in a.option_strings}
