@@ -349,3 +349,51 @@ def test_under_a_grad_scaler_g_is_the_unscaled_gradient(device, fused):
             expected = by_hand(before[n].double(), grads[n].double(), p.detach().double())
             for key, value in expected.items():
                 assert record["params"][n][key] == pytest.approx(value, rel=1e-5, abs=1e-9), (n, key)
+
+
+def test_a_subclass_whose_step_calls_its_parents_is_measured_once_per_step():
+    """torch runs a class's step hooks in every patched ``step`` of the chain: a subclass's ``super().step()``
+    ran the monitor's twice, which counted two steps and lost the record. Measured against the step by hand."""
+
+    class Sub(torch.optim.SGD):
+        def step(self, closure=None):
+            return super().step(closure)
+
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch patches SGD.step on its first instance
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = Sub(model.parameters(), lr=0.1)
+    monitor = Monitor(model, opt, every=1)
+    for step in (1, 2):
+        opt.zero_grad()
+        model(torch.randn(4, 3)).pow(2).mean().backward()
+        before = model.weight.detach().clone()
+        opt.step()
+        record = monitor.step(1.0)
+        assert record is not None and record["step"] == step
+        assert record["params"]["weight"]["u"] == pytest.approx(float((model.weight.detach() - before).norm()))
+
+
+def test_a_step_that_raised_does_not_keep_the_next_ones_from_being_measured():
+    class Flaky(torch.optim.SGD):
+        raised = False
+
+        def step(self, closure=None):
+            if not Flaky.raised:
+                Flaky.raised = True
+                raise RuntimeError("once")
+            return super().step(closure)
+
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    model = torch.nn.Linear(3, 1)
+    opt = Flaky(model.parameters(), lr=0.1)
+    monitor = Monitor(model, opt, every=1)
+    model(torch.randn(4, 3)).pow(2).mean().backward()
+    with pytest.raises(RuntimeError, match="once"):
+        opt.step()
+    before = model.weight.detach().clone()
+    opt.step()
+    record = monitor.step(1.0)
+    assert record is not None and record["params"]["weight"]["u"] == pytest.approx(
+        float((model.weight.detach() - before).norm())
+    )

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import sys
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -334,6 +335,7 @@ class Monitor:
         self._step_lrs: list[Any] | None = None
         self._clock = (time.perf_counter(), start_step)
         self._skipping = False  # the step under way is one a fused kernel skips (``skipped_inside``)
+        self._outer_call: Any = None  # the frame of torch's hook wrapper around the step() call being measured
         self._stepped = False  # the optimizer stepped since the last step() call
         self._skipped_in_a_row = 0  # steps skipped since the last step the optimizer took (``skip``)
         self._hooks = [
@@ -376,6 +378,13 @@ class Monitor:
         return self.curvature is not None and self.curvature.due(step)
 
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
+        # torch runs the hooks in every patched step() of a class chain: a subclass's super().step() calls them
+        # again inside the step under way, which is measured once, from outside (a step that raised left its
+        # frame behind, off the stack: the next call is a step of its own)
+        caller = sys._getframe(1)
+        if self._outer_call is not None and on_stack(self._outer_call, caller.f_back):
+            return None
+        self._outer_call = caller
         self._skipping = skipped_inside(optimizer)
         if self._skipping or not self.is_measured(self.step_count + 1):
             return None
@@ -444,6 +453,13 @@ class Monitor:
 
     @torch.no_grad()
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._outer_call is not None:
+            wrapper = sys._getframe(1)  # torch's wrapper, above the frames of this method's decorator
+            while wrapper is not None and wrapper.f_code is not self._outer_call.f_code:
+                wrapper = wrapper.f_back
+            if wrapper is not self._outer_call:  # the end of a step() inside the step under way
+                return
+            self._outer_call = None
         if self._skipping:  # not a step: as when a GradScaler does not call step() at all
             self._skipping = False
             return
@@ -1047,6 +1063,15 @@ def _finite_or_big(x: float) -> float:
 STATE_KEYS = frozenset(
     {"step_count", "first_loss", "lowest_loss", "ratio_history", "row_update_sum", "row_update_steps"}
 )
+
+
+def on_stack(frame: Any, top: Any) -> bool:
+    """Whether ``frame`` is ``top`` or one of its callers."""
+    while top is not None:
+        if top is frame:
+            return True
+        top = top.f_back
+    return False
 
 
 def skipped_inside(optimizer: torch.optim.Optimizer) -> bool:
