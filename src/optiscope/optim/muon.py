@@ -262,6 +262,7 @@ class Muon(OptiscopeOptimizer):
         ValueError: a parameter that is not 2-D; a hyperparameter out of its range (``ns_steps=0``,
             ``adjust_lr_fn="x"``, ``eps=0``, ``ns_dtype=torch.int32``); a param group with ``fused=True``.
         TypeError: a hyperparameter of the wrong type, such as ``lr=None``.
+        RuntimeError: a complex parameter (torch.optim.Muon's type for it).
 
     Examples:
         One step moves θ by η·O, whose singular values are near 1 (here A/B = 1/2, so η' = η):
@@ -285,6 +286,7 @@ class Muon(OptiscopeOptimizer):
     """
 
     rules = MUON_RULES
+    complex_error = RuntimeError  # torch.optim.Muon's type for a complex parameter
 
     def __init__(
         self,

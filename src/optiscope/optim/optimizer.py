@@ -189,7 +189,8 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
             ``differentiable=True``; a tensor already in another group; some parameters named and others not;
             ``fused=True`` with options that no fused kernel has.
         TypeError: a hyperparameter of the wrong type (``lr=None``); ``params`` a single tensor, a set, or
-            holding something that is not a tensor; a complex parameter; a group that is not a dict.
+            holding something that is not a tensor; a complex parameter (``complex_error``); a group that is
+            not a dict.
         RuntimeError: ``fused=True`` together with ``foreach=True``; a tensor of more than one element for a
             number or bool hyperparameter.
 
@@ -243,6 +244,9 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
     rules: dict[str, Rule] = {}
     """Each hyperparameter's valid values (name -> ``Rule``), checked with ``lr``, ``maximize``, ``foreach``
     and ``fused`` whenever a group is added; a broken rule raises the exception type torch.optim raises."""
+    complex_error: type[Exception] = TypeError
+    """The exception for a complex parameter, which ours refuse: TypeError, or torch's own type where torch refuses
+    one too (torch.optim.Muon: RuntimeError)."""
     foreach_takes_tensor_lr = True
     """Whether the foreach path takes a tensor ``lr`` (torch.optim.Adam's does not: ValueError with
     ``foreach=True``; with ``foreach=None`` such a group takes the fused path where it applies, else the for-loop)."""
@@ -317,7 +321,7 @@ class OptiscopeOptimizer(torch.optim.Optimizer):
                     "(for example an nn.Parameter) or a (name, tensor) pair from named_parameters()"
                 )
             if p.is_complex():
-                raise TypeError(f"{name}: params[{i}] is complex ({p.dtype}); only real tensors are supported")
+                raise self.complex_error(f"{name}: params[{i}] is complex ({p.dtype}); only real tensors are supported")
         seen = {id(p) for group in self.param_groups for p in group["params"]}
         for i, p in enumerate(params):
             if id(p) in seen:
