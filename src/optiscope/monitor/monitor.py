@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
 import sys
 import time
 import warnings
@@ -339,8 +340,10 @@ class Monitor:
         self._stepped = False  # the optimizer stepped since the last step() call
         self._skipped_in_a_row = 0  # steps skipped since the last step the optimizer took (``skip``)
         self._hooks = [
-            hooked.register_step_pre_hook(self._before_step),
-            hooked.register_step_post_hook(self._after_step),
+            # kept out of tracing: a compiled step (``torch.compile(optimizer.step)``) compiles once, the hooks
+            # running eagerly at its graph's edges, instead of every hook's branch and tensor becoming a guard
+            hooked.register_step_pre_hook(torch.compiler.disable(self._before_step)),
+            hooked.register_step_post_hook(torch.compiler.disable(self._after_step)),
         ]
 
     def _small_batch_source(
@@ -381,7 +384,7 @@ class Monitor:
         # torch runs the hooks in every patched step() of a class chain: a subclass's super().step() calls them
         # again inside the step under way, which is measured once, from outside (a step that raised left its
         # frame behind, off the stack: the next call is a step of its own)
-        caller = sys._getframe(1)
+        caller = torch_caller(sys._getframe(1))
         if self._outer_call is not None and on_stack(self._outer_call, caller.f_back):
             return None
         self._outer_call = caller
@@ -1063,6 +1066,18 @@ def _finite_or_big(x: float) -> float:
 STATE_KEYS = frozenset(
     {"step_count", "first_loss", "lowest_loss", "ratio_history", "row_update_sum", "row_update_steps"}
 )
+
+
+#: where torch.compiler.disable's wrappers live: frames of theirs between a hook and its caller are skipped
+_COMPILER_DIRS = tuple(os.path.join(os.path.dirname(torch.__file__), d) + os.sep for d in ("_dynamo", "compiler"))
+
+
+def torch_caller(frame: Any) -> Any:
+    """``frame`` (a hook's caller), or, when it is a frame of ``torch.compiler.disable``'s wrapper, the first
+    frame above those: torch's own hook wrapper (its compiled version, under ``torch.compile``)."""
+    while frame is not None and frame.f_code.co_filename.startswith(_COMPILER_DIRS):
+        frame = frame.f_back
+    return frame
 
 
 def on_stack(frame: Any, top: Any) -> bool:
