@@ -572,7 +572,7 @@ def sweepable(fake, monkeypatch):
         (["sweep", "synthetic", "--optimizers", "sgd", "--sgd-optimum", "-inf"], "sgd_optimum=-inf must be > 0"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "0.1,0.1"], "names a learning rate twice"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--sgd-optimum", "-1"], "sgd_optimum=-1.0 must be > 0"),
-        (["sweep", "synthetic", "--optimizers", "sgd@0.1"], "a sweep chooses the learning rates"),
+        (["sweep", "synthetic", "--optimizers", "sgd@0.1", "--lrs", "0.1,0.2"], "@η says where an automatic grid"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--lrs", "1e-3,,2e-3"], "--lrs '1e-3,,2e-3': give auto or"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--address", "foo"], "give it with --backend ray"),
         (["sweep", "synthetic", "--optimizers", "sgd", "--seed", "5"], "unrecognized arguments: --seed 5"),

@@ -33,7 +33,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, contracts, experiments, figures, runs, sweep
+from . import __version__, contracts, experiments, figures, optim, runs, sweep
 from .errors import ConfigError, UserError
 from .sweep.sweep import OWNS as SWEEP_OWNS
 from .sweep.sweep import RESERVED as SWEEP_RESERVED
@@ -188,7 +188,7 @@ def report_figure_failures(drawn: figures.Drawn, out: Path) -> int:
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The experiment's options among the parsed arguments of ``run`` or ``sweep`` (not the run
     directory's, nor the sweep's own)."""
-    lifecycle = ("command", "name", "out", "quick", "resume", "force")
+    lifecycle = ("command", "name", "out", "quick", "resume", "force", "recipes")
     own = SWEEP_OPTIONS if args.command == "sweep" else ()
     return {k: v for k, v in vars(args).items() if k not in lifecycle and k not in own}
 
@@ -201,7 +201,24 @@ def say_if_nothing_to_resume(args: argparse.Namespace, console: Console, owned: 
         console.print(f"--resume: {args.out} holds no run yet; starting one", highlight=False)
 
 
+def load_recipes(args: argparse.Namespace) -> None:
+    """Register the recipes of ``--recipes`` (a TOML file), if given: their names become optimizers."""
+    if args.recipes is not None:
+        optim.load_recipes(args.recipes)
+
+
+def add_recipes_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--recipes",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="a TOML file of named optimizer recipes ([recipes.NAME]: class, lr, decays, options), for --optimizers",
+    )
+
+
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    load_recipes(args)
     overrides = config_overrides(args)
     say_if_nothing_to_resume(args, console, experiments.owned_files(args.name))
     results, drawn = run_and_draw(args.name, args.out, args.quick, overrides, resume=args.resume, force=args.force)
@@ -424,6 +441,7 @@ def sweep_config(args: argparse.Namespace) -> sweep.SweepConfig:
 
 
 def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
+    load_recipes(args)
     config = sweep_config(args)
     say_if_nothing_to_resume(args, console, SWEEP_OWNS)
 
@@ -505,8 +523,13 @@ def add_sweep_parser(sub: Any) -> None:
         offered = {"help": module.SUMMARY} if name in tunable else {}
         p = names.add_parser(name, **offered, description=f"Sweep {name}: {module.SUMMARY}")
         p.add_argument(
-            "--optimizers", required=True, metavar="A,B,...", help="optimizer names to tune, comma-separated (no @lr)"
+            "--optimizers",
+            required=True,
+            metavar="A,B,...",
+            help="optimizers to tune, comma-separated: recipe names or dotted class paths (name@lr: where the grid "
+            "starts)",
         )
+        add_recipes_argument(p)
         p.add_argument("--out", required=True, type=out_dir, metavar="DIR", help="the sweep directory")
         p.add_argument("--quick", action="store_true", help="each trial in the experiment's quick configuration")
         p.add_argument(
@@ -607,6 +630,7 @@ def make_parser() -> argparse.ArgumentParser:
         p.add_argument("--quick", action="store_true", help="the short version (what `make demo` runs)")
         p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoints")
         p.add_argument("--force", action="store_true", help="replace the run in --out (its files are deleted first)")
+        add_recipes_argument(p)
         add_config_arguments(p, module)
     plot = sub.add_parser("plot", help="redraw the figures of a run directory from its results.json")
     plot.add_argument(

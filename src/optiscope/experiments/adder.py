@@ -33,7 +33,7 @@ from ..models.adder import AdderConfig, AdderModel, count_parameters, parameter_
 from ..models.adder_challenge import SuiteScorer, build_model, evaluate, greedy_answer
 from ..monitor import DivergenceGuard, Monitor, run_directory_sinks
 from ..optim import RECIPES, as_lambda_lr, build_optimizer, warmup_cosine
-from ..optim.recipes import RunSpec, parse_runs
+from ..optim.recipes import RunSpec, parse_runs, recipe
 from ..runs import checkpoint_name
 from ..train.loop import new_history
 from ..train.progress import Progress
@@ -382,7 +382,7 @@ def train_and_report(config: Config, run_dir: Path) -> Results:
             h = train_seed(config, spec, model_cfg, seed, run_dir, scorer, progress)
             kept = {k: h[k] for k in ("status", "divergence", "best_step", "report", "train", "evals")}
             record = dict(label=spec.label, optimizer=spec.optimizer, lr=spec.lr, seed=seed, steps=h["step"], **kept)
-            record.update(setting=RECIPES[spec.optimizer].describe(), correct=h["report"]["correct"])
+            record.update(setting=recipe(spec.optimizer).describe(), correct=h["report"]["correct"])
             record.update(perfect=record["correct"] == scorer.cases, cpu_minutes=h["seconds"]["cpu"] / 60)
             records.append({**record, "wall_minutes": h["seconds"]["total"] / 60})
     best = max(records, key=lambda r: (r["correct"], -r["best_step"]))

@@ -37,8 +37,8 @@ from torch import Tensor, nn
 from .. import runs, train
 from ..curvature import stability_threshold
 from ..monitor import Curvature, Monitor, run_directory_sinks
-from ..optim import RECIPES, build_optimizer
-from ..optim.recipes import RunSpec, parse_runs
+from ..optim import build_optimizer
+from ..optim.recipes import RunSpec, parse_runs, recipe
 from ..runs import checkpoint_name
 from ..train.loop import new_history
 from ..train.progress import Progress
@@ -260,7 +260,7 @@ def train_all(config: Config, run_dir: Path) -> Results:
             "width": config.width,
             "teacher_width": config.teacher_width,
             "parameters": sum(p.numel() for p in student(config).parameters()),
-            "recipes": {s.label: RECIPES[s.optimizer].describe() for s in runs_of(config)},
+            "recipes": {s.label: recipe(s.optimizer).describe() for s in runs_of(config)},
             "weight_decay": config.weight_decay,
         },
         "steps": config.steps,

@@ -22,7 +22,7 @@ import torch
 
 from ..checks import finite, is_count, positive
 from ..optim import RECIPES
-from ..optim.recipes import RunSpec, parse_runs
+from ..optim.recipes import RunSpec, parse_runs, recipe
 from . import (
     NO_EFFECT,
     Objective,
@@ -165,7 +165,7 @@ def surface_results(surface: Surface, config: Config) -> dict[str, Any]:
         best = best_run(found)
         runs[spec.label] = {
             "optimizer": spec.optimizer,
-            "setting": RECIPES[spec.optimizer].describe(),
+            "setting": recipe(spec.optimizer).describe(),
             "grid": [
                 {"lr": lr, "reached_at": reached, "diverged_at": diverged, "final_gap": gap}
                 for lr, reached, diverged, gap in zip(

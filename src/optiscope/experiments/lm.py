@@ -35,8 +35,8 @@ from ..monitor import Curvature, DivergenceGuard, Monitor, run_directory_sinks
 from ..monitor.curvature import DIRECTIONS
 from ..monitor.divergence import safe_perplexity
 from ..monitor.stats import spearman, update_ratio_by
-from ..optim import RECIPES, Schedule, as_lambda_lr, build_optimizer
-from ..optim.recipes import RunSpec, parse_runs
+from ..optim import Schedule, as_lambda_lr, build_optimizer
+from ..optim.recipes import RunSpec, parse_runs, recipe
 from ..runs import checkpoint_name
 from ..train.distributed import Processes, leave_job, start_processes, wrap
 from ..train.loop import new_history
@@ -71,6 +71,9 @@ DEFAULTS: dict[str, tuple[float, str]] = {
     "muon+adamw": (0.02, "warmup_cosine"),
 }
 LEARNING_RATES = {name: lr for name, (lr, _) in DEFAULTS.items()}
+#: the schedule of --schedule auto for an optimizer not in DEFAULTS (a dotted path, a user's recipe): the one of
+#: the baselines it is compared with (adamw, muon+adamw); a schedule-free optimizer takes --schedule constant
+UNKNOWN_SCHEDULE = "warmup_cosine"
 SCHEDULES = ("auto", "constant", "warmup_cosine")
 DEVICES = ("auto", "cpu", "cuda")
 #: sequences in the fixed curvature batch, unless --curvature-batch says otherwise (the issue's 12 × 64)
@@ -106,7 +109,10 @@ class Config:
     batch_size: int = field(default=12, metadata={"help": "global batch, in sequences (split across torchrun ranks)"})
     steps: int = field(default=2000, metadata={"help": "training steps per run"})
     schedule: str = field(
-        default="auto", metadata={"help": f"lr schedule: one of {', '.join(SCHEDULES)}; auto: per optimizer"}
+        default="auto",
+        metadata={
+            "help": f"lr schedule: one of {', '.join(SCHEDULES)}; auto: per optimizer, warmup_cosine for one not listed"
+        },
     )
     warmup_steps: int | None = field(
         default=None,
@@ -329,7 +335,8 @@ def model_config(config: Config, vocab_size: int) -> GPTConfig:
 
 
 def build_schedule(spec: RunSpec, config: Config) -> Schedule:
-    kind = DEFAULTS[spec.optimizer][1] if config.schedule == "auto" else config.schedule
+    auto = DEFAULTS.get(spec.optimizer, (None, UNKNOWN_SCHEDULE))[1]
+    kind = auto if config.schedule == "auto" else config.schedule
     if kind == "constant":
         return Schedule(spec.lr)
     return Schedule(spec.lr, config.warmup_steps, config.steps, spec.lr * config.min_lr_ratio)
@@ -493,7 +500,7 @@ def new_run(
         curvature={**{k: [] for k in keys}, "label": "", "preconditioned": False},
         optimizer=spec.optimizer,
         lr=spec.lr,
-        setting=RECIPES[spec.optimizer].describe(),
+        setting=recipe(spec.optimizer).describe(),
         schedule=str(schedule),
         eval={"step": [], "train_loss": [], "val_loss": [], "perplexity": [], "seconds": []},
         samples=[],

@@ -31,7 +31,7 @@ from torch import Tensor
 from ..checks import positive
 from ..monitor.stats import loglog_fit
 from ..optim import RECIPES
-from ..optim.recipes import RunSpec, build_optimizer, parse_runs
+from ..optim.recipes import RunSpec, build_optimizer, parse_runs, recipe
 from . import (
     NO_EFFECT,
     Objective,
@@ -359,7 +359,7 @@ def run(config: Config, run_dir: Path) -> Results:
         optimizers[spec.label] = {
             "optimizer": spec.optimizer,
             "lr": spec.lr,
-            "setting": RECIPES[spec.optimizer].describe(),
+            "setting": recipe(spec.optimizer).describe(),
             **run_summary(trajectory, trained["diverged_at"][0]),
             "effective_lr": effective,
             "effective_lr_fit": (

@@ -32,6 +32,7 @@ from typing import Any
 from .. import experiments, runs
 from ..checks import is_count
 from ..errors import ConfigError
+from ..optim.recipes import NoLearningRate, registered
 from . import grid
 from .backends import BACKENDS, open_backend
 from .results import Results, summarise
@@ -58,8 +59,10 @@ class SweepConfig:
     Args:
         experiment: an experiment that declares objectives (``experiments.sweepable()``: ``rare-tokens``,
             ``landscapes``, ``lm``, ``adder``).
-        optimizers: recipe names, each once and without ``@lr`` (the sweep chooses the learning rates), e.g.
-            ``("adamw", "muon+adamw")``.
+        optimizers: optimizer specs, each once (``optim.build_optimizer``'s: a recipe name, a registered recipe or a
+            dotted path to a ``torch.optim.Optimizer`` subclass), e.g. ``("adamw", "muon+adamw",
+            "torch.optim.NAdam@1e-3")``. ``name@η`` says where its automatic grid starts (the centre η₀), for an
+            optimizer the experiment has no usual η for; the sweep chooses the learning rates it runs.
         seeds: N, the tuning seeds per learning rate and the fresh seeds at the tuned one: 1 to 10,000.
         lrs: a fixed grid of distinct finite learning rates > 0, never extended; None: the automatic grid.
         objective: which of the experiment's ``OBJECTIVES`` to tune for; None: its first.
@@ -109,6 +112,10 @@ class Plan:
     centres: dict[str, float]
     seeds: tuple[int, ...]
     fresh: tuple[int, ...]
+    #: the optimizers, named without their ``@η`` (the trials', records' and results' names)
+    names: tuple[str, ...] = ()
+    #: the registered recipes (``optim.register_recipe``, ``--recipes``) among ``names``, as data for the workers
+    recipes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def check(config: SweepConfig) -> Plan:
@@ -135,21 +142,30 @@ def check(config: SweepConfig) -> Plan:
     spaced = [n for n in config.optimizers if n.strip() and n != n.strip()]
     if spaced:  # the trials and results.json would name it as given, the checks below as stripped
         raise ConfigError(f"--optimizers {spaced[0]!r} has spaces around the name; give {spaced[0].strip()!r}")
-    names = [n for n in config.optimizers if n.strip()]
-    if not names:
+    items = [n for n in config.optimizers if n.strip()]
+    if not items:
         raise ConfigError("--optimizers is empty; name one or more optimizers, e.g. adamw,muon+adamw")
-    if len(names) != len(config.optimizers):
+    if len(items) != len(config.optimizers):
         raise ConfigError(f"--optimizers {','.join(config.optimizers)!r} has an empty name between commas")
+    names = [n.partition("@")[0] for n in items]
     if len(set(names)) != len(names):
-        raise ConfigError(f"--optimizers names an optimizer twice: {', '.join(names)}")
+        raise ConfigError(f"--optimizers names an optimizer twice: {', '.join(items)}")
     reserved = sorted(set(config.options) & set(RESERVED))
     if reserved:
         raise ConfigError(f"the sweep sets {', '.join(reserved)} itself; leave them out")
     centres, seed0 = {}, None
-    for name in names:
-        if "@" in name:
-            raise ConfigError(f"--optimizers {name!r}: a sweep chooses the learning rates; name the optimizer alone")
-        settings = experiments.build_config(module, config.quick, {**config.options, "optimizers": name})
+    for item, name in zip(items, names, strict=True):
+        if "@" in item and config.lrs is not None:
+            raise ConfigError(f"--optimizers {item!r}: @η says where an automatic grid starts; with --lrs give {name}")
+        # with --lrs the trials run at its learning rates: the first stands in for an optimizer without a usual one
+        run = item if config.lrs is None else f"{name}@{config.lrs[0]:g}"
+        try:
+            settings = experiments.build_config(module, config.quick, {**config.options, "optimizers": run})
+        except NoLearningRate:
+            raise ConfigError(
+                f"--optimizers {name!r}: {config.experiment} has no usual learning rate for it; say where its grid "
+                f"starts ({name}@0.001), give its recipe an lr, or give --lrs"
+            ) from None
         (spec,) = module.runs_of(settings)
         centre = spec.lr if spec.lr is not None else getattr(module, "DEFAULT_LR", None)
         if centre is None:
@@ -158,12 +174,14 @@ def check(config: SweepConfig) -> Plan:
         seed0 = getattr(settings, "seed", 0)
     seeds = tuple(seed0 + i for i in range(config.seeds))
     fresh = tuple(seed0 + config.seeds + i for i in range(config.seeds))
-    return Plan(experiments.EXPERIMENTS[config.experiment], objective, tuple(declared), centres, seeds, fresh)
+    module_name = experiments.EXPERIMENTS[config.experiment]
+    return Plan(module_name, objective, tuple(declared), centres, seeds, fresh, tuple(names), registered(names))
 
 
-def settings(config: SweepConfig) -> dict[str, Any]:
-    """config.json's content: every option, the grid's factor included."""
-    return runs.to_jsonable({**dataclasses.asdict(config), "factor": None if config.lrs else grid.FACTOR})
+def settings(config: SweepConfig, plan: Plan) -> dict[str, Any]:
+    """config.json's content: every option, the grid's factor and the user's recipes (what each name ran) included."""
+    factor = None if config.lrs else grid.FACTOR
+    return runs.to_jsonable({**dataclasses.asdict(config), "factor": factor, "recipes": plan.recipes})
 
 
 def lr_at(config: SweepConfig, plan: Plan, optimizer: str, k: int) -> float:
@@ -186,7 +204,7 @@ def pending(config: SweepConfig, plan: Plan, out: Path, records: dict[tuple, dic
     bounds, initial = grid_shape(config)
     sign = 1 if experiments.objectives(config.experiment)[plan.objective].direction == "min" else -1
     trials = []
-    for optimizer in config.optimizers:
+    for optimizer in plan.names:
         positions, missed = {}, set()
         for k in range(bounds[0], bounds[1] + 1):
             lr = lr_at(config, plan, optimizer, k)
@@ -209,6 +227,7 @@ def pending(config: SweepConfig, plan: Plan, out: Path, records: dict[tuple, dic
                     objectives=plan.objectives,
                     out=str(trial_dir(out, optimizer, lr, seed)),
                     primary=plan.objective,
+                    recipes=plan.recipes,
                 )
             )
     return trials
@@ -249,10 +268,11 @@ def run_sweep(
     Raises:
         ConfigError: a bad setting: an experiment that declares no objective, an unknown ``objective``, ``seeds``
             outside 1 to 10,000, ``workers`` < 1, an unknown ``backend``, ``address`` without Ray, ``lrs`` empty,
-            not finite and > 0, or named twice, ``optimizers`` empty, repeated, spaced, not a tuple of names or
-            with ``@lr``, an ``options`` key the sweep sets itself, an option the experiment refuses, no usual η
-            and no ``lrs``. Also a trial whose experiment refused its options when it ran: the sweep stops once
-            the other trials of that round have ended.
+            not finite and > 0, or named twice, ``optimizers`` empty, repeated, spaced, not a tuple of names, an
+            unknown or unimportable optimizer, or with ``@η`` beside ``lrs``, an ``options`` key the sweep sets
+            itself, an option the experiment refuses, no usual η and neither ``@η`` nor ``lrs``. Also a trial whose
+            experiment refused its options when it ran: the sweep stops once the other trials of that round have
+            ended.
         RunDirError: ``out`` cannot be used as asked (it holds another run without ``resume`` or ``force``, both
             given, another process holds it, a resume with settings that change results).
         UserError: ``backend="ray"`` and Ray is not installed.
@@ -291,7 +311,7 @@ def run_sweep(
     ignored = tuple(f.name for f in dataclasses.fields(SweepConfig) if f.metadata.get("affects_results") is False)
     with (
         runs.open_run(
-            out, "sweep", settings(config), resume=resume, force=force, ignored=ignored, owned=OWNS
+            out, "sweep", settings(config, plan), resume=resume, force=force, ignored=ignored, owned=OWNS
         ) as run_dir,
         open_backend(config.backend, config.workers, config.address) as backend,
     ):
@@ -328,7 +348,7 @@ def run_sweep(
         results = summarise(
             config.experiment,
             list(records.values()),
-            config.optimizers,
+            plan.names,
             plan.centres,
             plan.seeds,
             plan.fresh,

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import experiments, runs
 from ..errors import ConfigError
+from ..optim.recipes import register_table
 
 TRIALS = "trials"
 STATUSES = ("ok", "diverged", "crashed")
@@ -39,6 +40,9 @@ class Trial:
     out: str
     #: which of ``objectives`` the sweep tunes for (the record's ``objective``)
     primary: str = field(default="")
+    #: the user's recipes the sweep's optimizers name, as a recipes file's entries (``optim.recipes.recipe_data``):
+    #: registered in the process that runs the trial, a pool or Ray worker included
+    recipes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -139,6 +143,7 @@ def _run_trial(trial: Trial) -> dict[str, Any]:
     declared = experiments.objectives(trial.experiment)
     primary = declared[trial.primary or trial.objectives[0]]
     try:
+        register_table(trial.recipes, "the sweep's recipes")
         config = trial_config(trial)
         wait_until_let_go(out)
         results = finished_results(out, config)
