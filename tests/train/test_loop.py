@@ -437,3 +437,39 @@ def test_an_interruption_crosses_a_process_boundary_as_it_was():
     sent = train.Interrupted("sgd@0.1", 7)
     back = pickle.loads(pickle.dumps(sent))
     assert type(back) is train.Interrupted and (back.label, back.step, str(back)) == ("sgd@0.1", 7, str(sent))
+
+
+def test_a_schedule_free_optimizer_is_evaluated_at_its_average_and_trains_unchanged(tmp_path):
+    """The oracle is a hand-written loop with pytorch-optimizer's ScheduleFreeAdamW: its evaluations call the
+    optimizer's own ``eval()`` (the averaged weights x) and its training never does."""
+    schedule_free = pytest.importorskip("pytorch_optimizer").ScheduleFreeAdamW
+    task = Regression()
+
+    def new(label):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        optimizer = schedule_free(model.parameters(), lr=0.05)
+        return train.Run(label, model, optimizer, torch.Generator().manual_seed(1), history=new_history(evals=[]))
+
+    run = new("sf")
+    train.train(run, task, train.Plan(steps=STEPS, eval_every=4, eval_at_start=False))
+
+    hand = new("hand")
+    evals = []
+    for step in range(1, STEPS + 1):
+        hand.optimizer.zero_grad()
+        task.loss(hand.model, task.batch(step, hand.data)).backward()
+        hand.optimizer.step()
+        if step % 4 == 0:
+            hand.optimizer.eval()
+            with torch.no_grad():
+                evals.append(float(nn.functional.mse_loss(hand.model(task.x_eval).squeeze(-1), task.x_eval @ task.w)))
+            hand.optimizer.train()
+    assert [s for s, _ in run.history["evals"]] == [4, 8, 12]
+    assert [v for _, v in run.history["evals"]] == pytest.approx(evals, rel=1e-5)
+    for p, q in zip(run.model.parameters(), hand.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    # at y, where it trains, the loss differs: the switch is what the evaluation measured
+    with torch.no_grad():
+        at_y = float(nn.functional.mse_loss(run.model(task.x_eval).squeeze(-1), task.x_eval @ task.w))
+    assert abs(at_y - evals[-1]) > 1e-4

@@ -430,7 +430,7 @@ def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progres
     with stop_requests() as stop:
         try:
             if run.step == 0 and plan.eval_at_start:
-                done = task.evaluate(run)
+                done = evaluate(run, task)
                 clock.lap(training=False)
                 _check_evaluation(run, task)
             while run.step < plan.steps and not done:
@@ -440,7 +440,7 @@ def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progres
                 progress.update(run.step, loss)
                 step = run.step
                 if plan.eval_every and (step % plan.eval_every == 0 or step == plan.steps):
-                    done = task.evaluate(run)
+                    done = evaluate(run, task)
                     clock.lap(training=False)
                     _check_evaluation(run, task)
                 stopping = any_rank(stop.requested)
@@ -470,6 +470,32 @@ def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progres
         # still stops the job here, with this run's outcome saved, rather than be forgotten when the next run starts
         if any_rank(stop.requested):
             raise Interrupted(run.label, run.step)
+
+
+def evaluate(run: Run, task: Task) -> bool:
+    """``task.evaluate(run)``, at the weights the optimizer means to be evaluated.
+
+    A schedule-free optimizer (Defazio et al. 2024, "The Road Less Scheduled": pytorch-optimizer's
+    ``ScheduleFreeAdamW``, the ``schedulefree`` package) trains at an interpolation y of its iterates and is
+    evaluated at their average x; its ``eval()`` moves the weights to x and ``train()`` back to y. An optimizer
+    with both methods is switched to x for the evaluation and back before the next step, so a schedule-free run
+    is judged by the weights it would be deployed with. Every other optimizer is evaluated as it is.
+
+    Args:
+        run: the run, after its step ``run.step``.
+        task: the task whose evaluation is made.
+
+    Returns:
+        What ``task.evaluate`` returned: True to end training early.
+    """
+    switches = all(callable(getattr(run.optimizer, name, None)) for name in ("eval", "train"))
+    if not switches:
+        return task.evaluate(run)
+    run.optimizer.eval()
+    try:
+        return task.evaluate(run)
+    finally:
+        run.optimizer.train()
 
 
 def optimizer_step(run: Run, task: Task, batch: Any, clip: float | None) -> float:
