@@ -9,10 +9,29 @@ eigenvalue λ of the relevant matrix this gives (Cohen et al., ICLR 2021; Cohen 
     heavy-ball momentum β (torch's SGD)         λ(H) < (2 + 2β)/η          (dampening τ: η → η(1 − τ))
     Nesterov momentum β (torch's SGD)           λ(H) < (2 + 2β)/((1 + 2β)η)
     Adam / AdamW / Adam+L2, β₁                  λ(P⁻¹H) < (2 + 2β₁)/((1 − β₁)η),  P = diag(√v̂ + ε)
+    torch's NAdam, β₁, μ = μ_{t+1}, μ′ = μ_{t+2}    λ(P⁻¹H) < 2(1 + β₁)/(Dη),  D = (1 + β₁)(1 − μ) + (1 − β₁)μ′
+    torch's RAdam, rectified (ρ_{t+1} > 5)      λ(P⁻¹H) < (2 + 2β₁)/((1 − β₁) r η),  P = diag((√v + ε)/√(1 − β₂ᵗ))
+    torch's RAdam, its first steps (ρ ≤ 5)      λ(H) < (2 + 2β₁)/((1 − β₁)η)
 
 where v̂ = v/(1 − β₂ᵗ) is the bias-corrected second moment in the optimizer's state (``max_exp_avg_sq``
 with AMSGrad). For β₁ = 0.9 Adam's threshold is 38/η. The analysis freezes P, and leaves out m̂'s bias
 correction 1/(1 − β₁ᵗ) (within 1 % of 1 after 44 steps at β₁ = 0.9).
+
+NAdam steps θ ← θ − η((1 − μ)g + μ′m)/P with m ← β₁m + (1 − β₁)g and μ_s = β₁(1 − ½·0.96^{sψ}) (ψ its
+``momentum_decay``). Along an eigenvector of P⁻¹H with eigenvalue h the map of (θ, m) has determinant
+β₁(1 − ηh(1 − μ)) > −1 below the threshold, and its eigenvalue −1 where ηhD = 2(1 + β₁): the threshold above.
+μ = μ′ = 0 gives 2/η; μ = μ′ = β₁ gives Nesterov's (2 + 2β₁)/((1 + 2β₁)(1 − β₁)η), and Adam is the map with
+(1 − μ, μ′) = (0, 1), D = 1 − β₁. At ψ = 0.004, β₁ = 0.9 it is 3.49/η at the first step, 4.9/η after 3000 and
+13.6/η far on: the threshold follows μ_t, read from the step count in the state; the factors 1/(1 − Πμ) that
+correct the momentum's start are left out like m̂'s bias correction (Πμ ≤ β₁ᵗ). RAdam's rectified step is
+Adam's at η·r_t, r_t = √((ρ_t − 4)(ρ_t − 2)ρ_∞/((ρ_∞ − 4)(ρ_∞ − 2)ρ_t)), ρ_∞ = 2/(1 − β₂) − 1, with ε outside
+the bias correction; while ρ_t ≤ 5 (the first 5 steps at β₂ = 0.999, every step at β₂ ≤ 2/3) it is η m̂, heavy
+ball with dampening β₁ on H itself. Each of these is tested on a quadratic with P frozen, against torch's own
+optimizer: 1.1× above diverges, 0.9× below converges.
+
+The threshold is given only for an optimizer whose step is one of these (``RULES``): its class, or a subclass
+that keeps the class's ``step`` (and, for optiscope's, ``update_group``). A subclass that steps otherwise (a zoo's
+Adam with its own ``step``) has no threshold, with the reason, rather than its parent's.
 
 Weight decay λ enters the same linear maps (``weight_decay``), and the sharpness takes it into the matrix
 whose top eigenvalue it reports (``sharpness.py``), so that the thresholds above stand as they are. Coupled
@@ -21,7 +40,8 @@ for a step direction d = β b + (1 − τ) g (heavy ball with dampening τ; Adam
 iteration matrix [[1 − ηλ − η(1 − τ)h, −ηβ], [(1 − τ)h, β]] along an eigenvector with eigenvalue h of H (of
 P⁻¹H), whose eigenvalue −1 lies at h + λ(1 + β)/(1 − τ) = (2 + 2β)/((1 − τ)η): the condition is the
 threshold above for h + cλ, c = (1 + β)/(1 − τ) — 1 without momentum (the same steps as coupled decay), 19
-for AdamW at β₁ = 0.9 — and c = (1 + β)/(1 + 2β) for Nesterov momentum. With λ differing between param
+for AdamW at β₁ = 0.9 — and c = (1 + β)/(1 + 2β) for Nesterov momentum; for NAdam and RAdam, whose decay is at η,
+c = (1 + β₁)/D and (1 + β₁)/((1 − β₁)r): half the coefficient of c/η in each threshold. With λ differing between param
 groups the eigenvectors differ too, but the Schur complement of the map (θ, m) ↦ (θ′, m′) + (θ, m) shows the
 eigenvalue −1 still lies exactly where D H D + diag(cλ) has an eigenvalue at the threshold (tested).
 
@@ -32,12 +52,14 @@ and whose decoupled decay is s_g λ_g. The threshold is then the formula above a
 "38/η_max"), and it bounds the top eigenvalue of that P⁻¹H (``preconditioned``; tested against torch's own
 SGD and Adam diverging just above it and converging just below).
 
-For optimizers without such a linear analysis (Lion and Muon are sign / orthogonalising maps, RMSprop
-and others are not covered here) the threshold is None with the reason — never a made-up number.
+For optimizers without such a linear analysis (Lion and Muon are sign / orthogonalising maps, RMSprop,
+Adamax, Adagrad and others are not covered here) the threshold is None with the reason — never a made-up number.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +70,41 @@ from ..checks import is_optimizer, require_optimizer
 from ..optim import SGD, Adam
 from ..optim.adam import adam_denominator, adam_steps
 
-_SGD_TYPES = (SGD, torch.optim.SGD)
-_ADAM_TYPES = (Adam, torch.optim.Adam)  # ours covers AdamW and AdamL2, torch's covers its AdamW
+#: The optimizers whose step the analysis knows, and the rule of each. Ours covers AdamW and AdamL2, torch's Adam
+#: its AdamW; any other subclass counts only where it keeps the known class's step (``known_class``).
+RULES: dict[type, str] = {
+    SGD: "sgd",
+    torch.optim.SGD: "sgd",
+    Adam: "adam",
+    torch.optim.Adam: "adam",
+    torch.optim.NAdam: "nadam",
+    torch.optim.RAdam: "radam",
+}
+#: The rules with Adam-style state (``exp_avg_sq``, ``step``), which leave a parameter without a gradient unmoved.
+ADAPTIVE = ("adam", "nadam", "radam")
+
+
+def known_class(optimizer: Any, classes: dict[type, Any]) -> type | None:
+    """The class among ``classes`` whose step ``optimizer`` takes: its own class, or the nearest of them it inherits
+    from when it keeps that class's ``step`` (and, for optiscope's, its ``update_group``, where the rule is
+    written). None when it is none of them, or overrides either: it may step otherwise (a zoo's Adam subclass)."""
+    for cls in type(optimizer).__mro__:
+        if cls in classes:
+            same = all(_method(type(optimizer), m) is _method(cls, m) for m in ("step", "update_group"))
+            return cls if same else None
+    return None
+
+
+def _method(cls: type, name: str) -> Any:
+    """``cls.name`` without the wrappers torch puts around ``step`` (its profiling hook); None without one."""
+    method = getattr(cls, name, None)
+    return None if method is None else inspect.unwrap(method)
+
+
+def rule(optimizer: Any) -> str | None:
+    """The stability rule of ``optimizer`` (``RULES``), None where the analysis does not know its step."""
+    cls = known_class(optimizer, RULES)
+    return None if cls is None else RULES[cls]
 
 
 @dataclass(frozen=True)
@@ -124,7 +179,7 @@ def inner_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """The optimizer inside a library's wrapper that forwards its ``param_groups`` (🤗 Accelerate's
     ``AcceleratedOptimizer`` holds it as ``.optimizer``): its type says which threshold and preconditioner apply,
     the wrapper's does not. ``optimizer`` itself when it wraps none."""
-    while not isinstance(optimizer, _SGD_TYPES + _ADAM_TYPES):
+    while rule(optimizer) is None:
         inner = getattr(optimizer, "optimizer", None)
         if inner is optimizer or not (is_optimizer(inner) and inner.param_groups is optimizer.param_groups):
             return optimizer
@@ -144,13 +199,17 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
     | heavy ball, momentum β, dampening τ | λ(H) < (2 + 2β)/((1 − τ)η) | "3.8/η" (β = 0.9) |
     | Nesterov, momentum β | λ(H) < (2 + 2β)/((1 + 2β)η) | "1.36/η" (β = 0.9) |
     | Adam, AdamW, Adam+L2, β₁ | λ(P⁻¹H) < (2 + 2β₁)/((1 − β₁)η), P = diag(√v̂ + ε) | "38/η" (β₁ = 0.9) |
+    | torch's NAdam | λ(P⁻¹H) < 2(1 + β₁)/(Dη), D from μ_t (module docstring) | "3.49/η" at its first step |
+    | torch's RAdam, rectified | λ(P⁻¹H) < (2 + 2β₁)/((1 − β₁)r_t η) | "41.4/η" at t = 3000 |
+    | torch's RAdam, first steps | λ(H) < (2 + 2β₁)/((1 − β₁)η) | "38/η" |
 
-    For optimizers without such an analysis (Lion, Muon, RMSprop, anything else) the threshold is None with the
-    reason, never a made-up number.
+    Only for those steps: the class, or a subclass that keeps its ``step``. For any other (Lion, Muon, RMSprop,
+    a subclass with a ``step`` of its own) the threshold is None with the reason, never a made-up number.
 
     Args:
-        optimizer: the optimizer (optiscope's or torch.optim's ``SGD``, ``Adam``, ``AdamW``, ``AdamL2``, any
-            other, or a wrapper that forwards its ``param_groups``); None gives no threshold.
+        optimizer: the optimizer (optiscope's or torch.optim's ``SGD``, ``Adam``, ``AdamW``, ``AdamL2``, torch's
+            ``NAdam``, ``RAdam``, any other, or a wrapper that forwards its ``param_groups``); None gives no
+            threshold.
 
     Returns:
         [`Stability`][optiscope.curvature.Stability] with the threshold (None with a ``reason`` where there
@@ -171,6 +230,8 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
         >>> s = stability_threshold(torch.optim.Adam(params, lr=0.01))
         >>> round(s.threshold, 6), s.label, s.preconditioned
         (3800.0, '38/η', True)
+        >>> stability_threshold(torch.optim.NAdam(params, lr=0.01)).label  # at its first step (μ ≈ 0.45)
+        '3.49/η'
         >>> from optiscope.optim import Lion
         >>> stability_threshold(Lion(params, lr=1e-4)).reason
         'no known stability threshold for Lion'
@@ -207,8 +268,11 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
     require_optimizer(optimizer, "stability_threshold")
     optimizer = inner_optimizer(optimizer)
     name = type(optimizer).__name__
+    kind = rule(optimizer)
+    if kind is None:
+        return Stability(None, "", False, unknown(optimizer))
     groups = moving_groups(optimizer)
-    if isinstance(optimizer, _SGD_TYPES):
+    if kind == "sgd":
         setting, why = _shared(
             groups,
             {
@@ -232,18 +296,74 @@ def stability_threshold(optimizer: torch.optim.Optimizer | None) -> Stability:
         else:
             coef = (2 + 2 * mu) / (1 - tau) if tau < 1 else float("inf")
         return Stability(coef / lr, label(coef, lrs), len(set(lrs)) > 1)
-    if isinstance(optimizer, _ADAM_TYPES):
-        setting, why = _shared(groups, {"beta1": lambda g: float(g["betas"][0])}, name)
-        if setting is None:
-            return Stability(None, "", True, why)
-        (beta1,) = setting
-        lrs = [float(g["lr"]) for g in groups]
-        lr = max(lrs)
-        if lr <= 0 or beta1 >= 1:
-            return Stability(None, "", True, f"{name} has lr={lr}, beta1={beta1}")
-        coef = (2 + 2 * beta1) / (1 - beta1)
-        return Stability(coef / lr, label(coef, lrs), True)
-    return Stability(None, "", False, f"no known stability threshold for {name}")
+    read = {"beta1": lambda g: float(g["betas"][0])}
+    read |= {"momentum_decay": lambda g: float(g["momentum_decay"])} if kind == "nadam" else {}
+    read |= {"beta2": lambda g: float(g["betas"][1])} if kind == "radam" else {}
+    setting, why = _shared(groups, read, name)
+    if setting is None:
+        return Stability(None, "", True, why)
+    beta1 = setting[0]
+    lrs = [float(g["lr"]) for g in groups]
+    lr = max(lrs)
+    if lr <= 0 or beta1 >= 1:
+        return Stability(None, "", True, f"{name} has lr={lr}, beta1={beta1}")
+    t, why = _step_count(optimizer, groups, name) if kind != "adam" else (0.0, None)  # Adam's c is the same at any t
+    if t is None:
+        return Stability(None, "", True, why)
+    coef, preconditioned = adaptive_coefficient(kind, groups[0], t)
+    return Stability(coef / lr, label(coef, lrs), preconditioned or len(set(lrs)) > 1)
+
+
+def unknown(optimizer: torch.optim.Optimizer) -> str:
+    """Why ``optimizer`` has no threshold: its class is not in ``RULES``, or overrides the step of the one it
+    subclasses."""
+    name = type(optimizer).__name__
+    base = next((cls for cls in type(optimizer).__mro__ if cls in RULES), None)
+    if base is None:
+        return f"no known stability threshold for {name}"
+    package = ".".join(base.__module__.split(".")[:2])  # torch.optim.Adam, optiscope.optim.SGD: where users import it
+    return f"no known stability threshold for {name} (its step() is not {package}.{base.__name__}'s)"
+
+
+def _step_count(optimizer: torch.optim.Optimizer, groups: list[dict], name: str) -> tuple[float | None, str | None]:
+    """(t, None): the steps the moved parameters' Adam-style state has taken (0 before the first), on which NAdam's
+    μ and RAdam's rectification depend; (None, the reason) when they have taken different numbers."""
+    steps = {adam_steps(optimizer.state.get(p, {})) for g in groups for p in g["params"]} - {0.0}
+    if len(steps) > 1:
+        return None, f"{name}'s parameters have taken different numbers of steps ({sorted(steps)}); no single threshold"
+    return (steps.pop() if steps else 0.0), None
+
+
+def adaptive_coefficient(kind: str, group: dict, t: float) -> tuple[float, bool]:
+    """(c, whether the step is preconditioned by P) for an ``ADAPTIVE`` rule's next step from ``group``'s settings
+    and t steps taken: its threshold is c/η (module docstring); c/2 is its decoupled decay's factor."""
+    beta1 = float(group["betas"][0])
+    if kind == "nadam":
+        return 2 * (1 + beta1) / nadam_denominator(beta1, float(group["momentum_decay"]), t), True
+    r = radam_rectification(float(group["betas"][1]), t + 1) if kind == "radam" else 1.0
+    return (2 + 2 * beta1) / ((1 - beta1) * (r or 1.0)), r is not None
+
+
+def group_steps(optimizer: torch.optim.Optimizer, group: dict) -> float:
+    """t of ``group``: the most steps any of its parameters' Adam-style state has taken (0 before the first)."""
+    return max((adam_steps(optimizer.state.get(p, {})) for p in group["params"]), default=0.0)
+
+
+def nadam_denominator(beta1: float, momentum_decay: float, t: float) -> float:
+    """D = (1 + β₁)(1 − μ) + (1 − β₁)μ′ of torch's NAdam at its next step t + 1, with μ = μ_{t+1}, μ′ = μ_{t+2} and
+    μ_s = β₁(1 − ½·0.96^{sψ}), ψ its ``momentum_decay``: its threshold is 2(1 + β₁)/(D η)."""
+    mu, mu_next = (beta1 * (1 - 0.5 * 0.96 ** (s * momentum_decay)) for s in (t + 1, t + 2))
+    return (1 + beta1) * (1 - mu) + (1 - beta1) * mu_next
+
+
+def radam_rectification(beta2: float, t: float) -> float | None:
+    """r_t of torch's RAdam at step t: √((ρ_t − 4)(ρ_t − 2)ρ_∞ / ((ρ_∞ − 4)(ρ_∞ − 2)ρ_t)), with ρ_∞ = 2/(1 − β₂) − 1
+    and ρ_t = ρ_∞ − 2tβ₂ᵗ/(1 − β₂ᵗ); None where ρ_t ≤ 5 (the step is then η m̂, not rectified)."""
+    rho_inf = 2 / (1 - beta2) - 1
+    rho = rho_inf - 2 * t * beta2**t / (1 - beta2**t)
+    if rho <= 5:
+        return None
+    return math.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
 
 
 def moving_groups(optimizer: torch.optim.Optimizer) -> list[dict]:
@@ -254,7 +374,7 @@ def moving_groups(optimizer: torch.optim.Optimizer) -> list[dict]:
     given a gradient) is not moved either, and its lr does not count (the sharpness leaves it out of H)."""
     trainable = [g for g in optimizer.param_groups if any(p.requires_grad for p in g["params"])]
     moving = [g for g in trainable if _moves(g)] or trainable
-    if not isinstance(optimizer, _ADAM_TYPES):
+    if rule(optimizer) not in ADAPTIVE:
         return moving
     stepped = [g for g in moving if any(adam_steps(optimizer.state.get(p, {})) > 0 for p in g["params"])]
     return stepped or moving
@@ -281,14 +401,15 @@ def weight_decay(optimizer: torch.optim.Optimizer, group: dict) -> Decay:
     """``group``'s weight decay in ``optimizer``'s stability analysis (module docstring); none for optimizers
     without a threshold here."""
     lam = float(group.get("weight_decay", 0.0))
-    if lam == 0 or not isinstance(optimizer, _SGD_TYPES + _ADAM_TYPES):
+    kind = rule(optimizer)
+    if lam == 0 or kind is None:
         return Decay()
     decoupled = bool(group.get("decoupled_weight_decay", False)) or isinstance(optimizer, torch.optim.AdamW)
     if not decoupled:
         return Decay(coupled=lam)
-    if isinstance(optimizer, _ADAM_TYPES):
-        beta = float(group["betas"][0])
-        return Decay(shift=lam * (1 + beta) / (1 - beta))
+    if kind in ADAPTIVE:
+        coef, _ = adaptive_coefficient(kind, group, group_steps(optimizer, group))
+        return Decay(shift=lam * coef / 2)
     mu, tau = float(group["momentum"]), float(group["dampening"])
     if mu == 0:
         return Decay(shift=lam)
@@ -298,16 +419,25 @@ def weight_decay(optimizer: torch.optim.Optimizer, group: dict) -> Decay:
 
 
 def adam_family(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether ``optimizer`` (the one inside a wrapper: ``inner_optimizer``) preconditions by Adam's
-    P = diag(√v̂ + ε)."""
-    return isinstance(inner_optimizer(optimizer), _ADAM_TYPES)
+    """Whether ``optimizer`` (the one inside a wrapper: ``inner_optimizer``) keeps Adam-style state and so leaves a
+    parameter without it unmoved: Adam and AdamW (ours, torch's), torch's NAdam and RAdam."""
+    return rule(inner_optimizer(optimizer)) in ADAPTIVE
 
 
 def inverse_preconditioner(optimizer: torch.optim.Optimizer, param: Tensor, step_scale: float = 1.0) -> Tensor:
-    """P⁻¹ for ``param``, whose group's steps carry ``step_scale`` (``step_scales``): s/(√v̂ + ε) for an
-    Adam-family optimizer, from its state (KeyError for a param not in it or before its first step; independent
-    of η, so defined at η = 0 too, a warm-up from 0), s elsewhere."""
-    if not adam_family(optimizer):
+    """P⁻¹ for ``param``, whose group's steps carry ``step_scale`` (``step_scales``), from the optimizer's state
+    (KeyError for a param not in it or before its first step; independent of η, so defined at η = 0 too, a warm-up
+    from 0): s/(√v̂ + ε) for Adam, AdamW and NAdam, s√(1 − β₂ᵗ)/(√v + ε) for RAdam's rectified step; s elsewhere
+    (RAdam's unrectified step η m̂ too)."""
+    optimizer = inner_optimizer(optimizer)
+    kind = rule(optimizer)
+    if kind not in ADAPTIVE:
         return torch.full_like(param, step_scale)
-    _, denominator = adam_denominator(optimizer.state, optimizer.param_groups, param)
-    return step_scale / denominator
+    t = adam_steps(optimizer.state.get(param, {}))
+    beta2 = next((float(g["betas"][1]) for g in optimizer.param_groups if any(p is param for p in g["params"])), 0.0)
+    if kind == "radam" and radam_rectification(beta2, t + 1) is None:  # before the first step too: P = I
+        return torch.full_like(param, step_scale)
+    group, denominator = adam_denominator(optimizer.state, optimizer.param_groups, param)
+    if kind != "radam":
+        return step_scale / denominator
+    return step_scale * math.sqrt(1 - beta2**t) / (optimizer.state[param]["exp_avg_sq"].sqrt() + group["eps"])
