@@ -42,7 +42,7 @@ def _run(compiled: bool, monitored: bool) -> tuple[list[dict], list[dict], int, 
         opt_step()
         truth.append(
             {
-                n: {"g": float(g.norm()), "w": float(p.norm()), "u": float((p.detach() - b).norm())}
+                n: {"g": float(g.norm()), "w": float(p.detach().norm()), "u": float((p.detach() - b).norm())}
                 for n, p in model.named_parameters()
                 for b, g in [before[n]]
             }

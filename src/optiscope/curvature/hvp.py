@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -57,6 +58,21 @@ def unwrap(model: nn.Module) -> nn.Module:
             model = model._orig_mod
         else:
             return model
+
+
+#: why curvature is refused on a model that FSDP shards (the rest of the sentence after what is refused)
+SHARDED_CURVATURE = (
+    "is not measured under FSDP: Hessian-vector products differentiate the gradient of the model at its whole "
+    "parameters, which FSDP holds only in shards; measure curvature under DDP, or on an unsharded copy"
+)
+
+
+def sharded(model: nn.Module) -> bool:
+    """Whether FSDP (``fully_shard`` or ``FullyShardedDataParallel``) shards ``model`` or a module inside it."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # nothing is sharded before it is imported
+    if fsdp is None:
+        return False
+    return any(isinstance(m, fsdp.FSDPModule | fsdp.FullyShardedDataParallel) for m in model.modules())
 
 
 def map_tensors(fn: Callable[[Tensor], Any], obj: Any) -> Any:
@@ -282,7 +298,8 @@ class HessianOperator:
     Raises:
         TypeError: ``model`` not an ``nn.Module``, or ``loss_fn`` not callable.
         ValueError: ``dtype`` not floating; an empty batch (a tensor with 0 rows); a batch none of whose
-            tensors is on the model's device; no parameter that requires grad. A ``loss_fn`` that does not
+            tensors is on the model's device; no parameter that requires grad; a model that FSDP shards
+            (``SHARDED_CURVATURE`` says why). A ``loss_fn`` that does not
             return a differentiable scalar fails at the first product (or at ``check``).
 
     Examples:
@@ -332,6 +349,8 @@ class HessianOperator:
             raise TypeError(f"curvature: model={model!r} is not a torch.nn.Module")
         if not callable(loss_fn):
             raise TypeError(f"curvature: loss_fn={loss_fn!r} is not a function loss_fn(model, batch) -> loss")
+        if sharded(model):
+            raise ValueError(f"curvature {SHARDED_CURVATURE}")
         self.model = unwrap(model)
         self.module = LossModule(self.model, loss_fn)
         self.cast = dtype

@@ -18,7 +18,10 @@ measured steps. ``monitor.step(loss)`` adds the loss, learning rates and through
 on every step (the loss is all it needs), and sends measured steps' records to the sinks.
 
 Under ``torchrun``/DDP every rank computes the same values (parameters and all-reduced gradients are
-identical; the loss is averaged across ranks) and only rank 0's sinks write.
+identical; the loss is averaged across ranks) and only rank 0's sinks write. Under FSDP (``fully_shard``, or
+``FullyShardedDataParallel`` with either ``use_orig_params``) each rank reads its shards and the sums behind
+every number are added up over the shard group (``sharding``), so every rank records the whole model's.
+The hooks are kept out of ``torch.compile``'s tracing: a compiled ``optimizer.step`` compiles as without them.
 
 With ``curvature=Curvature(batch, loss_fn, every=N)`` every N-th step is also measured for sharpness
 against the optimizer's stability threshold, curvature along the update and the gradient, the Hessian's
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 import os
 import sys
@@ -48,16 +52,18 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..checks import finite, is_count, is_number, require_optimizer
-from ..curvature.hvp import dense, unwrap
-from . import stats
+from ..curvature.hvp import SHARDED_CURVATURE, dense, unwrap
+from . import sharding, stats
 from .accumulation_noise import AccumulationNoise
 from .curvature import KEYS, Curvature, check_batch, check_curvature, measure
 from .divergence import Diverged, DivergenceGuard, check_guard, curvature_diagnosis
 from .names import is_own_name, own_names, under_compile
 from .rank_noise import RankNoise
+from .sharding import Part
 from .sinks import checked_sinks
 
 DEFAULT_GUARD = DivergenceGuard()
+log = logging.getLogger("optiscope")
 
 
 def check_schedule(every: Any, curvature: Any, guard: Any, who: str) -> None:
@@ -161,12 +167,14 @@ class Monitor:
     run into a ``Diverged`` record instead of a crash.
 
     Args:
-        model: the module being trained, for parameter names; may be wrapped in DDP or compiled.
+        model: the module being trained, for parameter names; may be wrapped in DDP or FSDP, or compiled.
         optimizer: any ``torch.optim.Optimizer`` (ours or torch's), or a wrapper such as accelerate's
             ``AcceleratedOptimizer``, whose wrapped optimizer then carries the step hooks.
         every: measure the first optimizer step and every ``every``-th; an integer ≥ 1.
         sinks: where records go: objects with ``write(record)`` and ``close()``, e.g.
-            ``[ConsoleSink(), JSONLSink("metrics.jsonl")]``; ``()`` for none (``step`` still returns them).
+            ``[ConsoleSink(), JSONLSink("metrics.jsonl")]``; ``[]`` for none (``step`` still returns them and
+            ``last_record`` keeps the last); None (the default) for none, said once in a warning of the
+            ``optiscope`` logger.
         batch_tokens: tokens (or examples) per optimizer step, for a ``tokens_per_s`` field; None for none.
         guard: the ``DivergenceGuard`` that judges every step's loss, or None to switch divergence detection off.
         on_divergence: ``"raise"`` (raise ``Diverged``, the default) or ``"record"`` (set ``monitor.diverged``
@@ -197,7 +205,9 @@ class Monitor:
             ``on_divergence`` not "raise" or "record"; ``context`` reuses a record field; ``embedding`` is no
             parameter name or not 2-D; ``token_counts`` without ``embedding``, of the wrong length, or not
             finite and ≥ 0; ``curvature.rank_batch_size`` on a model that is not a DDP model of ≥ 2 ranks
-            without a communication hook of its own, or ``curvature.accumulation_batch_size`` under DDP.
+            without a communication hook of its own, or ``curvature.accumulation_batch_size`` under DDP; a
+            sharding the monitor does not measure (DeepSpeed ZeRO, tensor parallel, HSDP), or ``curvature``,
+            ``histograms`` or ``embedding`` under FSDP.
         Exception: whatever ``curvature.loss_fn`` raises on ``curvature.batch`` (tried once here), with a
             note saying so.
 
@@ -251,6 +261,14 @@ class Monitor:
           rank must reach, so every rank must take the same optimizer steps) and only rank 0's sinks write.
           Uneven inputs under DDP's ``Join`` are refused at the first ``step`` (give the monitor the
           DDP-wrapped model, where ``Join`` can be seen).
+        - FSDP2 (``fully_shard``) and FSDP1 (``FullyShardedDataParallel``, ``use_orig_params`` True or False):
+          every rank records the unsharded model's numbers under the names of the user's model (no
+          ``_fsdp_wrapped_module.``): norms, ⟨u, g⟩ and counts are summed over the shard group, the effective
+          LR's min and max reduced, its median taken over the same entries as unsharded (``sharding``); a
+          measured step is then a few collectives every rank reaches. Curvature, ``histograms`` and
+          ``embedding`` are refused under FSDP, as are DeepSpeed ZeRO, tensor parallelism and HSDP.
+        - A compiled step (``torch.compile(optimizer.step)``): the hooks run outside the graph
+          (``torch.compiler.disable``), so the step compiles once, as without the monitor.
         - A ``Monitor`` cannot be pickled or copied (its hooks and open sinks would not survive): save
           ``state_dict()`` and give a new monitor ``load_state_dict()``.
     """
@@ -260,7 +278,7 @@ class Monitor:
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         every: int = 10,
-        sinks: Iterable[Any] = (),
+        sinks: Iterable[Any] | None = None,
         *,
         batch_tokens: int | None = None,
         guard: DivergenceGuard | None = DEFAULT_GUARD,
@@ -277,7 +295,12 @@ class Monitor:
         if not isinstance(model, nn.Module):
             raise TypeError(f"Monitor: model={model!r} is not an nn.Module; give the model the optimizer trains")
         require_optimizer(optimizer, "Monitor")
-        sinks = checked_sinks(sinks, "Monitor")
+        if sinks is None:  # said once: a monitor that records to nowhere looks like one that works
+            log.warning(
+                "Monitor: no sinks, so its records go nowhere but monitor.last_record (and what step() returns); "
+                "give sinks=[JSONLSink('metrics.jsonl')] (or any sink), or sinks=[] for none on purpose"
+            )
+        sinks = checked_sinks(() if sinks is None else sinks, "Monitor")
         if not (finite(alarm_growth) and alarm_growth > 1):
             raise ValueError(f"Monitor: alarm_growth={alarm_growth!r} must be a number > 1 (a finite multiple of u/w)")
         if on_divergence not in ("raise", "record"):
@@ -310,6 +333,9 @@ class Monitor:
         self._curvature_history: list[tuple[int, float | None, str, bool]] = []
         self._update: dict[int, Tensor] | None = None
         self.names: dict[int, str] = parameter_names(model, optimizer)
+        self._layout = sharding.layout(model, optimizer, self.names)
+        if self._layout is not None:
+            _refuse_under_sharding(curvature, histograms, embedding)
         if curvature is not None:
             check_batch(curvature, model)
         self._small_batches = self._small_batch_source(model, optimizer, curvature)
@@ -402,8 +428,8 @@ class Monitor:
         # optimizer may use them up at once: they are read as its closure returns. One frozen with
         # requires_grad_(False) that keeps a zeroed .grad is still stepped (momentum, weight decay move it).
         params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad or p.grad is not None]
-        self._snapshot_params = params
-        self._snapshot = [p.detach().clone() for p in params]
+        self._snapshot_params = self._parts(params)
+        self._snapshot = [_weight(q).clone() for q in self._snapshot_params]
         read = []
 
         def closure_then_read() -> Any:
@@ -426,17 +452,18 @@ class Monitor:
         params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if after_closure:  # taken before the closure ran: keep the parameters that now have a gradient
             with_grad = {id(p) for p in params}
-            kept = [(p, b) for p, b in zip(self._snapshot_params, self._snapshot, strict=True) if id(p) in with_grad]
-            self._snapshot_params, self._snapshot = [p for p, _ in kept], [b for _, b in kept]
+            kept = [
+                (q, b) for q, b in zip(self._snapshot_params, self._snapshot, strict=True) if id(_param(q)) in with_grad
+            ]
+            self._snapshot_params, self._snapshot = [q for q, _ in kept], [b for _, b in kept]
             params = self._snapshot_params
         else:
-            self._snapshot_params = params
-            self._snapshot = [p.detach().clone() for p in params]
-        if not params:
+            params = self._snapshot_params = self._parts(params)
+            self._snapshot = [_weight(q).clone() for q in params]
+        if not params and self._layout is None:  # sharded, a rank may hold no part: the others count on it
             self._gradients = None
             return
-        # dense: torch's foreach norms have no kernel for the sparse gradient of an nn.Embedding(sparse=True)
-        grads = [dense(p.grad) for p in params]
+        grads = [_grad(q) for q in params]
         norms = stats.foreach_norms(grads)
         # a GradScaler hands an optimizer that unscales by itself (torch's fused Adam) its scale instead of
         # unscaling: the gradient it steps with is this one divided by that scale, and its kernel writes that
@@ -478,8 +505,11 @@ class Monitor:
         if gradients is None:  # the optimizer had no gradient to step with: there is nothing to measure
             self._warn_no_gradients()
             return
-        torch._foreach_sub_(before, [p.detach() for p in params])  # before − after = −u, in place
+        torch._foreach_sub_(before, [_weight(q) for q in params])  # before − after = −u, in place
         self._measured = self._parameter_stats(optimizer, gradients, neg_updates=before)
+        if self._measured is None:  # sharded: no rank had a gradient
+            self._warn_no_gradients()
+            return
         if self._curvature_due(self.step_count):  # −u: the sign does not change a curvature
             self._update = {id(p): u for p, u in zip(params, before, strict=True)}
 
@@ -490,12 +520,18 @@ class Monitor:
         warnings.warn(
             f"Monitor: optimizer step {self.step_count} began with no parameter holding a gradient (every p.grad "
             "None), so there is nothing to record; call loss.backward() before optimizer.step() (warned once)",
-            stacklevel=5,
+            stacklevel=6,  # the caller of optimizer.step(), above the hook and torch.compiler.disable's wrapper
         )
+
+    def _parts(self, params: list[Tensor]) -> list[Any]:
+        """What a measured step reads: the tensors the optimizer steps, or, sharded, this rank's parts of them."""
+        return params if self._layout is None else self._layout.parts_of(params)
 
     def _parameter_stats(
         self, optimizer: torch.optim.Optimizer, gradients: Gradients, neg_updates: list[Tensor]
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
+        if self._layout is not None:
+            return self._sharded_stats(optimizer, gradients, neg_updates)
         params = gradients.params
         weights = [p.detach() for p in params]
         g = gradients.norms / gradients.scale
@@ -507,25 +543,14 @@ class Monitor:
         per_param: dict[str, dict[str, Any]] = {}
         group_of = {id(q): group for group in optimizer.param_groups for q in group["params"]}
         for i, p in enumerate(params):
-            n = p.numel()
-            entry = {
-                "g": float(g[i]),
-                "w": float(w[i]),
-                "u": float(u[i]),
-                "u_over_w": stats.safe_ratio(float(u[i]), float(w[i])),
-                "cos": stats.cosine(float(cos_dot[i]), float(u[i]), float(gradients.norms[i])),
-                "u_rms": float(u[i]) / math.sqrt(n) if n else 0.0,
-                "zero_grad": gradients.zeros[i] / n if n else 0.0,
-                "nonfinite_grad": gradients.nonfinite[i],
-                "nonfinite_w": bad_w[i],
-            }
+            entry = _entry(
+                float(g[i]), float(w[i]), float(u[i]), float(cos_dot[i]), float(gradients.norms[i]), p.numel(),
+                gradients.zeros[i], gradients.nonfinite[i], bad_w[i],
+            )  # fmt: skip
             summary = stats.effective_lr_summary(optimizer, p, group_of[id(p)])
-            if isinstance(summary, str):
-                entry["no_eff_lr"] = summary
-            else:
-                entry["eff_lr"] = summary
-                if self.histograms:
-                    entry["eff_lr_hist"] = stats.log_histogram(stats.effective_lr(optimizer, p))
+            entry["no_eff_lr" if isinstance(summary, str) else "eff_lr"] = summary
+            if self.histograms and not isinstance(summary, str):
+                entry["eff_lr_hist"] = stats.log_histogram(stats.effective_lr(optimizer, p))
             per_param[self._name(p)] = entry
             if p is self.embedding:
                 self._track_rows(neg_updates[i])
@@ -533,6 +558,42 @@ class Monitor:
         groups = []
         for group in optimizer.param_groups:
             idx = [index[id(p)] for p in group["params"] if id(p) in index]
+            groups.append(_aggregate(g[idx], w[idx], u[idx]))
+        return {"params": per_param, "groups": groups, "total": _aggregate(g, w, u)}
+
+    def _sharded_stats(
+        self, optimizer: torch.optim.Optimizer, gradients: Gradients, neg_updates: list[Tensor]
+    ) -> dict[str, Any] | None:
+        """``_parameter_stats`` of a sharded model: each rank's parts summed over the shard group
+        (``sharding``), so that every rank records the whole model's numbers. Collectives: every rank is here."""
+        layout, parts = self._layout, gradients.params
+        assert layout is not None
+        weights = [_weight(q) for q in parts]
+        w, u = stats.foreach_norms(weights), stats.foreach_norms(neg_updates)
+        columns = [gradients.norms**2, w**2, u**2, stats.foreach_dots(neg_updates, self._gradient_tensors(gradients))]
+        counts = [gradients.zeros, gradients.nonfinite, stats.nonfinite_counts(weights, w), [1] * len(parts)]
+        rows = torch.stack([*columns, *(torch.tensor(c, dtype=torch.float64) for c in counts)], dim=1)
+        totals = sharding.sums(layout, parts, rows.reshape(len(parts), len(sharding.SUMS)))
+        rates = sharding.effective_lr_summaries(layout, parts, optimizer)
+        per_param, kept = {}, []
+        for i, name in enumerate(layout.names):
+            g2, w2, u2, dot, zeros, bad_g, bad_w, held = totals[i].tolist()
+            if held == 0:  # no rank had its gradient: not stepped
+                continue
+            norm = math.sqrt(g2)
+            entry = _entry(
+                norm / gradients.scale, math.sqrt(w2), math.sqrt(u2), dot, norm, layout.numels[i], int(zeros),
+                int(bad_g), int(bad_w),
+            )  # fmt: skip
+            entry["no_eff_lr" if isinstance(rates[i], str) else "eff_lr"] = rates[i]
+            per_param[name] = entry
+            kept.append(i)
+        if not kept:
+            return None
+        g, w, u = (torch.tensor([per_param[layout.names[i]][k] for i in kept], dtype=torch.float64) for k in "gwu")
+        groups = []
+        for gi in range(len(optimizer.param_groups)):
+            idx = [j for j, i in enumerate(kept) if layout.groups[i] == gi]
             groups.append(_aggregate(g[idx], w[idx], u[idx]))
         return {"params": per_param, "groups": groups, "total": _aggregate(g, w, u)}
 
@@ -1046,6 +1107,49 @@ def _checked_token_counts(token_counts: Any, embedding: Tensor | None) -> Tensor
     if bad.numel():
         raise ValueError(f"Monitor: token_counts holds {bad[0].item()}; counts must be finite and >= 0")
     return counts
+
+
+def _entry(
+    g: float, w: float, u: float, dot: float, g_stepped: float, n: int, zeros: int, bad_g: int, bad_w: int
+) -> dict[str, Any]:
+    """One parameter's record from its norms, ⟨−u, g⟩ (over ``g_stepped``, the norm of the gradient as the
+    optimizer held it: scaled under a GradScaler's fused step), its size and its counts."""
+    return {
+        "g": g,
+        "w": w,
+        "u": u,
+        "u_over_w": stats.safe_ratio(u, w),
+        "cos": stats.cosine(dot, u, g_stepped),
+        "u_rms": u / math.sqrt(n) if n else 0.0,
+        "zero_grad": zeros / n if n else 0.0,
+        "nonfinite_grad": bad_g,
+        "nonfinite_w": bad_w,
+    }
+
+
+def _param(q: Any) -> Tensor:
+    """The tensor the optimizer steps, of a tensor or of a ``sharding.Part``."""
+    return q.param if isinstance(q, Part) else q
+
+
+def _weight(q: Any) -> Tensor:
+    """The values a measured step reads of a tensor the optimizer steps, or of a part of one."""
+    return q.of(q.param) if isinstance(q, Part) else q.detach()
+
+
+def _grad(q: Any) -> Tensor:
+    # dense: torch's foreach norms have no kernel for the sparse gradient of an nn.Embedding(sparse=True)
+    return q.of(q.param.grad) if isinstance(q, Part) else dense(q.grad)
+
+
+def _refuse_under_sharding(curvature: Any, histograms: bool, embedding: Any) -> None:
+    """What the monitor does not measure on a sharded model, refused in one line each."""
+    if curvature is not None:
+        raise ValueError(f"Monitor: curvature {SHARDED_CURVATURE}")
+    if histograms:
+        raise ValueError("Monitor: histograms=True is not measured under FSDP (sharded parameters); leave it False")
+    if embedding is not None:
+        raise ValueError("Monitor: embedding= is not measured under FSDP (sharded parameters); leave it None")
 
 
 def _aggregate(g: Tensor, w: Tensor, u: Tensor) -> dict[str, float]:
