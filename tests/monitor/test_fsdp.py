@@ -1,8 +1,8 @@
-"""Two CPU processes (gloo) under FSDP2 (``fully_shard``) and FSDP1 (``use_orig_params`` False and True): every
-number the monitor records, on both ranks, against an unsharded run of the same model on the same global
-batches with the same optimizer (run here, in the test's own process); the divergence guard decides the same
-on both ranks when only one rank's shard holds a non-finite weight; curvature and the shardings the monitor
-does not measure are refused in one line."""
+"""Two CPU processes (gloo) under FSDP2 (``fully_shard``) and FSDP1 (``use_orig_params`` False and True, and
+``NO_SHARD``): every number the monitor records, on both ranks, against an unsharded run of the same model on
+the same global batches with the same optimizer (run here, in the test's own process); the divergence guard
+decides the same on both ranks when only one rank's shard holds a non-finite weight; curvature and the
+shardings the monitor does not measure are refused in one line."""
 
 import json
 import math
@@ -21,7 +21,7 @@ from optiscope.monitor import Curvature, Monitor
 from optiscope.train.distributed import leave_job
 
 WORLD, STEPS, ROWS = 2, 4, 8
-SETTINGS = ("fsdp2", "fsdp1", "fsdp1_orig")
+SETTINGS = ("fsdp2", "fsdp1", "fsdp1_orig", "fsdp1_no_shard")
 
 
 class Net(nn.Module):
@@ -73,13 +73,14 @@ def _sharded(setting: str) -> nn.Module:
         fully_shard(net.wide)
         fully_shard(net.body[1])
         return fully_shard(net)
-    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
     return FullyShardedDataParallel(
         net,
         auto_wrap_policy=ModuleWrapPolicy({nn.Linear}),
         use_orig_params=setting == "fsdp1_orig",
+        sharding_strategy=ShardingStrategy.NO_SHARD if setting == "fsdp1_no_shard" else ShardingStrategy.FULL_SHARD,
         device_id=torch.device("cpu"),
     )
 
@@ -93,7 +94,7 @@ def _worker(rank: int, tmp: str) -> None:
         net = _sharded(setting)
         opt = torch.optim.Adam(net.parameters(), lr=LR, eps=EPS, betas=(0.9, BETA2))
         out[setting] = _train(net, rows, opt)
-        if setting != "fsdp1_orig":
+        if setting in ("fsdp2", "fsdp1"):
             out[f"{setting}_rate"] = _wide_rate(net, opt)
     out["guard"] = _guard(rank)
     out["refused"] = _refusals()

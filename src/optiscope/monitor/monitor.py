@@ -505,7 +505,8 @@ class Monitor:
         if gradients is None:  # the optimizer had no gradient to step with: there is nothing to measure
             self._warn_no_gradients()
             return
-        torch._foreach_sub_(before, [_weight(q) for q in params])  # before − after = −u, in place
+        if before:  # sharded, a rank may hold no part of any parameter
+            torch._foreach_sub_(before, [_weight(q) for q in params])  # before − after = −u, in place
         self._measured = self._parameter_stats(optimizer, gradients, neg_updates=before)
         if self._measured is None:  # sharded: no rank had a gradient
             self._warn_no_gradients()

@@ -128,7 +128,7 @@ def layout(model: nn.Module, optimizer: torch.optim.Optimizer, names: dict[int, 
     # use_orig_params: the parameters the optimizer steps are views into their flat parameter's shard
     orig = {id(q): (h.flat_param, i) for h in handles.values() for i, q in enumerate(h.flat_param._params or [])}
     flat_names = {id(p): n for n, p in model.named_parameters() if id(p) in handles}
-    groups = {h.process_group for h in handles.values() if h.uses_sharded_strategy}
+    groups = {h.process_group for h in handles.values()}  # NO_SHARD too: its flat parameters need naming
     params = [(gi, p) for gi, group in enumerate(optimizer.param_groups) for p in group["params"]]
     groups |= {p.device_mesh.get_group() for _, p in params if getattr(p, "placements", None) is not None}
     if not groups:
