@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from ..checks import is_optimizer, positive
+from ..checks import is_number, is_optimizer, positive
 from ..curvature.hvp import LossModule, buffer_copies, gradients_on, loss_fault, map_tensors, rng_forked, tensors_in
 from ..curvature.sharpness import require_optimizer_of
 from ..monitor.names import own_names
@@ -156,6 +156,18 @@ def check_arguments(model: nn.Module, optimizer: Any, loss_fn: Any, max_grad_nor
         )
 
 
+def first_lr(optimizer: torch.optim.Optimizer) -> float:
+    """η₀, the first param group's lr, by which v = Δθ/η₀ is defined: a number > 0, else a one-line refusal (🤗
+    Adafactor's ``lr=None``: it sizes its steps itself)."""
+    lr = optimizer.param_groups[0].get("lr")
+    if not (isinstance(lr, Tensor) and lr.numel() == 1 or is_number(lr)) or float(lr) <= 0:
+        raise ValueError(
+            f"update_direction: the first param group's lr={lr!r}; v = Δθ/lr needs a number > 0 there (an "
+            "optimizer with lr=None sizes its steps itself and has no direction per unit lr)"
+        )
+    return float(lr)
+
+
 def clip_like_the_model(named: dict[int, str], grads: dict[int, Tensor], max_grad_norm: float) -> None:
     """Scale ``grads`` in place (the clones' gradients are these tensors) as ``clip_grad_norm(model.parameters(),
     max_grad_norm)`` would: the model's (``named``, by id) by the global norm of them all, those of parameters another
@@ -239,8 +251,9 @@ def update_direction(
 
     Args:
         model: the module whose parameters the optimizer steps.
-        optimizer: any ``torch.optim.Optimizer`` over (some of) ``model``'s parameters, ours or torch's
-            (Muon included); None for the plain negative gradient v = −∇L.
+        optimizer: any ``torch.optim.Optimizer`` over (some of) ``model``'s parameters — ours, torch's (Muon
+            included), the zoos' (pytorch-optimizer, heavyball), your own — whose ``step()`` takes no closure;
+            None for the plain negative gradient v = −∇L.
         loss_fn: ``loss_fn(model, batch) -> scalar tensor``, the training loss, computed through autograd.
         batch: what ``loss_fn`` takes.
         max_grad_norm: clip the gradients first, as a training loop that calls
@@ -257,7 +270,8 @@ def update_direction(
         ValueError: ``max_grad_norm`` is not a finite number > 0; ``optimizer`` holds none of ``model``'s
             parameters; its ``step()`` requires a closure (LBFGS: no single direction); ``loss_fn`` returns
             no scalar tensor computed from the model; ``max_grad_norm`` with a sparse gradient
-            (``nn.Embedding(sparse=True)``, which ``clip_grad_norm_`` cannot clip); the first group's lr ≤ 0.
+            (``nn.Embedding(sparse=True)``, which ``clip_grad_norm_`` cannot clip); the first group's lr is not a
+            number > 0 (🤗 Adafactor's ``lr=None``).
 
     Examples:
         Adam's first step moves every weight by η against the sign of its gradient:
@@ -289,7 +303,12 @@ def update_direction(
         and Adam's moments still move it) and skipped where its ``.grad`` is None. Two parameters over one
         memory (two ``nn.Parameter`` objects of one tensor) have copies over one copy of it, so that the step
         of one moves the other. The shadow copy carries every attribute of the optimizer (a subclass's own
-        step counter too) and no hooks.
+        step counter too) and no hooks, and steps on a fork of the random streams: a step that draws (noise,
+        stochastic rounding) draws what the real one will, and the training run's stream is left alone. An
+        optimizer that changes ``p.grad`` inside ``step()`` (Schedule-Free AdamW divides it, heavyball's use it
+        up) changes the shadow's copy. Tested against the real step of a twin model and optimizer for torch's
+        Adam, NAdam, RAdam, Adagrad, SGD (Nesterov), Rprop, ASGD, Adadelta and Adafactor, pytorch-optimizer's
+        Lion, Prodigy, SOAP and Schedule-Free AdamW, and heavyball's AdamW, with the state unchanged.
 
         Δθ is taken in float64 and v returned in float32 at least: a bfloat16 v would be 1e-3 off the step
         (1.7e-3 measured), and a float16 one can overflow for a small lr. Whether a parameter the batch gives
@@ -313,10 +332,9 @@ def update_direction(
         clip_like_the_model(named, grads, max_grad_norm)
     if optimizer is None:
         return {named[i]: -c.grad for i, c in clones.items() if i in named and c.grad is not None}
-    lr = float(optimizer.param_groups[0]["lr"])
-    if lr <= 0:
-        raise ValueError(f"update_direction: the first param group's lr={lr!r} must be > 0 to define v = Δθ/lr")
-    shadow_optimizer(optimizer, clones).step()
+    lr = first_lr(optimizer)
+    with rng_forked(model):  # a step that draws (noise, stochastic rounding) draws what the real step will
+        shadow_optimizer(optimizer, clones).step()
     direction = {}
     for i, p in params.items():
         if i in named:
