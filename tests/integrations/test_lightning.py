@@ -89,7 +89,7 @@ def test_u_is_the_real_update_after_accumulation_and_clipping(automatic, tmp_pat
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
     module, oracle = Regression(automatic), ParameterChange()
     options = {"accumulate_grad_batches": ACCUMULATE, "gradient_clip_val": CLIP} if automatic else {}
-    trainer = quiet_trainer(tmp_path, 2, [OptiscopeCallback(every=1), oracle], **options)
+    trainer = quiet_trainer(tmp_path, 2, [OptiscopeCallback(out_dir=tmp_path, every=1), oracle], **options)
     trainer.fit(module, data)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
@@ -107,7 +107,7 @@ def test_the_loss_of_an_epochs_short_last_window_is_its_mean(tmp_path):
     x = torch.randn(20, 4, generator=generator)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
     module = Regression(True)
-    trainer = quiet_trainer(tmp_path, 3, [OptiscopeCallback(every=1)], accumulate_grad_batches=2)
+    trainer = quiet_trainer(tmp_path, 3, [OptiscopeCallback(out_dir=tmp_path, every=1)], accumulate_grad_batches=2)
     trainer.fit(module, data)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     windows = [module.losses[0:2], module.losses[2:4], module.losses[4:5]]
@@ -152,7 +152,7 @@ def test_several_steps_in_one_batch_are_never_recorded_under_another_steps_numbe
     x = torch.randn(16, 4, generator=generator)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
     oracle = StepUpdates()
-    trainer = quiet_trainer(tmp_path, 8, [OptiscopeCallback(every=3), oracle], max_epochs=1)
+    trainer = quiet_trainer(tmp_path, 8, [OptiscopeCallback(out_dir=tmp_path, every=3), oracle], max_epochs=1)
     with caplog.at_level(logging.WARNING, logger="optiscope"):
         trainer.fit(TwoStepsPerBatch(), data)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -169,7 +169,7 @@ def test_a_diverging_run_stops_cleanly(tmp_path):
 
     x = torch.randn(48, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
-    callback = OptiscopeCallback(every=1)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=1)
     trainer = lightning.Trainer(
         max_steps=10,
         accelerator="cpu",
@@ -196,7 +196,7 @@ def test_without_a_guard_a_diverging_run_trains_to_the_end_and_every_step_is_rec
 
     x = torch.randn(48, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
-    callback, module = OptiscopeCallback(every=1, guard=None), Exploding(automatic=True)
+    callback, module = OptiscopeCallback(out_dir=tmp_path, every=1, guard=None), Exploding(automatic=True)
     trainer = quiet_trainer(tmp_path, 10, [callback])
     trainer.fit(module, data)
     assert trainer.global_step == 10 and callback.diverged is None
@@ -244,7 +244,7 @@ def test_a_diverged_model_is_not_checkpointed_over_the_good_one(tmp_path, saving
     checkpoints of the steps before the divergence, each with finite weights, and none of the diverged step."""
     x = torch.randn(12, 4, generator=torch.Generator().manual_seed(0))  # three batches an epoch
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
-    callback = OptiscopeCallback(every=1)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=1)
     checkpoints = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "checkpoints", **saving)
     trainer = quiet_trainer(tmp_path, 8, [callback, checkpoints], min_steps=min_steps)
     trainer.fit(NaNAtStep(nan_step), data)
@@ -258,7 +258,7 @@ def test_the_next_fit_on_the_same_trainer_checkpoints_as_usual(tmp_path):
     hold on the ModelCheckpoint ended with its fit)."""
     x = torch.randn(12, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
-    callback = OptiscopeCallback(every=1)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=1)
     saving = {"every_n_train_steps": 2, "save_last": "link", "save_top_k": -1}
     checkpoints = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "checkpoints", **saving)
     trainer = quiet_trainer(tmp_path, 1, [callback, checkpoints])
@@ -357,7 +357,7 @@ def test_curvature_reaches_the_monitor_with_the_trainers_optimizer_state(automat
         fixed, regression_loss, every=CURVATURE_EVERY, tol=1e-6, max_hvps=100, directions=("update", "gradient")
     )
     module, oracle = HeavyBall(automatic), ExactCurvature(fixed, CURVATURE_EVERY)
-    trainer = quiet_trainer(tmp_path, 4, [OptiscopeCallback(every=1, curvature=curvature), oracle])
+    trainer = quiet_trainer(tmp_path, 4, [OptiscopeCallback(out_dir=tmp_path, every=1, curvature=curvature), oracle])
     trainer.fit(module, data)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4]
@@ -412,7 +412,9 @@ def test_noise_scale_from_the_accumulated_micro_batches(automatic, tmp_path):
     curvature = Curvature((x[:8], y[:8]), regression_loss, every=2, directions=(), accumulation_batch_size=4)
     options = {"accumulate_grad_batches": ACCUMULATE, "gradient_clip_val": CLIP} if automatic else {}
     module, oracle = Regression(automatic), MicroBatchGradients()
-    trainer = quiet_trainer(tmp_path, 4, [OptiscopeCallback(every=1, curvature=curvature), oracle], **options)
+    trainer = quiet_trainer(
+        tmp_path, 4, [OptiscopeCallback(out_dir=tmp_path, every=1, curvature=curvature), oracle], **options
+    )
     trainer.fit(module, data)
     records = {r["step"]: r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())}
     assert [len(oracle.passes[step]) for step in (2, 4)] == [ACCUMULATE, ACCUMULATE]
@@ -452,7 +454,9 @@ def test_a_resumed_run_continues_the_monitor_as_if_it_had_not_stopped(tmp_path, 
     fixed = (fixed_x, fixed_x.sum(1, keepdim=True))
 
     def train(out, ckpt_path):
-        callback = OptiscopeCallback(every=1, curvature=Curvature(fixed, regression_loss, every=2, directions=()))
+        callback = OptiscopeCallback(
+            out_dir=out, every=1, curvature=Curvature(fixed, regression_loss, every=2, directions=())
+        )
         saving = lightning.pytorch.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", save_top_k=-1)
         trainer = quiet_trainer(out, 6, [callback, saving])
         trainer.fit(HeavyBall(automatic=True), data, ckpt_path=ckpt_path)
@@ -489,7 +493,7 @@ def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(automat
     scaler = torch.amp.GradScaler("cpu", init_scale=1.0)
     module, oracle = Regression(automatic), ParameterChange()
     plugins = [MixedPrecision("16-mixed", "cpu", scaler)]
-    trainer = quiet_trainer(tmp_path, 3, [OptiscopeCallback(every=1), oracle], plugins=plugins)
+    trainer = quiet_trainer(tmp_path, 3, [OptiscopeCallback(out_dir=tmp_path, every=1), oracle], plugins=plugins)
     trainer.fit(module, data)
     assert trainer.global_step == 3 and oracle.u[0] == 0 and all(u > 0 for u in oracle.u[1:])
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -515,7 +519,7 @@ def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(tmp_path, min_s
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
     scaler = torch.amp.GradScaler("cpu")
     guard = {} if skipped is None else {"guard": DivergenceGuard(skipped=skipped)}
-    callback, oracle = OptiscopeCallback(every=1, **guard), ParameterChange()
+    callback, oracle = OptiscopeCallback(out_dir=tmp_path, every=1, **guard), ParameterChange()
     plugins = [MixedPrecision("16-mixed", "cpu", scaler)]
     trainer = quiet_trainer(tmp_path, 40, [callback, oracle], plugins=plugins, min_steps=min_steps)
     trainer.fit(Regression(True), data)
@@ -545,7 +549,7 @@ def test_steps_a_module_leaves_out_without_a_grad_scaler_are_no_divergence(tmp_p
     # batches large enough that the frozen model's losses do not differ by the guard's factor from batch to batch
     x = torch.randn(512, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=128)
-    callback, oracle = OptiscopeCallback(every=1), ParameterChange()
+    callback, oracle = OptiscopeCallback(out_dir=tmp_path, every=1), ParameterChange()
     trainer = quiet_trainer(tmp_path, 50, [callback, oracle])
     trainer.fit(FrozenAtFirst(True), data)
     assert callback.diverged is None and trainer.global_step == callback.monitor.step_count == 50
@@ -566,7 +570,7 @@ def test_a_fit_that_raises_leaves_no_hook_on_the_optimizer(tmp_path):
     oracle: torch's own hook tables) and its sinks open."""
     x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
-    module, callback = RaisesAtStep(True), OptiscopeCallback(every=1)
+    module, callback = RaisesAtStep(True), OptiscopeCallback(out_dir=tmp_path, every=1)
     with pytest.raises(RuntimeError, match="the module's own bug"):
         quiet_trainer(tmp_path, 10, [callback]).fit(module, data)
     optimizer = callback.monitor.optimizer
@@ -579,7 +583,7 @@ def test_fit_again_on_the_same_trainer_goes_on_with_the_monitor(tmp_path, caplog
     from the first fit's state (the guard's first loss, the records so far), without a warning."""
     x = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
-    callback, module = OptiscopeCallback(every=1), Regression(automatic=True)
+    callback, module = OptiscopeCallback(out_dir=tmp_path, every=1), Regression(automatic=True)
     trainer = quiet_trainer(tmp_path, 3, [callback])
     trainer.fit(module, data)
     first = callback.monitor.state_dict()
@@ -614,7 +618,7 @@ def test_the_norm_before_clipping_is_recorded_beside_the_clipped_one(clip, tmp_p
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
     module = ClippingOracle()
     options = {"accumulate_grad_batches": ACCUMULATE, "gradient_clip_val": clip}
-    quiet_trainer(tmp_path, 2, [OptiscopeCallback(every=1)], **options).fit(module, data)
+    quiet_trainer(tmp_path, 2, [OptiscopeCallback(out_dir=tmp_path, every=1)], **options).fit(module, data)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == len(module.norms) == 2
     if clip:
@@ -639,7 +643,7 @@ def test_a_run_diverging_from_its_first_steps_stops_at_the_first_judged_step(tmp
 
     x = torch.randn(80, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
-    callback, module = OptiscopeCallback(every=1), Exploding(automatic=True)
+    callback, module = OptiscopeCallback(out_dir=tmp_path, every=1), Exploding(automatic=True)
     trainer = quiet_trainer(tmp_path, 20, [callback])
     trainer.fit(module, data)
     assert trainer.global_step == callback.diverged["step"] == len(module.losses) == 9
@@ -659,7 +663,7 @@ def test_a_module_with_two_optimizers_is_refused_in_one_line(tmp_path):
 
     x = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
-    trainer = quiet_trainer(tmp_path, 2, [OptiscopeCallback(every=1)])
+    trainer = quiet_trainer(tmp_path, 2, [OptiscopeCallback(out_dir=tmp_path, every=1)])
     with pytest.raises(ValueError, match=r"^OptiscopeCallback: the module has 2 optimizers; it monitors exactly one$"):
         trainer.fit(TwoOptimizers(automatic=False), data)
     assert not any(opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks for opt in trainer.optimizers)
@@ -682,7 +686,9 @@ def test_curvature_under_a_true_precision_measures_on_the_batch_as_lightning_con
     fixed = (fixed_x, fixed_x.sum(1, keepdim=True))
     curvature = Curvature(fixed, regression_loss, every=CURVATURE_EVERY, tol=1e-6, max_hvps=100, directions=())
     oracle = ExactCurvature(fixed, CURVATURE_EVERY)
-    trainer = quiet_trainer(tmp_path, 4, [OptiscopeCallback(every=1, curvature=curvature), oracle], precision=precision)
+    trainer = quiet_trainer(
+        tmp_path, 4, [OptiscopeCallback(out_dir=tmp_path, every=1, curvature=curvature), oracle], precision=precision
+    )
     trainer.fit(HeavyBall(automatic=True), data)
     assert fixed[0].dtype == torch.float32  # the user's batch is left as it was
     records = {r["step"]: r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())}
@@ -701,7 +707,7 @@ def test_a_noise_scale_from_accumulation_without_accumulation_is_refused_in_one_
     x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
     curvature = Curvature((x[:8], x[:8].sum(1, keepdim=True)), regression_loss, every=2, accumulation_batch_size=4)
-    trainer = quiet_trainer(tmp_path, 2, [OptiscopeCallback(every=1, curvature=curvature)])
+    trainer = quiet_trainer(tmp_path, 2, [OptiscopeCallback(out_dir=tmp_path, every=1, curvature=curvature)])
     with pytest.raises(
         ValueError,
         match=r"^OptiscopeCallback: Curvature\(accumulation_batch_size=4\).*"

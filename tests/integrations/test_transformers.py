@@ -75,7 +75,7 @@ def read_records(out):
 def test_u_is_the_real_update_after_accumulation_and_clipping(kind, tmp_path):
     model = tiny_hf.model(kind)
     oracle = ParameterChange(WATCHED[kind])
-    callbacks = [OptiscopeCallback(every=1), oracle]
+    callbacks = [OptiscopeCallback(out_dir=tmp_path, every=1), oracle]
     if kind == "gpt2":  # both ways of handing the Trainer an optiscope optimizer
         extra = {"optimizers": (optiscope.optim.AdamW(model.parameters(), lr=1e-2), None)}
     else:
@@ -115,7 +115,7 @@ def test_a_loss_from_a_tuple_is_read_and_a_loss_the_trainer_computes_itself_is_s
         model=TupleOutput(tiny_hf.model("gpt2")),
         args=arguments(tmp_path / "tuple"),
         train_dataset=dataset(),
-        callbacks=[OptiscopeCallback(every=1)],
+        callbacks=[OptiscopeCallback(out_dir=tmp_path / "tuple", every=1)],
     )
     trainer.train()
     logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -124,7 +124,7 @@ def test_a_loss_from_a_tuple_is_read_and_a_loss_the_trainer_computes_itself_is_s
         model=tiny_hf.model("gpt2"),
         args=arguments(tmp_path / "smoothed", label_smoothing_factor=0.1),
         train_dataset=dataset(),
-        callbacks=[OptiscopeCallback(every=1)],
+        callbacks=[OptiscopeCallback(out_dir=tmp_path / "smoothed", every=1)],
     )
     with caplog.at_level(logging.WARNING, logger="optiscope"):
         smoothed.train()
@@ -150,7 +150,7 @@ def test_an_overridden_compute_loss_is_said_to_differ_from_the_models_loss(tmp_p
         model=tiny_hf.model("gpt2"),
         args=arguments(tmp_path / "penalised"),
         train_dataset=dataset(),
-        callbacks=[OptiscopeCallback(every=1)],
+        callbacks=[OptiscopeCallback(out_dir=tmp_path / "penalised", every=1)],
     )
     with caplog.at_level(logging.WARNING, logger="optiscope"):
         trainer.train()
@@ -166,7 +166,7 @@ def test_nan_loss_stops_training_with_the_diagnosis_and_saves_no_diverged_model(
     """Also where the Trainer saves at every step or at the end of the epoch the stop cuts short (its flow
     callback asks for that save after the step's own was called off): no checkpoint of the diverged step."""
     model = tiny_hf.model("gpt2")
-    callback = OptiscopeCallback(every=1)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=1)
     optimizer = optiscope.optim.SGD(model.parameters(), lr=1e30)
     options = dict(max_steps=6, gradient_accumulation_steps=1, max_grad_norm=0.0, save_strategy=save_strategy)
     trainer = Trainer(
@@ -200,7 +200,9 @@ def test_curvature_reaches_the_monitor_with_the_trainers_optimizer_state(tmp_pat
 
     model = tiny_hf.model("gpt2")
     fixed = {key: torch.stack([row[key] for row in dataset(n=4, seed=1)]) for key in ("input_ids", "labels")}
-    callback = OptiscopeCallback(every=1, curvature=Curvature(fixed, loss_fn, every=2, directions=(), tol=1e-6))
+    callback = OptiscopeCallback(
+        out_dir=tmp_path, every=1, curvature=Curvature(fixed, loss_fn, every=2, directions=(), tol=1e-6)
+    )
     optimizer = optiscope.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.8, 0.999))
     trainer = Trainer(
         model=model,
@@ -269,7 +271,7 @@ def test_noise_scale_from_the_accumulated_micro_batches(tmp_path):
         model=model,
         args=arguments(tmp_path, max_steps=4, lr_scheduler_type="constant"),
         train_dataset=[{"input_ids": x, "labels": x.clone()} for x in few_tokens],
-        callbacks=[OptiscopeCallback(every=1, curvature=curvature), oracle],
+        callbacks=[OptiscopeCallback(out_dir=tmp_path, every=1, curvature=curvature), oracle],
         optimizers=(optiscope.optim.AdamW(model.parameters(), lr=1e-2), None),
     )
     trainer.train()
@@ -296,7 +298,7 @@ def test_a_resumed_run_continues_the_monitor_as_if_it_had_not_stopped(tmp_path, 
     fixed = {key: torch.stack([row[key] for row in dataset(n=4, seed=1)]) for key in ("input_ids", "labels")}
 
     def train(out, resume):
-        callback = OptiscopeCallback(every=1, curvature=Curvature(fixed, loss_fn, every=2, directions=()))
+        callback = OptiscopeCallback(out_dir=out, every=1, curvature=Curvature(fixed, loss_fn, every=2, directions=()))
         options = dict(max_steps=6, save_strategy="steps", save_steps=2, lr_scheduler_type="constant")
         trainer = Trainer(
             model=tiny_hf.model("qwen2"),  # no dropout
@@ -336,7 +338,7 @@ def test_a_stale_checkpoint_named_in_the_arguments_does_not_hide_the_one_resumed
     oracle: the guard's first loss is the first run's, and no warning)."""
 
     def train(max_steps, named, resume):
-        callback = OptiscopeCallback(every=1)
+        callback = OptiscopeCallback(out_dir=tmp_path, every=1)
         options = dict(max_steps=max_steps, save_strategy="steps", save_steps=2, resume_from_checkpoint=named)
         trainer = Trainer(
             model=tiny_hf.model("qwen2"),
@@ -376,7 +378,7 @@ def test_a_step_the_grad_scaler_skips_has_no_record_and_keeps_its_number(fused, 
         model=model,
         args=arguments(tmp_path, max_steps=3, max_grad_norm=0.0, optim="adamw_torch_fused"),
         train_dataset=dataset(),
-        callbacks=[OptiscopeCallback(every=1), oracle],
+        callbacks=[OptiscopeCallback(out_dir=tmp_path, every=1), oracle],
         **extra,
     )
     trainer.accelerator.scaler = torch.amp.GradScaler("cpu", init_scale=1.0)
@@ -400,7 +402,9 @@ def test_a_run_whose_grad_scaler_skips_every_step_stops_diverged(skipped, tmp_pa
     model = tiny_hf.model("qwen2")
     oracle = ParameterChange(WATCHED["qwen2"])
     dict(model.named_parameters())[WATCHED["qwen2"]].register_hook(lambda grad: torch.full_like(grad, math.inf))
-    callback = OptiscopeCallback(every=1, **({} if skipped is None else {"guard": DivergenceGuard(skipped=skipped)}))
+    callback = OptiscopeCallback(
+        out_dir=tmp_path, every=1, **({} if skipped is None else {"guard": DivergenceGuard(skipped=skipped)})
+    )
     trainer = Trainer(
         model=model,
         args=arguments(tmp_path, max_steps=40, max_grad_norm=0.0, optim="adamw_torch_fused"),
@@ -420,7 +424,7 @@ def test_without_a_guard_a_diverging_run_trains_to_the_end_and_every_step_is_rec
     """``guard=None``: the run of the NaN-loss test above is not stopped (the Trainer's own step count reaches
     ``max_steps``) and each step has its record, with the loss the Trainer logged, non-finite ones too."""
     model = tiny_hf.model("gpt2")
-    callback = OptiscopeCallback(every=1, guard=None)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=1, guard=None)
     trainer = Trainer(
         model=model,
         args=arguments(tmp_path, max_steps=6, gradient_accumulation_steps=1, max_grad_norm=0.0),
@@ -511,7 +515,9 @@ def test_the_norm_before_clipping_is_the_one_the_trainer_logs(max_grad_norm, tmp
     nothing before it, and no such field. The accelerator is left as it was."""
     model = tiny_hf.model("gpt2")
     args = arguments(tmp_path, max_steps=3, max_grad_norm=max_grad_norm)
-    trainer = Trainer(model=model, args=args, train_dataset=dataset(n=12), callbacks=[OptiscopeCallback(every=1)])
+    trainer = Trainer(
+        model=model, args=args, train_dataset=dataset(n=12), callbacks=[OptiscopeCallback(out_dir=tmp_path, every=1)]
+    )
     trainer.train()
     records = read_records(tmp_path)
     logged = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
@@ -543,7 +549,7 @@ def test_a_run_diverging_from_its_first_steps_stops_at_the_first_judged_step(tmp
     steps (a 20-step warm-up let it run to the end)."""
     import statistics
 
-    callback = OptiscopeCallback(every=1)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=1)
     args = arguments(tmp_path, max_steps=20, gradient_accumulation_steps=1, max_grad_norm=1.0, learning_rate=10.0)
     trainer = Trainer(model=tiny_hf.model("gpt2"), args=args, train_dataset=dataset(n=40), callbacks=[callback])
     with caplog.at_level(logging.WARNING, logger="optiscope"):
@@ -580,7 +586,7 @@ def test_judging_from_the_ninth_step_stops_no_noisy_run_that_a_20_step_warm_up_w
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=tiny_hf.VOCAB, n_positions=64, n_embd=16, n_layer=1, n_head=2, num_labels=4)
     model = GPT2ForSequenceClassification(config)
-    callback = OptiscopeCallback(every=10)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=10)
     options = dict(max_steps=100, per_device_train_batch_size=1, gradient_accumulation_steps=1, learning_rate=3e-2)
     args = arguments(tmp_path, **options, max_grad_norm=1.0, seed=seed, data_seed=seed)
     trainer = Trainer(model=model, args=args, train_dataset=noisy_classification(100, seed), callbacks=[callback])
@@ -612,7 +618,7 @@ def test_training_started_again_after_running_out_of_memory_is_recorded(tmp_path
     """``auto_find_batch_size``: 🤗 starts training again from step 0 with half the batch when it runs out of
     memory, here at the 4th forward pass (after 3 recorded steps). That new start is the run: its records are the
     steps and losses the Trainer logs for it, at the smaller batch."""
-    callback = OptiscopeCallback(every=1)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=1)
     args = arguments(tmp_path, max_steps=4, gradient_accumulation_steps=1, auto_find_batch_size=True)
     model = OutOfMemoryOnce(tiny_hf.model("gpt2"), at=4)
     trainer = Trainer(model=model, args=args, train_dataset=dataset(n=16), callbacks=[callback])
@@ -628,7 +634,8 @@ def test_two_callbacks_and_a_training_that_raised_leave_the_accelerator_as_they_
     """Two callbacks on one Trainer (the files and a console) are released in the order they were added, and a
     training that raised (🤗 tells no callback) is trained again: the accelerator's ``clip_grad_norm_`` is its
     class's own again each time, and each record's norm before clipping is the ``grad_norm`` the Trainer logs."""
-    files, console = OptiscopeCallback(every=1), OptiscopeCallback(every=1, sinks=[ConsoleSink(every=100)])
+    files = OptiscopeCallback(out_dir=tmp_path, every=1)
+    console = OptiscopeCallback(every=1, sinks=[ConsoleSink(every=100)], prefix="console")
     args = arguments(tmp_path, max_steps=3, gradient_accumulation_steps=1)
     trainer = Trainer(model=tiny_hf.model("gpt2"), args=args, train_dataset=dataset(n=12), callbacks=[files, console])
     trainer.train()
@@ -656,7 +663,9 @@ def test_a_noise_scale_from_accumulation_without_accumulation_is_refused_in_one_
         return model(**batch).loss
 
     fixed = {key: torch.stack([row[key] for row in dataset(n=4, seed=1)]) for key in ("input_ids", "labels")}
-    callback = OptiscopeCallback(every=1, curvature=Curvature(fixed, loss_fn, every=2, accumulation_batch_size=2))
+    callback = OptiscopeCallback(
+        out_dir=tmp_path, every=1, curvature=Curvature(fixed, loss_fn, every=2, accumulation_batch_size=2)
+    )
     trainer = Trainer(
         model=tiny_hf.model("qwen2"),
         args=arguments(tmp_path, gradient_accumulation_steps=1),

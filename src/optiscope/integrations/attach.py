@@ -21,7 +21,8 @@ import torch
 from torch import Tensor, nn
 
 from .. import runs
-from ..monitor import Curvature, Diverged, DivergenceGuard, Monitor, run_directory_sinks
+from ..monitor import Curvature, Diverged, DivergenceGuard, JSONLSink, LoggerSink, Monitor, run_directory_sinks
+from ..monitor.keys import check_prefix, parameter_filter
 from ..monitor.monitor import STATE_KEYS, check_schedule
 from ..monitor.sinks import checked_sinks
 
@@ -36,35 +37,29 @@ log = logging.getLogger("optiscope")
 #: itself, loss rising far above its near-zero start: 28 of 36 runs at warm-up 0, 27 at 20.)
 CALLBACK_GUARD = DivergenceGuard(warmup=0)
 
+#: the first part of the callbacks' keys in the loggers, and their default folder's name
+DEFAULT_PREFIX = "optiscope"
+
 
 def build_monitor(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     *,
-    out_dir: Path | str | None,
+    sinks: list[Any],
     every: int,
-    sinks: Iterable[Any] | None,
     curvature: Curvature | None,
     guard: DivergenceGuard | None,
     start_step: int,
     rank_zero: bool,
-    label: str,
 ) -> Monitor:
-    """A ``Monitor`` that records instead of raising, writing to ``sinks`` or, by default, to
-    ``out_dir/metrics.jsonl`` and ``out_dir/tensorboard/<label>``; no sinks at all on ranks other than 0.
-    Records this run logged after ``start_step`` before (an earlier run in the same directory, or the
-    part of an interrupted one after its checkpoint) are dropped, so every step is written once."""
-    if not rank_zero:
-        sinks = []
-    elif sinks is None:
-        if out_dir is None:
-            raise ValueError("OptiscopeCallback: give out_dir or sinks (the library's output directory was not set)")
-        sinks = run_directory_sinks(Path(out_dir), label)
+    """A ``Monitor`` that records instead of raising, writing to ``sinks`` (none on ranks other than 0). Records
+    this run logged after ``start_step`` before (the part of an interrupted run after its checkpoint) are
+    dropped, so every step is written once."""
     monitor = Monitor(
         model,
         optimizer,
         every=every,
-        sinks=sinks,
+        sinks=sinks if rank_zero else [],
         guard=guard,
         on_divergence="record",
         start_step=start_step,
@@ -72,6 +67,42 @@ def build_monitor(
     )
     monitor.rewind_sinks(start_step)
     return monitor
+
+
+def own_files(folder: Path | None, label: str, tensorboard: bool, fresh: bool) -> list[Any]:
+    """optiscope's own files for a callback's run in ``folder`` (None: no file): ``metrics.jsonl`` and, with
+    ``tensorboard`` and the extra, TensorBoard events in ``tensorboard/<label>``. A ``fresh`` run (one that starts
+    at step 0, not the callback's own run started again, as 🤗 does with ``auto_find_batch_size``) into a folder
+    holding records is refused: it would mix its records with another run's, or drop them."""
+    if folder is None:
+        return []
+    if fresh and next(runs.iter_jsonl(folder / runs.METRICS), None) is not None:
+        raise ValueError(
+            f"OptiscopeCallback: {str(folder)!r} holds the records of an earlier run ({runs.METRICS}); give out_dir= "
+            "a folder of its own to this run, or remove that one (a run resumed from its checkpoint goes on there)"
+        )
+    return run_directory_sinks(folder, label) if tensorboard else [JSONLSink(folder / runs.METRICS)]
+
+
+def check_siblings(callbacks: Iterable[Any], callback: MonitorCallback) -> None:
+    """A one-line error when another of the Trainer's optiscope callbacks has ``callback``'s prefix (its keys in
+    the loggers and its default folder would be the same) or its ``out_dir`` (their records would mix)."""
+    for other in callbacks:
+        if other is callback or not isinstance(other, MonitorCallback):
+            continue
+        if other.prefix == callback.prefix:
+            raise ValueError(
+                f"OptiscopeCallback: two callbacks in one Trainer with prefix={callback.prefix!r}; give each its own "
+                "prefix= (the first part of its keys in the loggers, and its folder's name)"
+            )
+        if (
+            None not in (callback.out_dir, other.out_dir)
+            and Path(other.out_dir).resolve() == Path(callback.out_dir).resolve()
+        ):
+            raise ValueError(
+                f"OptiscopeCallback: two callbacks in one Trainer with out_dir={str(callback.out_dir)!r}; give "
+                "each a folder of its own"
+            )
 
 
 def check_options(out_dir: Any, every: Any, sinks: Any, curvature: Any, guard: Any) -> list[Any] | None:
@@ -129,14 +160,20 @@ class MonitorCallback:
     """The options and state of both libraries' ``OptiscopeCallback`` (mixed into their callback classes).
 
     Args:
-        out_dir: where ``metrics.jsonl`` and ``tensorboard/<label>`` go (default: the library's output directory).
+        out_dir: where ``metrics.jsonl`` and ``tensorboard/<label>`` go; None: ``metrics.jsonl`` in the library's
+            folder ``/<prefix>`` when the run reports to a logger, no file when it does not.
         every: measure the first optimizer step and every ``every``-th.
-        sinks: the monitor's sinks instead of the default files (e.g. ``[ConsoleSink()]``).
+        sinks: the monitor's sinks instead of optiscope's own files (e.g. ``[ConsoleSink()]``); the loggers
+            get the metrics either way.
         curvature: ``optiscope.monitor.Curvature(batch, loss_fn, every=...)``: sharpness against the
             optimizer's threshold on a fixed batch every ``every`` steps; None leaves it off.
         guard: the ``DivergenceGuard`` whose tripping stops training (default ``CALLBACK_GUARD``, judged from the 9th
             step; e.g. ``DivergenceGuard(warmup=0, skipped=64)`` for a GradScaler that starts far above 2^16, or a
             ``warmup`` for a run whose loss may rise at first); None: records as usual, never stops.
+        per_parameter: the per-parameter series for the loggers too (``flat_metrics``): True, or glob patterns
+            of the parameters' names; False: the totals and the curvature.
+        prefix: the first part of every key in the loggers, and the default folder's name; several callbacks in
+            one Trainer each need their own.
 
     ``callback.monitor`` holds the monitor (its ``last_record``) and ``callback.diverged`` the divergence
     record, if any.
@@ -151,9 +188,15 @@ class MonitorCallback:
         sinks: Iterable[Any] | None = None,
         curvature: Curvature | None = None,
         guard: DivergenceGuard | None = CALLBACK_GUARD,
+        per_parameter: bool | str | Iterable[str] = False,
+        prefix: str = DEFAULT_PREFIX,
     ) -> None:
         sinks = check_options(out_dir, every, sinks, curvature, guard)
+        check_prefix(prefix, "OptiscopeCallback")
+        parameter_filter(per_parameter, "OptiscopeCallback")
         self.out_dir, self.every, self.sinks, self.curvature, self.guard = out_dir, every, sinks, curvature, guard
+        self.per_parameter, self.prefix = per_parameter, prefix
+        self.folder: Path | None = None  # where this callback's files went, for a run it starts again
         self.attachment: Attachment | None = None
         self.diverged: dict[str, Any] | None = None
 
@@ -165,7 +208,8 @@ class MonitorCallback:
         self,
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
-        default_dir: Any,
+        log: Callable[[dict[str, float], int], Any] | None,
+        root: Any,
         start_step: int,
         rank_zero: bool,
         saved: Sequence[Any] = (),
@@ -173,7 +217,9 @@ class MonitorCallback:
         scaled: bool = True,
         prepare: Callable[[Any], Any] | None = None,
     ) -> None:
-        """Build the monitor for a run that starts at ``start_step``; a resumed run (``start_step`` > 0) gets the
+        """Build the monitor for a run that starts at ``start_step``, handing each record, flattened, to ``log``,
+        the library's loggers (None: it has none; then optiscope's files only go to ``out_dir``, else to
+        ``root/<prefix>``, the library's folder). A resumed run (``start_step`` > 0) gets the
         first of ``saved`` (what was found where its checkpoint may be, None where nothing was; ``where`` says
         where they were looked for) that is a monitor's state of that step. ``scaled``: a loss scaler may skip
         steps (see ``Attachment``). ``prepare``: what the library does to each training batch before the model
@@ -182,17 +228,26 @@ class MonitorCallback:
         curvature = self.curvature
         if curvature is not None and prepare is not None:
             curvature = dataclasses.replace(curvature, batch=prepare(curvature.batch))
+        sinks = self.sinks
+        if sinks is None:
+            # without out_dir, files only beside the loggers' (which have the metrics: no second TensorBoard)
+            folder = None if log is None else Path(root) / self.prefix
+            if self.out_dir is not None:
+                folder = Path(self.out_dir)
+            fresh = start_step == 0 and folder != self.folder
+            sinks = own_files(folder, self.label, self.out_dir is not None, fresh)
+            self.folder = folder
+        if log is not None:
+            sinks = [*sinks, LoggerSink(log, self.per_parameter, self.prefix)]
         monitor = build_monitor(
             model,
             optimizer,
-            out_dir=self.out_dir if self.out_dir is not None else default_dir,
+            sinks=sinks,
             every=self.every,
-            sinks=self.sinks,
             curvature=curvature,
             guard=self.guard,
             start_step=start_step,
             rank_zero=rank_zero,
-            label=self.label,
         )
         if start_step > 0:
             resume(monitor, saved, start_step, where, rank_zero)

@@ -5,7 +5,7 @@
     from optiscope.integrations.lightning import OptiscopeCallback
 
     trainer = lightning.Trainer(max_steps=1000, callbacks=[OptiscopeCallback(every=10)])
-    trainer.fit(module, data)   # writes trainer.log_dir/metrics.jsonl (and TensorBoard events with the extra)
+    trainer.fit(module, data)   # every logger in trainer.loggers gets optiscope/u_over_w/total, …
 
 The monitor's hooks sit on the optimizer Lightning steps, so u is the real update after gradient
 accumulation and clipping, once per optimizer step, in automatic optimisation (where Lightning steps the
@@ -26,14 +26,14 @@ One optimizer per module (``configure_optimizers`` returning several is refused)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import Callback
 
-from .attach import MonitorCallback, check_passes
+from .attach import DEFAULT_PREFIX, MonitorCallback, check_passes, check_siblings
 
 __all__ = ["OptiscopeCallback"]
 
@@ -43,17 +43,19 @@ class OptiscopeCallback(MonitorCallback, Callback):
 
     At ``on_train_start`` it builds a ``Monitor`` on the module and the optimizer Lightning steps, so
     u = θ_after − θ_before is the real update, after gradient accumulation and clipping, once per optimizer
-    step, in automatic and in manual optimisation; one record on the first step and every ``every``-th,
-    written to ``trainer.log_dir/metrics.jsonl`` (and TensorBoard events in ``tensorboard/lightning`` with the
-    extra). A divergence stops the fit.
+    step, in automatic and in manual optimisation; one record on the first step and every ``every``-th, sent
+    to every logger in ``trainer.loggers`` (flattened by ``optiscope.monitor.flat_metrics``, at the step
+    ``self.log`` uses for the same batch) and, with a logger, written to
+    ``trainer.default_root_dir/optiscope/metrics.jsonl``. A divergence stops the fit.
 
     Args:
         *args: the keyword arguments below, by position, in their order.
         **kwargs: the keyword arguments below.
 
     Keyword Args:
-        out_dir (str | Path | None): the folder for ``metrics.jsonl`` and ``tensorboard/lightning``; None for
-            ``trainer.log_dir``.
+        out_dir (str | Path | None): the folder for ``metrics.jsonl`` and ``tensorboard/lightning``; None:
+            ``default_root_dir/<prefix>/metrics.jsonl`` with a logger, no file with ``logger=False``. A new run
+            into a folder holding records is refused.
         every (int): measure the first optimizer step and every ``every``-th; an integer ≥ 1. Default 10.
         sinks (list | None): the monitor's sinks instead of the default files (e.g. ``[ConsoleSink()]``); None
             for the files.
@@ -63,6 +65,10 @@ class OptiscopeCallback(MonitorCallback, Callback):
             ``rank_batch_size`` (Lightning does not hand callbacks the DDP-wrapped model).
         guard (DivergenceGuard | None): the guard whose tripping stops the fit; default
             ``DivergenceGuard(warmup=0)``, judged from the 9th step; None: records as usual, never stops.
+        per_parameter (bool | str | list): the loggers get each parameter's series too: True, or glob patterns
+            of the parameters' names (``"*attn*"``); default False: the totals and the curvature.
+        prefix (str): the first part of every key in the loggers and the default folder's name (default
+            ``"optiscope"``); several callbacks in one Trainer each need their own.
 
     Attributes:
         monitor: the ``Monitor`` (its ``last_record``) once training has started, else None.
@@ -70,7 +76,9 @@ class OptiscopeCallback(MonitorCallback, Callback):
 
     Raises:
         TypeError: ``out_dir`` is not a path; ``sinks``, ``curvature`` or ``guard`` of the wrong type.
-        ValueError: ``out_dir`` is a file; ``every`` < 1; ``curvature.rank_batch_size`` given; at
+        ValueError: ``out_dir`` is a file; ``every`` < 1; ``curvature.rank_batch_size`` given; a bad ``prefix``
+            or ``per_parameter``; at ``on_train_start``, another optiscope callback in the Trainer with this ``prefix``
+            or ``out_dir``, or a new run into a folder holding records; at
             ``on_train_start``, a module with several optimizers, or, in automatic optimisation,
             ``curvature.accumulation_batch_size`` with ``accumulate_grad_batches`` < 2 or in a job of several ranks.
 
@@ -91,7 +99,7 @@ class OptiscopeCallback(MonitorCallback, Callback):
         >>> x = torch.randn(16, 4)
         >>> dataset = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
         >>> data = torch.utils.data.DataLoader(dataset, batch_size=4)
-        >>> callback = OptiscopeCallback(out_dir="run", every=2)  # default: trainer.log_dir
+        >>> callback = OptiscopeCallback(out_dir="run", every=2)  # logger=False: files only in out_dir
         >>> trainer = lightning.Trainer(
         ...     max_steps=4, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
         ...     enable_model_summary=False, callbacks=[callback],
@@ -135,6 +143,12 @@ class OptiscopeCallback(MonitorCallback, Callback):
         self._held: list[tuple[Any, Any, Any]] = []
         self._norm_before_clip: torch.Tensor | None = None  # of the step being taken, until it is recorded
 
+    @property
+    def state_key(self) -> str:
+        # Lightning keeps each stateful callback's state under its key, one per callback: the prefix tells them
+        # apart (the default's is the class's name, as before it, so that older checkpoints resume)
+        return super().state_key if self.prefix == DEFAULT_PREFIX else self._generate_state_key(prefix=self.prefix)
+
     def state_dict(self) -> dict[str, Any]:
         return {} if self.monitor is None else {"monitor": self.monitor.state_dict()}
 
@@ -150,7 +164,7 @@ class OptiscopeCallback(MonitorCallback, Callback):
             )
         if pl_module.automatic_optimization:  # in manual optimisation the module accumulates by itself
             check_passes(self.curvature, trainer.accumulate_grad_batches, "accumulate_grad_batches")
-        log_dir = trainer.log_dir  # collective: every rank must ask
+        check_siblings(trainer.callbacks, self)
         saved, self._saved = self._saved, None
         where = "the checkpoint's callback state"
         if saved is None and self.monitor is not None and self.monitor.step_count == trainer.global_step:
@@ -168,7 +182,8 @@ class OptiscopeCallback(MonitorCallback, Callback):
         self.attach(
             pl_module,
             trainer.optimizers[0],
-            log_dir,
+            to_loggers(trainer) if trainer.loggers else None,
+            trainer.default_root_dir,
             trainer.global_step,
             trainer.is_global_zero,
             [saved],
@@ -254,3 +269,16 @@ class OptiscopeCallback(MonitorCallback, Callback):
         for c, last_step, save_last in self._held:
             c._last_global_step_saved, c.save_last = last_step, save_last
         self._held = []
+
+
+def to_loggers(trainer: Any) -> Callable[[dict[str, float], int], None]:
+    """A ``log(metrics, step)`` for ``LoggerSink`` that gives the metrics to every logger in ``trainer.loggers``
+    at Lightning's step, as its ``LearningRateMonitor`` does: the one ``self.log`` in ``training_step`` uses for
+    the same batch (the batches that stepped the optimizer before it; a record's own step counts this one too),
+    so that optiscope's curves sit on the module's own."""
+
+    def log(metrics: dict[str, float], step: int) -> None:
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.fit_loop.epoch_loop._batches_that_stepped)
+
+    return log

@@ -5,7 +5,7 @@
     from optiscope.integrations.transformers import OptiscopeCallback
 
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[OptiscopeCallback(every=10)])
-    trainer.train()   # writes args.output_dir/metrics.jsonl (and TensorBoard events with the extra)
+    trainer.train()   # every report_to logger gets optiscope/u_over_w/total, … at the Trainer's step
 
 The monitor's hooks sit on the optimizer the Trainer steps (unwrapped from Accelerate's wrapper), so u
 is the real update: after gradient accumulation and gradient clipping, once per update step, whatever
@@ -39,10 +39,10 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..runs import save_checkpoint
-from .attach import MonitorCallback, check_passes, log
+from .attach import MonitorCallback, check_passes, check_siblings, log
 
-#: The monitor's state in each checkpoint directory the Trainer writes.
-MONITOR_STATE = "optiscope_monitor.pt"
+#: The monitor's state in each checkpoint directory the Trainer writes, for the callback with this prefix.
+MONITOR_STATE = "{prefix}_monitor.pt"
 
 __all__ = ["OptiscopeCallback"]
 
@@ -53,16 +53,18 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
     At ``on_train_begin`` it builds a ``Monitor`` on the Trainer's model and optimizer (unwrapped from
     Accelerate's), so u = θ_after − θ_before is the real update step, after gradient accumulation and clipping,
     whatever the optimizer; one record on the first update step and every ``every``-th, never one per
-    micro-batch, written to ``args.output_dir/metrics.jsonl`` (and TensorBoard events in
-    ``args.output_dir/tensorboard/trainer`` with the extra). A divergence stops training.
+    micro-batch, sent through ``Trainer.log`` (every ``report_to`` integration gets them, flattened by
+    ``optiscope.monitor.flat_metrics``, at the Trainer's step) and, when it reports to one, written to
+    ``args.output_dir/optiscope/metrics.jsonl``. A divergence stops training.
 
     Args:
         *args: the keyword arguments below, by position, in their order.
         **kwargs: the keyword arguments below.
 
     Keyword Args:
-        out_dir (str | Path | None): the folder for ``metrics.jsonl`` and ``tensorboard/trainer``; None for the
-            Trainer's ``args.output_dir``.
+        out_dir (str | Path | None): the folder for ``metrics.jsonl`` and ``tensorboard/trainer``; None:
+            ``args.output_dir/<prefix>/metrics.jsonl`` when the Trainer reports to a logger, no file when
+            ``report_to="none"``. A new run into a folder holding records is refused.
         every (int): measure the first optimizer step and every ``every``-th; an integer ≥ 1. Default 10.
         sinks (list | None): the monitor's sinks instead of the default files (e.g. ``[ConsoleSink()]``); None
             for the files.
@@ -73,6 +75,10 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
             ``DivergenceGuard(warmup=0)``, judged from the 9th step (e.g. ``DivergenceGuard(warmup=0,
             skipped=64)`` for a GradScaler that starts far above 2^16, or a ``warmup`` for a run whose loss
             may rise at first); None: records as usual, never stops.
+        per_parameter (bool | str | list): the loggers get each parameter's series too: True, or glob patterns
+            of the parameters' names (``"*attn*"``); default False: the totals and the curvature.
+        prefix (str): the first part of every key in the loggers and the default folder's name (default
+            ``"optiscope"``); several callbacks in one Trainer each need their own.
 
     Attributes:
         monitor: the ``Monitor`` (its ``last_record``) once training has begun, else None.
@@ -80,7 +86,9 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
 
     Raises:
         TypeError: ``out_dir`` is not a path; ``sinks``, ``curvature`` or ``guard`` of the wrong type.
-        ValueError: ``out_dir`` is a file; ``every`` < 1; ``curvature.rank_batch_size`` given; at
+        ValueError: ``out_dir`` is a file; ``every`` < 1; ``curvature.rank_batch_size`` given; a bad ``prefix``
+            or ``per_parameter``; at ``on_train_begin``, another optiscope callback in the Trainer with this ``prefix``
+            or ``out_dir``, or a new run into a folder holding records; at
             ``on_train_begin``, ``curvature.accumulation_batch_size`` with ``gradient_accumulation_steps`` < 2
             or in a job of several ranks.
 
@@ -91,7 +99,7 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         >>> model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=8, n_layer=1, n_head=2))
         >>> data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 64, (8, 8))]
         >>> args = TrainingArguments(output_dir="run", max_steps=20, report_to="none", use_cpu=True)
-        >>> callback = OptiscopeCallback(every=10)  # writes run/metrics.jsonl
+        >>> callback = OptiscopeCallback(every=10)  # report_to="none": the records stay in callback.monitor
         >>> trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[callback])
         >>> callback in trainer.callback_handler.callbacks
         True
@@ -133,16 +141,35 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self._said_no_loss = False  # warned that the model's forward gives no loss
         self._unwrap_clip = None  # takes the wrapper off the accelerator's clip_grad_norm_ (``noting_norms``)
         self._norm_before_clip: Any = None  # the norm the Trainer's clipping returned at this step
+        self._trainer: Trainer | None = None  # whose log the records go through, while it trains with loggers
+        self._held: dict[str, float] = {}  # the flat metrics of the step just taken, until the Trainer counts it
+
+    @property
+    def state_file(self) -> str:
+        """The monitor's state in each checkpoint: ``optiscope_monitor.pt``, with another prefix its own."""
+        return MONITOR_STATE.format(prefix=self.prefix)
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._release()  # a Trainer trained again (or after an exception) gets a fresh monitor and hook
         check_passes(self.curvature, args.gradient_accumulation_steps, "gradient_accumulation_steps")
         inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps the real one
-        places = [place / MONITOR_STATE for place in resumed_from(args, state)] if state.global_step > 0 else []
+        places = [place / self.state_file for place in resumed_from(args, state)] if state.global_step > 0 else []
         saved, where = [saved_state(path) for path in places], " or ".join(map(str, places))
-        self.attach(model, inner, args.output_dir, state.global_step, state.is_world_process_zero, saved, where)
-        self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
         trainer = calling_trainer()
+        check_siblings(trainer.callback_handler.callbacks if trainer is not None else (), self)
+        # through the Trainer's own log, at its step, so that every report_to integration gets the records
+        self._trainer = trainer if trainer is not None and args.report_to else None
+        self.attach(
+            model,
+            inner,
+            None if self._trainer is None else self._hold,
+            args.output_dir,
+            state.global_step,
+            state.is_world_process_zero,
+            saved,
+            where,
+        )
+        self._loss_hook = model.register_forward_hook(self._record_loss, with_kwargs=True)
         # DeepSpeed clips inside its engine's step, after this one's clip_grad_norm_ call, which returns the norm
         # the engine computed at the step before
         if trainer is not None and args.max_grad_norm > 0 and not getattr(trainer, "is_deepspeed_enabled", False):
@@ -206,10 +233,21 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         # right after the Trainer wrote checkpoint-N for the step the monitor has just recorded
         if self.monitor is not None and args.should_save:  # where the Trainer writes (each node's main process too)
-            save_checkpoint(checkpoint_dir(args, state) / MONITOR_STATE, self.monitor.state_dict())
+            save_checkpoint(checkpoint_dir(args, state) / self.state_file, self.monitor.state_dict())
         return control
 
+    def _hold(self, metrics: dict[str, float], step: int) -> None:
+        """A record's flat metrics, kept until ``on_step_end``, when the Trainer's step counts this one."""
+        self._held.update(metrics)  # a divergence at a measured step: one log with both
+
     def on_step_end(self, args, state, control, **kwargs):
+        if self._held and self._trainer is not None:
+            held, self._held = self._held, {}
+            # Trainer.log calls every callback's on_log, and the handler sets should_log off before: the
+            # Trainer's own log of this step, which its flow callback has just asked for, must still happen
+            should_log = control.should_log
+            self._trainer.log(held)
+            control.should_log = should_log
         if self.diverged is not None:  # runs after the Trainer's flow callback has decided to save
             control.should_save = False
         return control
@@ -223,6 +261,7 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self._release()
 
     def _release(self) -> None:
+        self._trainer, self._held = None, {}
         if self._unwrap_clip is not None:
             self._unwrap_clip()
             self._unwrap_clip = None

@@ -5,12 +5,14 @@
 u, u/w, cos(u, −g), Adam's effective learning rate, non-finite counts and zero-gradient fractions, and
 turns a diverging loss into a ``Diverged`` record instead of a crash; ``curvature=Curvature(...)`` adds
 sharpness against the optimizer's stability threshold (``optiscope.curvature``) on a schedule.
+``LoggerSink(wandb.log)`` hands each record, flattened (``flat_metrics``), to any ``log(metrics, step)``.
 """
 
 from .curvature import Curvature
 from .divergence import Diverged, DivergenceGuard
+from .keys import flat_metrics
 from .monitor import Monitor
-from .sinks import ConsoleSink, JSONLSink, TensorBoardSink, run_directory_sinks
+from .sinks import ConsoleSink, JSONLSink, LoggerSink, TensorBoardSink, run_directory_sinks
 
 __all__ = [
     "Monitor",
@@ -18,6 +20,8 @@ __all__ = [
     "ConsoleSink",
     "JSONLSink",
     "TensorBoardSink",
+    "LoggerSink",
+    "flat_metrics",
     "run_directory_sinks",
     "DivergenceGuard",
     "Diverged",

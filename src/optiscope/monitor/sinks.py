@@ -1,4 +1,4 @@
-"""Where monitor records go: the console (the seed's g/w/u log, aligned), JSONL, TensorBoard.
+"""Where monitor records go: the console (the seed's g/w/u log, aligned), JSONL, TensorBoard, any logger.
 
 A sink is any object with ``write(record)`` and ``close()``. Every sink here writes only on rank 0
 of a distributed job, so the same code runs unchanged under ``torchrun``.
@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from ..checks import is_count, is_number
 from ..runs import METRICS, TENSORBOARD, append_jsonl, checkpoint_name, is_rank_zero, truncate_jsonl
+from .keys import check_prefix, flat_metrics, given_scalars, parameter_filter
 
 
 def checked_sinks(sinks: Any, who: str, absent: str = "() for none") -> list[Any]:
@@ -53,7 +54,8 @@ class ConsoleSink:
     The header gives the step, loss, learning rates, ‖g‖, the overall u/w, tokens/s, when measured λ₁ against
     its threshold, tr H and B_simple, and the scalars given to ``Monitor.step`` (``train_acc 0.8``); each
     parameter's line, in the model's order, gives g, w, u, u/w, cos(u, −g) and the effective learning rate
-    η/(√v̂ + ε) as ``[min median max]``::
+    η/(√v̂ + ε) as ``[min median max]``; where optiscope does not know it for the optimizer, a line says why,
+    once::
 
         embedding.weight   g=3.1e-05 w=1.0e+00 u=1.6e-06 u/w=1.6e-06 cos=+0.98 lr_eff=[1.0e-04 3.2e-03 9.9e-02]
 
@@ -102,6 +104,7 @@ class ConsoleSink:
             raise ValueError(f"ConsoleSink: every={every!r} must be an integer >= 1 (print every every-th record)")
         self.console = console or Console()
         self.max_rows, self.full, self.every = max_rows, full, every
+        self.told: set[str] = set()  # why an effective learning rate is unknown, said once each
 
     def write(self, record: dict[str, Any]) -> None:
         """Print ``record`` (a measured step's, or a divergence's), on rank 0 only.
@@ -130,6 +133,10 @@ class ConsoleSink:
                 highlight=False,
                 soft_wrap=True,
             )
+        for why in dict.fromkeys(e["no_eff_lr"] for e in params.values() if "no_eff_lr" in e):
+            if why not in self.told:  # the optimizer does not change: the reason is said once, not every step
+                self.told.add(why)
+                self.console.print(f"  no lr_eff: {escape(why)}", style="dim", highlight=False, soft_wrap=True)
 
     @staticmethod
     def line(name: str, entry: dict[str, Any], width: int = 0) -> str:
@@ -366,6 +373,67 @@ class TensorBoardSink:
             self.writer.close()
 
 
+class LoggerSink:
+    """Hands each record, flattened, to any ``log(metrics, step)`` function: W&B, MLflow, TensorBoard, Aim, ….
+
+    Each record becomes ``flat_metrics(record, per_parameter, prefix)`` (``{"optiscope/u_over_w/total": …}``:
+    the whole model's numbers and the curvature's, per-parameter series on request; the key table is in
+    ``flat_metrics``), given as ``log(metrics, step)`` with the record's step, on rank 0 only. ``wandb.log``
+    and ``mlflow.log_metrics`` take that call as it is; a ``SummaryWriter`` takes a one-line lambda::
+
+        LoggerSink(wandb.log)
+        LoggerSink(mlflow.log_metrics)
+        LoggerSink(lambda metrics, step: [writer.add_scalar(k, v, step) for k, v in metrics.items()])
+
+    Args:
+        log: called as ``log(metrics, step)`` with a ``{str: float}`` dict and an int.
+        per_parameter: False for totals only; True for every parameter's series too; a glob pattern or a list
+            of them (``"*attn*"``) for the parameters whose name matches one.
+        prefix: the first part of every key; letters, digits, ``_``, ``.`` and ``-``.
+
+    Raises:
+        TypeError: ``log`` is not callable.
+        ValueError: a bad ``per_parameter`` or ``prefix``.
+
+    Examples:
+        >>> import torch
+        >>> from optiscope.monitor import LoggerSink, Monitor
+        >>> logged = []
+        >>> sink = LoggerSink(lambda metrics, step: logged.append((step, metrics)))
+        >>> model = torch.nn.Linear(2, 1)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> monitor = Monitor(model, optimizer, sinks=[sink])
+        >>> model(torch.ones(1, 2)).sum().backward()
+        >>> optimizer.step()
+        >>> _ = monitor.step(0.5)
+        >>> step, metrics = logged[0]
+        >>> step, metrics["optiscope/loss"], metrics["optiscope/lr/group0"]
+        (1, 0.5, 0.1)
+    """
+
+    def __init__(self, log: Any, per_parameter: bool | str | Iterable[str] = False, prefix: str = "optiscope") -> None:
+        if not callable(log):
+            raise TypeError(
+                f"LoggerSink: log={log!r} must be a function called as log(metrics, step), e.g. wandb.log or "
+                "mlflow.log_metrics"
+            )
+        check_prefix(prefix, "LoggerSink")
+        parameter_filter(per_parameter, "LoggerSink")  # told when built, not at the first record
+        self.log, self.per_parameter, self.prefix = log, per_parameter, prefix
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Log ``record``'s flat metrics at its step, on rank 0 only.
+
+        Args:
+            record: a record as ``Monitor.step`` returns it, or a divergence record.
+        """
+        if is_rank_zero():
+            self.log(flat_metrics(record, self.per_parameter, self.prefix), record["step"])
+
+    def close(self) -> None:
+        """Nothing to release: the logger belongs to the caller."""
+
+
 def run_directory_sinks(
     run_dir: Path, label: str, *, console: Console | None = None, console_every: int = 1
 ) -> list[Any]:
@@ -401,25 +469,6 @@ def run_directory_sinks(
     with contextlib.suppress(ImportError):  # TensorBoard is an optional extra; metrics.jsonl has everything
         sinks.append(TensorBoardSink(Path(run_dir) / TENSORBOARD / checkpoint_name(label).removesuffix(".pt")))
     return sinks
-
-
-def given_scalars(record: dict[str, Any]) -> dict[str, float]:
-    """The scalars given to ``Monitor.step`` that a record holds (``monitor.step(loss, train_acc=0.8)``).
-
-    They are the numbers at the record's top level that are neither the monitor's own fields (``loss``,
-    ``grad_norm``, the curvature's, …) nor its context's (named under ``context``), in the order given.
-
-    Args:
-        record: a record as ``Monitor.step`` returns it, or as read back from ``metrics.jsonl``.
-
-    Returns:
-        ``{name: value}``, e.g. ``{"train_acc": 0.8}``; empty when none were given.
-    """
-    from .monitor import RECORD_FIELDS  # here, not at the top: monitor.py imports this module
-
-    context = record.get("context")
-    own = RECORD_FIELDS | {name for name in (context if isinstance(context, list) else ()) if isinstance(name, str)}
-    return {name: value for name, value in record.items() if name not in own and is_number(value)}
 
 
 def _shown_rows(params: dict[str, dict[str, Any]], max_rows: int) -> list[tuple[str, dict[str, Any]]]:
