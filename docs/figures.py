@@ -4,7 +4,12 @@ The figures in ``docs/assets/figures/`` were made with::
 
     nice -n 10 .venv/bin/python docs/figures.py --keep /tmp/optiscope-figures
 
-run from the repository root on the 2-core development machine (torch 2.13, CPU, shared with other work).
+run from the repository root on the 2-core development machine (torch 2.13, CPU, shared with other work), and
+redrawn from those runs' results, without training again, with::
+
+    .venv/bin/python docs/figures.py --replot /tmp/optiscope-figures
+
+(``optiscope plot`` on each kept run, then the same copy).
 
 Each experiment runs, one at a time, through the ``optiscope`` command line into its own folder (under
 ``--keep``, or else a temporary folder deleted at the end); ``docs/figures.py rare-tokens lm`` redoes only
@@ -41,15 +46,19 @@ EXPERIMENTS = {
 }
 
 
-def make(name: str, scratch: Path) -> None:
-    """Run one experiment into ``scratch`` and copy its chosen figures into ``docs/assets/figures``."""
+def make(name: str, scratch: Path, replot: bool = False) -> None:
+    """Run one experiment into ``scratch`` (or, with ``replot``, redraw the figures of the run kept there) and
+    copy its chosen figures into ``docs/assets/figures``."""
     options, figures = EXPERIMENTS[name]
     out = scratch / name
-    command = [sys.executable, "-m", "optiscope", "run", name, "--out", str(out), "--force", "--quiet", *options]
+    if replot:
+        command = [sys.executable, "-m", "optiscope", "plot", str(out)]
+    else:
+        command = [sys.executable, "-m", "optiscope", "run", name, "--out", str(out), "--force", "--quiet", *options]
     print("$", " ".join(command[1:]), flush=True)
     start = time.monotonic()
     # exit code 3 (every run diverged) still leaves figures; anything else is a failure
-    done = subprocess.run(command, cwd=ROOT, check=False)
+    done = subprocess.run(command, cwd=ROOT, check=False, stdout=subprocess.DEVNULL if replot else None)
     if done.returncode not in (0, 3):
         raise SystemExit(f"{name}: exit code {done.returncode}")
     print(f"  {time.monotonic() - start:.0f} s", flush=True)
@@ -68,12 +77,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiments", nargs="*", help=f"some of {', '.join(EXPERIMENTS)} (default: all)")
     parser.add_argument("--keep", help="run into this folder and keep it (default: a temporary folder)")
+    parser.add_argument("--replot", metavar="DIR", help="redraw the figures of the runs kept in DIR; train nothing")
     args = parser.parse_args()
     unknown = [name for name in args.experiments if name not in EXPERIMENTS]
     if unknown:
         parser.error(f"unknown experiments {unknown}; valid: {', '.join(EXPERIMENTS)}")
     args.experiments = args.experiments or list(EXPERIMENTS)
-    if args.keep:
+    if args.replot:
+        for name in args.experiments:
+            make(name, Path(args.replot), replot=True)
+    elif args.keep:
         Path(args.keep).mkdir(parents=True, exist_ok=True)
         for name in args.experiments:
             make(name, Path(args.keep))

@@ -43,3 +43,54 @@ def printed(capsys) -> str:
     """What the command printed (stdout, then stderr), with any line wrapping undone."""
     captured = capsys.readouterr()
     return " ".join((captured.out + captured.err).split())
+
+
+def text_boxes(fig) -> list[tuple[str, object, object]]:
+    """(what, window extent, clip box or None) of every shown text of ``fig``: titles, axis labels, tick labels,
+    annotations and legends (a legend is one box: its entries are laid out by matplotlib inside it)."""
+    from matplotlib.legend import Legend
+    from matplotlib.text import Text
+
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    legends = [a for a in fig.findobj(Legend) if a.get_visible()]
+    inside = {id(t) for legend in legends for t in legend.findobj(Text)}
+    ticks, drawn = set(), set()
+    for ax in fig.axes:
+        for axis in ax._axis_map.values():
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                ticks |= {id(tick.label1), id(tick.label2)}
+            if ax.axison and axis.get_visible() and getattr(ax, "name", "") != "3d":
+                # the ticks drawn: those in the view (a 3-D panel's follow its projection, matplotlib's business)
+                drawn |= {id(t.label1) for t in axis._update_ticks()} | {id(t.label2) for t in axis._update_ticks()}
+    boxes = []
+    for legend in legends:
+        boxes.append((f"legend {[t.get_text() for t in legend.get_texts()]}", legend.get_window_extent(renderer), None))
+    for text in fig.findobj(Text):
+        if id(text) in inside or not text.get_visible() or not text.get_text().strip():
+            continue
+        if id(text) in ticks and id(text) not in drawn:
+            continue
+        clip = text.get_clip_box() if text.get_clip_on() else None
+        boxes.append((repr(text.get_text()), text.get_window_extent(renderer), clip))
+    return boxes
+
+
+def overlaps(fig, slack: float = 1.0) -> list[str]:
+    """Descriptions of the text boxes of ``fig`` that overlap one another by more than ``slack`` pixels each way,
+    and of those that a clip box (their panel) cuts: the oracle is matplotlib's renderer extents."""
+    from matplotlib.transforms import Bbox
+
+    boxes = text_boxes(fig)
+    found = []
+    for what, box, clip in boxes:
+        if clip is not None and Bbox.intersection(box, clip) != box:
+            inter = Bbox.intersection(box, clip)
+            if inter is None or inter.width < box.width - slack or inter.height < box.height - slack:
+                found.append(f"{what} is cut by its panel's edge")
+    for i, (a, box_a, _) in enumerate(boxes):
+        for b, box_b, _ in boxes[i + 1 :]:
+            inter = Bbox.intersection(box_a, box_b)
+            if inter is not None and inter.width > slack and inter.height > slack:
+                found.append(f"{a} overlaps {b}")
+    return found

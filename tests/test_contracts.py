@@ -3,9 +3,10 @@ annotations (this module, like every optiscope module, uses ``from __future__ im
 
 from __future__ import annotations
 
+import math
 from typing import NotRequired, Required, TypedDict
 
-from optiscope.contracts import problems
+from optiscope.contracts import Positive, problems
 
 
 class Inner(TypedDict):
@@ -15,6 +16,13 @@ class Inner(TypedDict):
 class Shape(TypedDict):
     name: str
     series: NotRequired[Inner]
+
+
+class Given(TypedDict):
+    lr: Positive
+    etas: list[Positive]
+    measured: float
+    later: NotRequired[Positive]
 
 
 class Partial(TypedDict, total=False):
@@ -48,3 +56,17 @@ def test_every_entry_of_a_mapping_and_the_last_of_a_list_are_checked():
     cut = {**fine, "run0": {"values": [1.0] * 9 + ["1."]}}
     assert problems({"runs": cut}, Runs) == ["results.runs.run0.values[9] is a str, not a number"]
     assert problems({"runs": {"run0": {"values": []}}}, Runs) == []
+
+
+def test_a_given_number_must_be_finite_and_positive_a_measured_one_need_not():
+    """A learning rate (``Positive``) that is NaN, ±inf, 0 or negative is named; a measured float may be any of
+    those; a tiny positive rate passes. The oracle: math.isfinite(x) and x > 0."""
+    for bad in (math.nan, math.inf, -math.inf, 0.0, -1.0):
+        found = problems({"lr": bad, "etas": [1.0, bad], "measured": bad, "later": bad}, Given)
+        assert found == [
+            f"results.etas[1] is {bad}, not a finite number > 0 (the experiment was given it)",
+            f"results.later is {bad}, not a finite number > 0 (the experiment was given it)",
+            f"results.lr is {bad}, not a finite number > 0 (the experiment was given it)",
+        ]
+    assert problems({"lr": 1e-300, "etas": [3], "measured": math.nan}, Given) == []
+    assert problems({"lr": "fast", "etas": [], "measured": 0.0}, Given) == ["results.lr is a str, not a number"]

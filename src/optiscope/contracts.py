@@ -4,18 +4,28 @@ Every experiment writes down the shape of its ``results.json`` as a ``TypedDict`
 document read back from disk against it (keys present, numbers where numbers belong, recursively), so
 that a file of another experiment or of the wrong shape is reported as such instead of failing deep
 inside a figure. Long lists are checked on their first entries and their last (``SAMPLED``).
+
+A number the experiment was *given* rather than measured (a learning rate, a token frequency, a target
+weight) is declared ``Positive``: finite and > 0. Measured numbers may be anything a run can produce (NaN,
+inf, 0) and the figures draw them; a given one that is NaN or 0 cannot come from a run, and every figure
+would divide by it or set axis limits from it, so the file is refused, naming the field.
 """
 
 from __future__ import annotations
 
+import math
 import types
 import typing
-from typing import Any
+from typing import Annotated, Any
 
 #: Items of a list checked: the first few and the last (a curve holds thousands of points of one shape, and
 #: a damaged file is damaged at its start or its end). Every entry of a mapping is checked: mappings hold
 #: runs, optimizers and layers, a few dozen at most, and a run's damage can lie in any one of them.
 SAMPLED = 3
+
+#: The metadata that marks a number an experiment was given: ``Positive`` requires it finite and > 0.
+GIVEN = "given: finite and > 0"
+Positive = Annotated[float, GIVEN]
 
 
 def problems(value: Any, expected: Any, where: str = "results", limit: int = 5) -> list[str]:
@@ -29,7 +39,12 @@ def _check(value: Any, expected: Any, where: str, found: list[str], limit: int) 
     if len(found) >= limit or expected is Any:
         return
     origin, args = typing.get_origin(expected), typing.get_args(expected)
-    if typing.is_typeddict(expected):
+    if origin is Annotated:
+        _check(value, args[0], where, found, limit)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if GIVEN in expected.__metadata__ and number and not (math.isfinite(value) and value > 0):
+            found.append(f"{where} is {value}, not a finite number > 0 (the experiment was given it)")
+    elif typing.is_typeddict(expected):
         if not isinstance(value, dict):
             found.append(f"{where} is {_kind(value)}, not an object")
             return
@@ -40,7 +55,7 @@ def _check(value: Any, expected: Any, where: str, found: list[str], limit: int) 
             required = marker is typing.Required or (
                 marker is not typing.NotRequired and key in expected.__required_keys__
             )
-            if marker in (typing.Required, typing.NotRequired, typing.Annotated):
+            if marker in (typing.Required, typing.NotRequired):
                 hint = typing.get_args(hint)[0]
             if key in value:
                 _check(value[key], hint, f"{where}.{key}", found, limit)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from figure_checks import overlaps
 from optiscope import cli, contracts, experiments, figures, runs
 from optiscope.figures import style
 
@@ -254,3 +255,61 @@ def test_every_figure_draws_a_perturbed_result(name, tiny_results, tmp_path_fact
     runs.atomic_write_json(out / runs.RESULTS, results)
     assert cli.main(["plot", str(out)]) == 0, (out / runs.ERROR_LOG).read_text()
     assert len(list((out / runs.FIGURES).glob("*.png"))) == len(figures.module_for(results).FIGURES)
+
+
+# ------------------------------------------------------------------------------ layout on every figure
+def every_measured(name, r, value):
+    for pattern in MEASURED[name]:
+        for container, key in places(r, pattern):
+            container[key] = value
+
+
+CASES = {
+    "real": lambda name, r: None,
+    "diverged": lambda name, r: diverge(name, r, 5, 0) if name != "entropy" else None,
+    "single step": lambda name, r: single_step(name, r) if name != "entropy" else None,
+    "every measured number NaN": lambda name, r: every_measured(name, r, math.nan),
+    "every measured number 0": lambda name, r: every_measured(name, r, 0.0),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("name", list(MEASURED))
+def test_no_text_of_any_figure_overlaps_another_or_leaves_its_panel(name, case, tiny_results):
+    """Every figure of every experiment, from a real tiny run and from degenerate versions of it, lays out its
+    titles, labels, tick labels, legends and notes without one covering another or being cut by its panel. The
+    oracle: matplotlib's renderer extents of each text (``figure_checks.overlaps``)."""
+    results = copy.deepcopy(tiny_results[name])
+    CASES[case](name, results)
+    assert not contracts.problems(results, experiments.load(name).Results)
+    style.apply()
+    for file, draw in figures.module_for(results).FIGURES.items():
+        fig = draw(results)
+        style.finish(fig)
+        found = overlaps(fig)
+        style.close_all()
+        assert not found, f"{file}: {found}"
+
+
+@pytest.mark.parametrize("value", [math.nan, 0.0])
+@pytest.mark.parametrize("name", list(MEASURED))
+def test_results_whose_every_number_is_nan_or_zero_are_refused_or_drawn(name, value, tiny_results, tmp_path):
+    """A results.json whose every float is NaN (or 0): where a number the experiment was given (a learning rate, a
+    frequency) is among them, ``optiscope plot`` refuses the file (exit 2) naming that field; otherwise it draws
+    every figure (exit 0)."""
+
+    def every_float(node):
+        if isinstance(node, dict):
+            return {k: every_float(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [every_float(v) for v in node]
+        return value if isinstance(node, float) else node
+
+    results = every_float(tiny_results[name])
+    found = contracts.problems(results, experiments.load(name).Results)
+    runs.atomic_write_json(tmp_path / runs.RESULTS, results)
+    code = cli.main(["plot", str(tmp_path)])
+    if found:
+        assert code == 2 and all("not a finite number > 0" in p for p in found), found
+    else:
+        assert code == 0, (tmp_path / runs.ERROR_LOG).read_text()

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import runs, train
+from ..contracts import Positive
 from ..curvature import stability_threshold
 from ..monitor import Curvature, Monitor, run_directory_sinks
 from ..optim import build_optimizer
@@ -103,7 +104,7 @@ QUICK = dict(optimizers="sgd@0.3,sgd@0.5,momentum@0.3,adam@0.01", steps=700)  # 
 class RunResults(TypedDict):
     label: str
     optimizer: str
-    lr: float
+    lr: Positive
     threshold: float | None
     threshold_label: str
     preconditioned: bool

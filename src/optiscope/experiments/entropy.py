@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from .. import runs, train
 from ..checks import finite
+from ..contracts import Positive
 from ..data import CorpusError, load_corpus, sample_batch
 from ..models import GPT
 from ..models.pretrained import add_lora, context_length, load_causal_lm
@@ -157,8 +158,8 @@ class Fit(TypedDict):
 
 class OptimizerResults(TypedDict):
     optimizer: str
-    lr: float
-    etas: list[float]
+    lr: Positive
+    etas: list[Positive]
     runs: list[dict[str, Any]]
     fits: list[Fit]
     aggregate: dict[str, list[float]]

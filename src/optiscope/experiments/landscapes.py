@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..checks import finite, is_count, positive
+from ..contracts import Positive
 from ..optim import RECIPES
 from ..optim.recipes import RunSpec, parse_runs, recipe
 from . import (
@@ -219,9 +220,9 @@ class SurfaceResults(TypedDict):
 class Results(TypedDict):
     status: str  # "diverged" when every run on every surface diverged, else "ok"
     steps: int
-    tolerance: float
-    lrs: list[float]
-    condition_number: float
+    tolerance: Positive
+    lrs: list[Positive]
+    condition_number: Positive
     surfaces: dict[str, SurfaceResults]
     bias_correction: dict[str, Any]
     weight_decay: dict[str, Any]

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ..checks import positive
+from ..contracts import Positive
 from ..monitor.stats import loglog_fit
 from ..optim import RECIPES
 from ..optim.recipes import RunSpec, build_optimizer, parse_runs, recipe
@@ -263,7 +264,7 @@ def sampled_trajectory(trajectory: Tensor) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------- findings
 class RunResults(TypedDict):
     optimizer: str
-    lr: float
+    lr: Positive
     setting: str
     diverged_at: int | None
     final_weight: list[float] | None
@@ -276,13 +277,13 @@ class RunResults(TypedDict):
 
 class Results(TypedDict):
     status: str  # "diverged" when every optimizer's run diverged (the lr sweep's runs aside), else "ok"
-    true_weight: float
-    learned_within: float
-    lr: float
+    true_weight: Positive
+    learned_within: Positive
+    lr: Positive
     steps: int
     batch_size: int
     tokens: list[str]
-    frequencies: list[float]
+    frequencies: list[Positive]
     rarest: int
     most_common: int
     occurrences: list[float]

@@ -105,6 +105,19 @@ def written_digits(example: dict) -> str:
     return " ".join(str(example["answer"]).zfill(digits)[::-1])
 
 
+def shared_labels(points) -> list[tuple[tuple[float, ...], str, bool]]:
+    """(point, label, alone) for the digit places ``points`` (row i is digit i): digits at one point (an
+    untrained table, a table of zeros) share one label there, which names them all; points not finite have none."""
+    places: dict[tuple[float, ...], list[str]] = {}
+    for digit, point in enumerate(np.asarray(points, dtype=float)):
+        if np.all(np.isfinite(point)):
+            places.setdefault(tuple(point), []).append(str(digit))
+    return [
+        (point, digits[0] if len(digits) == 1 else f"{','.join(digits)}: one point", len(digits) == 1)
+        for point, digits in places.items()
+    ]
+
+
 def panel_tokens(ax, ex: dict) -> None:
     vectors = np.array(ex["token_vectors"])
     weights = ex["weights"]
@@ -125,8 +138,8 @@ def panel_tokens(ax, ex: dict) -> None:
         text = "the same vectors score the output"
     xy = vectors[:, :2]
     ax.scatter(xy[:, 0], xy[:, 1], c=colors, s=260, edgecolors="white", zorder=3)
-    for digit, (px, py) in enumerate(xy):
-        ax.text(px, py, str(digit), ha="center", va="center", color="white", weight="bold", zorder=4)
+    for (px, py), text, alone in shared_labels(xy):
+        ax.text(px, py, text, ha="center", va="center", color="white" if alone else style.INK, weight="bold", zorder=4)
     ax.set_aspect("equal", adjustable="datalim")
     ax.set_xlabel("token dim 0")
     ax.set_ylabel("token dim 1")
@@ -142,19 +155,22 @@ def panel_positions(ax, ex: dict) -> None:
     places = table[:10, :3]
     ax.plot(*places.T, color=COMPONENT_COLORS["positions"], lw=1.5, alpha=0.5)
     ax.scatter(*places.T, c=plt.get_cmap("viridis")(np.linspace(0, 0.95, 10)), s=70, depthshade=False)
-    for i, p in enumerate(places):
-        ax.text(*p, f" {i}", fontsize=8)
+    for p, text, _ in shared_labels(places):  # above each point, clear of its marker
+        ax.text(*p, text, fontsize=8, ha="center", va="bottom", zorder=10)
     cfg = ex["config"]
     if cfg["positions"] == "spiral":
         how = "learned" if cfg["learned_points"] else "frozen"
         for name, label, marker, color in (("=", "EQUALS", "D", "#1f6fb2"), ("z9", "CARRY", "*", style.BAD)):
             p = table[labels.index(name), :3]
-            ax.scatter(*p, marker=marker, s=180, color=color, depthshade=False)
-            ax.text(*p, f"  {label} ({how})", color=color, fontsize=9)
+            # named in the legend: a label beside the point covered a digit place or the axis's ticks
+            ax.scatter(*p, marker=marker, s=180, color=color, depthshade=False, label=f"{label} ({how})")
+        ax.legend(loc="upper left", fontsize=8)
         a, phase, slope, offset = cfg["spiral"]
-        title = f"Positions: frozen spiral, {cfg['turn']} places per turn; EQUALS, CARRY {how}"
         formula = f"p(i) = ({a:g} cos(2πi/{cfg['turn']} {phase:+g}), {a:g} sin(…), {slope:g}·i {offset:+g})"
-        ax.text2D(0.0, 0.0, f"{formula}\nxᵢ, yᵢ, zᵢ share place i; PLUS at 0", transform=ax.transAxes, fontsize=8)
+        title = (
+            f"Positions: frozen spiral, {cfg['turn']} places per turn; EQUALS, CARRY {how}\n"
+            f"{formula}; xᵢ, yᵢ, zᵢ share place i, PLUS at 0"
+        )
     else:
         title = "Positions: learned table (first 3 dims), digit places of x"
     ax.set_title(title, fontsize=10.5)
@@ -256,6 +272,7 @@ def panel_values(ax, digits_ax, ex: dict) -> None:
         y = np.arange(len(rows))[::-1]
         ax.barh(y, [v for _, v in rows], color=colors)
         ax.set_yticks(y, [n for n, _ in rows], fontsize=7)
+        ax.yaxis.tick_right()  # on the left, these long names ran into the attention heatmap beside the panel
         ax.axvline(0, color=style.INK, lw=0.6)
     ax.set_title(title, fontsize=10)
     if digits_ax is None:
@@ -279,20 +296,14 @@ def panel_budget(ax, ex: dict) -> None:
     ax.set_ylim(0, 10)
     ax.axis("off")
     ax.set_title(f"Parameter budget: all {total} parameters, read from the module", loc="left")
-    x, narrow = 0.0, []
+    x, segments = 0.0, []
     for row in rows:
         width = 82 * row["params"] / total
         color = COMPONENT_COLORS.get(row["component"], style.MUTED)
         ax.add_patch(FancyBboxPatch((x, 4), width, 3, boxstyle="square,pad=0", facecolor=color, edgecolor="white"))
-        if width >= 2.5:
-            ax.text(x + width / 2, 5.5, str(row["params"]), ha="center", va="center", color="white", weight="bold")
-            label_segment(ax, narrow)
-            narrow = []
-            ax.text(x + width / 2, 3.6, row["name"], ha="right", va="top", rotation=40, fontsize=7.5)
-        else:  # too narrow for its own labels: named together with its narrow neighbours
-            narrow.append((x + width / 2, row))
+        segments.append((x + width / 2, f"{row['name']} ({row['params']})"))
         x += width
-    label_segment(ax, narrow)
+    label_segments(ax, segments)
     ax.text(84, 8.2, "free (frozen, 0 parameters):", fontsize=9, weight="bold", color=style.MUTED)
     frozen = frozen or [{"name": "none", "shape": []}]
     for i, row in enumerate(frozen):
@@ -302,13 +313,23 @@ def panel_budget(ax, ex: dict) -> None:
         ax.text(84, top - 0.75 * i, f"{name}: {n}", fontsize=8.5, color=COMPONENT_COLORS.get(name, style.INK))
 
 
-def label_segment(ax, narrow: list[tuple[float, dict]]) -> None:
-    """One label for a run of adjacent bar segments too narrow to carry their own."""
-    if not narrow:
-        return
-    centre = (narrow[0][0] + narrow[-1][0]) / 2
-    names = ", ".join(f"{row['name']} ({row['params']})" for _, row in narrow)
-    ax.text(centre, 3.6, names, ha="right", va="top", rotation=40, fontsize=7.5)
+def label_segments(ax, segments: list[tuple[float, str]], size: float = 7.5) -> None:
+    """A horizontal label under each bar segment (x centre, text), joined to it by a thin line, in the first row
+    where it clears the labels already there: a sliver of one parameter gets its name like a wide segment."""
+    fig = ax.get_figure()
+    points_per_unit = 72 * fig.get_figwidth() * ax.get_position().width / np.ptp(ax.get_xlim())
+    ends: list[float] = []  # the right end of the last label of each row, in data units
+    for centre, text in segments:
+        half = 0.5 * len(text) * size * 0.62 / points_per_unit + 0.4  # DejaVu's mean glyph width, a margin
+        centre = max(centre, half)
+        row = next((k for k, end in enumerate(ends) if centre - half > end), len(ends))
+        if row == len(ends):
+            ends.append(centre + half)
+        ends[row] = centre + half
+        y = 3.3 - 1.0 * row
+        ax.plot([centre, centre], [4, y + 0.2], color=style.MUTED, lw=0.5)
+        ax.text(centre, y, text, ha="center", va="top", fontsize=size)
+    ax.set_ylim(min(0, 3.3 - 1.0 * len(ends) - 0.5), 10)
 
 
 # ---------------------------------------------------------------------------------------- figures
@@ -348,7 +369,7 @@ def training(results: dict[str, Any]) -> Figure:
     cases = results["cases"]
     several = len({r["label"] for r in results["runs"]}) > 1
     for i, record in enumerate(results["runs"]):
-        color = plt.get_cmap("tab10")(i % 10)
+        color = style.CATEGORICAL[i % len(style.CATEGORICAL)]  # seeds and settings, not recipes
         name = f"{record['label']} seed {record['seed']}" if several else f"seed {record['seed']}"
         ending = f", diverged at step {record['divergence']['step']}" if record["status"] == "diverged" else ""
         label = f"{name}: {accuracy_line(record, cases)}{ending}"
@@ -366,10 +387,11 @@ def training(results: dict[str, Any]) -> Figure:
     acc_ax.axhline(100, color=style.GOOD, lw=0.8, ls="--")
     acc_ax.set_xlabel("step")
     acc_ax.set_ylabel("exact answers on the suite (%)")
+    style.fraction_axis(acc_ax, whole=100)
     acc_ax.set_title(f"Exact accuracy on the {cases:,} cases")
     acc_ax.legend(loc="lower right")
     wrong_ax.set_yscale("symlog", linthresh=1)
-    wrong_ax.set_ylim(bottom=0)
+    style.count_axis(wrong_ax, [cases - e["correct"] for r in results["runs"] for e in r["evals"]])
     wrong_ax.set_xlabel("step")
     wrong_ax.set_ylabel("wrong answers (0 = all right)")
     wrong_ax.set_title("The last errors (symmetric log scale)")

@@ -105,7 +105,8 @@ def _panel(results: Results, preconditioned: bool) -> Figure:
         style.nothing_to_show(top, "no run of this kind in these results")
         style.nothing_to_show(bottom, "")
         return fig
-    shades = _shades(chosen)
+    colors = style.run_colors(r["label"] for r in chosen)
+    shades = [colors[r["label"]] for r in chosen]
     sharp_values: list[Any] = []
     labels: list[Any] = []  # the thresholds' labels, right of the panel
     for run, color in zip(chosen, shades, strict=True):
@@ -116,10 +117,10 @@ def _panel(results: Results, preconditioned: bool) -> Figure:
         bottom.plot(steps[:n], loss[:n], color=color, lw=1.2, marker=marker, ms=4)
         sharp_values.append(sharp)
         if run["threshold"] is not None and np.isfinite(run["threshold"]) and abs(run["threshold"]) < style.DRAWABLE:
-            top.axhline(run["threshold"], color=color, ls="--", lw=1)
+            top.axhline(run["threshold"], color=color, ls=style.DASHED, lw=1)
             labels.append(
                 top.annotate(
-                    f"{run['threshold_label']} = {style.fmt(run['threshold'])}",
+                    f"{run['threshold_label']} = {style.number(run['threshold'])}",
                     (1.0, run["threshold"]),
                     xycoords=("axes fraction", "data"),
                     xytext=(3, 0),
@@ -134,7 +135,7 @@ def _panel(results: Results, preconditioned: bool) -> Figure:
             top.axvline(run["edge_step"], color=color, lw=0.6, alpha=0.4)
         if isinstance(_divergence_step(run), int | float):
             for ax in (top, bottom):
-                ax.axvline(_divergence_step(run), color=color, ls=":", lw=1.2)
+                ax.axvline(_divergence_step(run), color=color, ls=style.DOTTED, lw=1.2)
     top.set_ylabel("preconditioned sharpness λ₁(P⁻¹H)" if preconditioned else "sharpness λ₁(H)")
     style.log_scale(top, "y", *sharp_values)
     # above the panel, clear of the curves and the dashed thresholds
@@ -170,17 +171,6 @@ def _apart(fig: Figure, labels: list[Any]) -> None:
             x, y = label.xyann
             label.xyann = (x, y + shift * points_per_pixel)
         below = box.y1 + shift
-
-
-def _shades(runs: list[RunResults]) -> list[Any]:
-    """Each run in its recipe's colour, lighter for smaller learning rates of the same recipe."""
-    out = []
-    for i, run in enumerate(runs):
-        same = sorted({r["lr"] for r in runs if r["optimizer"] == run["optimizer"]})
-        base = np.array(plt.matplotlib.colors.to_rgb(style.optimizer_color(run["optimizer"], i)))
-        mix = 0.55 * (1 - (same.index(run["lr"]) + 1) / len(same)) if len(same) > 1 else 0.0
-        out.append(tuple(base + (1 - base) * mix))
-    return out
 
 
 def _status(run: RunResults) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from . import style
 
@@ -36,7 +37,9 @@ def _lr_line(ax, lr: float) -> None:
 def per_run(results: dict[str, Any]) -> Figure:
     optimizers = list(results["optimizers"].items())
     cols = max(len(o["runs"]) for _, o in optimizers)
-    fig, axes = plt.subplots(len(optimizers), cols, figsize=(3.6 * cols, 2.9 * len(optimizers)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(optimizers), cols, figsize=(3.6 * cols, 2.9 * len(optimizers)), squeeze=False, layout="constrained"
+    )
     for row, (name, opt) in enumerate(optimizers):
         for col in range(cols):
             ax = axes[row, col]
@@ -56,8 +59,7 @@ def per_run(results: dict[str, Any]) -> Figure:
                 ax.set_xlabel("step size η")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.suptitle(f"Entropy change after one step θ → θ + ηv ({results['mode']} contexts)", fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.legend(handles, labels, loc="upper center", ncol=3, bbox_to_anchor=(0.5, 0.965))
+    axes[0, 0].legend(handles, labels, loc="best", fontsize=7)  # the figure's legend had run into its title
     return fig
 
 
@@ -142,30 +144,46 @@ def entropy_vs_loss(results: dict[str, Any]) -> Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.6))
     x = np.arange(len(optimizers))
     steps = [opt["real_step"] for _, opt in optimizers]
-    colors = [style.optimizer_color(opt["optimizer"], i) for i, (_, opt) in enumerate(optimizers)]
-    for offset, key, color, label in (
-        (-0.2, "loss", "#9a9a9a", "lr·∇L·v  (validation loss)"),
-        (0.2, "entropy", colors, "lr·∇H·v  (entropy)"),
+    colors = style.run_colors(results["optimizers"])
+    # the loss bars grey, the entropy bars in each optimizer's colour: the legend says so with neutral swatches
+    for offset, key, color in (
+        (-0.2, "loss", "#9a9a9a"),
+        (0.2, "entropy", [colors[name] for name, _ in optimizers]),
     ):
         means = style.finite([s[f"{key}_mean"] for s in steps])
         spreads = style.finite([s[f"{key}_std"] for s in steps])
-        left.bar(
-            x + offset, np.nan_to_num(means), 0.4, yerr=np.nan_to_num(spreads), capsize=3, color=color, label=label
-        )
+        left.bar(x + offset, np.nan_to_num(means), 0.4, yerr=np.nan_to_num(spreads), capsize=3, color=color)
+    swatches = [
+        Patch(facecolor="#9a9a9a", label="lr·∇L·v  (validation loss)"),
+        Patch(facecolor="none", edgecolor=style.INK, label="lr·∇H·v  (entropy), in the optimizer's colour"),
+    ]
     ticks = [f"{n}\nΔH / (−ΔL) = {s['entropy_per_loss']:+.2f}" for (n, _), s in zip(optimizers, steps, strict=True)]
     left.set_xticks(x, ticks)
     left.axhline(0, color=style.INK, lw=0.8)
     left.set_ylabel("first-order change of the real step")
     left.set_title("Entropy vs loss change of one real step (mean ± std over runs)", fontsize=10)
-    left.legend(loc="best")
-    for name, opt in optimizers:
-        for i, r in enumerate(opt["runs"]):
+    left.legend(handles=swatches, loc="best")
+    drawn: dict[str, list] = {}  # optimizer -> its end points, to name one drawn exactly on another
+    for k, (name, opt) in enumerate(optimizers):
+        ends = []
+        for r in opt["runs"]:
             dh = {e["eta"]: e["delta_h_true"] for e in r["true"]["entries"]}
             dl = {e["eta"]: e["delta"] for e in r["loss_probe"]["true"]}
-            etas = [e for e in sorted(dh) if e <= opt["lr"] * (1 + 1e-9)]
-            color = style.optimizer_color(opt["optimizer"])
-            right.plot([dl[e] for e in etas], [dh[e] for e in etas], "-", color=color, alpha=0.5)
-            right.plot([dl[etas[-1]]], [dh[etas[-1]]], "o", color=color, ms=7, label=name if i == 0 else None)
+            etas = [e for e in sorted(dh) if e <= opt["lr"] * (1 + 1e-9) and e in dl]
+            right.plot([dl[e] for e in etas], [dh[e] for e in etas], "-", color=colors[name], alpha=0.5)
+            ends += [(dl[etas[-1]], dh[etas[-1]])] if etas else []
+        under = [other for other, points in drawn.items() if ends and np.allclose(points, ends, equal_nan=True)]
+        drawn[name] = ends
+        # rings of growing size: an optimizer whose steps equal another's (Adam and AdamW without decay) still shows
+        right.plot(
+            *(np.array(ends).T if ends else ([], [])),
+            "o",
+            color=colors[name],
+            ms=6 + 3 * k,
+            mfc=colors[name] if k == 0 else "none",
+            mew=1.6,
+            label=name + (f" (on {under[0]}: the same steps)" if under else ""),
+        )
     right.axhline(0, color=style.MUTED, lw=0.6)
     right.axvline(0, color=style.MUTED, lw=0.6)
     right.set_xlabel("true ΔL (validation loss)")

@@ -46,11 +46,12 @@ def plot_contours(ax, surface: dict[str, Any]) -> None:
         ax.contour(
             contours["x"], contours["y"], shaded, levels=levels, norm=LogNorm(), colors="#8a8a8a", linewidths=0.5
         )
-    for i, run in enumerate(surface["runs"].values()):
+    colors = style.run_colors(surface["runs"])
+    for name, run in surface["runs"].items():
         if not run["path"]:
             continue
         path = style.finite(run["path"]).reshape(-1, 2)
-        color = style.optimizer_color(run["optimizer"], i)
+        color = colors[name]
         ax.plot(path[:, 0], path[:, 1], color=color, lw=1.3, alpha=0.9)
         ax.plot(*path[-1], marker="o", ms=4, color=color)
     ax.plot(*surface["start"], marker="o", ms=7, color=style.INK, zorder=6)
@@ -66,7 +67,8 @@ def plot_contours(ax, surface: dict[str, Any]) -> None:
 
 
 def plot_gap_curves(ax, surface: dict[str, Any], tolerance: float, budget: int) -> None:
-    for i, (name, run) in enumerate(surface["runs"].items()):
+    colors = style.run_colors(surface["runs"])
+    for name, run in surface["runs"].items():
         if run["gap_curve"] is None:
             continue
         steps = np.asarray(run["gap_curve"]["steps"], dtype=float)
@@ -74,7 +76,7 @@ def plot_gap_curves(ax, surface: dict[str, Any], tolerance: float, budget: int) 
         ax.plot(
             np.maximum(steps, 1),
             values,
-            color=style.optimizer_color(run["optimizer"], i),
+            color=colors[name],
             lw=1.4,
             label=f"{name} (η = {run['best_lr']:g})",
         )

@@ -24,10 +24,6 @@ if TYPE_CHECKING:
     from ..experiments.lm import Results, RunResults
 
 
-def _line_style(label: str, run: RunResults, index: int) -> dict[str, Any]:
-    return {"color": style.optimizer_color(run["optimizer"], index), "ls": "-" if "@" not in label else "--"}
-
-
 def status_note(run: RunResults) -> str:
     """'' for a finished run, ' (diverged at step N)' for a diverged one."""
     if run["status"] == "ok":
@@ -39,18 +35,19 @@ def status_note(run: RunResults) -> str:
 def losses(results: Results) -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     starts = []
-    for i, (label, run) in enumerate(results["runs"].items()):
-        st = _line_style(label, run, i)
+    colors = style.run_colors(results["runs"])
+    for label, run in results["runs"].items():
+        color = colors[label]
         train, ev = run["train"], run["eval"]
         train_loss, val_loss = style.finite(train["loss"]), style.finite(ev["val_loss"])
         starts += [v for v in (*train_loss[:1], *val_loss[:1]) if np.isfinite(v)]
         for ax, key in ((axes[0], "step"), (axes[1], "seconds")):
-            ax.plot(style.finite(train[key]), train_loss, color=st["color"], ls=st["ls"], lw=0.8, alpha=0.35)
+            ax.plot(style.finite(train[key]), train_loss, color=color, ls=style.SOLID, lw=0.8, alpha=0.35)
             ax.plot(
                 style.finite(ev[key]),
                 val_loss,
-                color=st["color"],
-                ls=st["ls"],
+                color=color,
+                ls=style.DASHED,
                 lw=2,
                 marker="o",
                 ms=3,
@@ -61,13 +58,13 @@ def losses(results: Results) -> Figure:
                 finite = [v for v in (*train_loss[::-1], *val_loss[::-1]) if np.isfinite(v)]
                 y = finite[0] if finite else (max(starts) if starts else 0.0)
                 if x is not None and np.isfinite(x):
-                    ax.plot([x], [y], marker="x", ms=11, mew=2.5, color=st["color"])
+                    ax.plot([x], [y], marker="x", ms=11, mew=2.5, color=color)
     for ax, xlabel in ((axes[0], "optimizer step"), (axes[1], "training wall-clock (s)")):
         ax.set_xlabel(xlabel)
         ax.set_ylabel("loss (nats/token)")
         if starts and max(starts) > 0:
             ax.set_ylim(top=max(starts) * 1.08)  # a run that blew up does not flatten the others
-    axes[0].set_title("Validation (solid) and training (faint) loss per step")
+    axes[0].set_title("Validation (dashed) and training (faint) loss per step")
     axes[1].set_title("… against training time")
     axes[0].legend(loc="upper right")
     corpus = results["corpus"]
@@ -92,11 +89,15 @@ def _grid(n: int, width: float, height: float, **kwargs: Any) -> tuple[Figure, n
 def update_ratios(results: Results) -> Figure:
     items = list(results["runs"].items())
     fig, axes = _grid(len(items), 4.6, 3.4, sharey=True)
+    # one colour per layer in every panel (and in the report): the layers of all runs, in the model's order
+    layer_colors = {
+        layer: style.CATEGORICAL[i % len(style.CATEGORICAL)]
+        for i, layer in enumerate(dict.fromkeys(layer for _, run in items for layer in run["update_ratio"]["layers"]))
+    }
     for ax, (label, run) in zip(axes.flat, items, strict=False):
         ratios = run["update_ratio"]
-        layers = sorted(ratios["layers"])
-        colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, max(len(layers), 1)))
-        for color, layer in zip(colors, layers, strict=True):
+        for layer in ratios["layers"]:
+            color = layer_colors[layer]
             ax.plot(
                 ratios["step"],
                 style.positive(ratios["layers"][layer]),
@@ -113,30 +114,84 @@ def update_ratios(results: Results) -> Figure:
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if labels:
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8)
-    fig.suptitle("Update-to-weight ratio of each layer (‖Δθ‖ / ‖θ‖, measured by the monitor)", fontsize=11)
+    fig.suptitle(update_ratio_title(results), fontsize=11)
     fig.tight_layout(rect=(0, 0.07, 1, 0.95))
     return fig
+
+
+def update_ratio_title(results: Results) -> str:
+    """Which layer moved most, relative to its size, at each run's last measured step: a sentence from the run."""
+    last = {}  # run -> (largest u/w at the last step, its layer)
+    for label, run in results["runs"].items():
+        ends = {layer: values[-1] for layer, values in run["update_ratio"]["layers"].items() if values}
+        ends = {layer: v for layer, v in ends.items() if isinstance(v, int | float) and math.isfinite(v) and v > 0}
+        if ends:
+            layer = max(ends, key=ends.get)
+            last[label] = (ends[layer], layer)
+    head = "Update-to-weight ratio ‖Δθ‖ / ‖θ‖ of each layer, measured by the monitor"
+    if not last:
+        return f"{head}: no run has a finite, positive u/w at its last step"
+    layers = [layer for _, layer in last.values()]
+    top = max(set(layers), key=layers.count)
+    value, where = max(last.values())
+    return (
+        f"{head}\nat the last step, {top} moves most in {layers.count(top)} of {len(last)} runs; the largest "
+        f"u/w there is {style.number(value)} ({where}, {max(last, key=last.get)})"
+    )
+
+
+def embedding_title(results: Results) -> str:
+    """How many runs move a frequent token's embedding row further than a rare one's (Spearman ρ > 0), and the
+    run where the link is strongest: a sentence from the run."""
+    rho = {label: run["embedding_rows"]["spearman"] for label, run in results["runs"].items()}
+    rho = {label: r for label, r in rho.items() if isinstance(r, int | float) and math.isfinite(r)}
+    head = "Embedding rows: how far each token's row moves against how often the token occurs"
+    if not rho:
+        return f"{head}\nno run has a rank correlation to show"
+    positive = sum(r > 0 for r in rho.values())
+    strongest = max(rho, key=lambda label: abs(rho[label]))
+    return (
+        f"{head}\nin {positive} of {len(rho)} runs a frequent token's row moves further (Spearman ρ > 0); "
+        f"the strongest link: {strongest}, ρ = {rho[strongest]:+.2f}"
+    )
 
 
 def embedding_rows(results: Results) -> Figure:
     items = list(results["runs"].items())
     fig, axes = _grid(len(items), 4.6, 3.8)
-    for i, (ax, (label, run)) in enumerate(zip(axes.flat, items, strict=False)):
+    colors = style.run_colors(results["runs"])
+    for ax, (label, run) in zip(axes.flat, items, strict=False):
         rows = run["embedding_rows"]
         counts, update = style.positive(rows["count"]), style.positive(rows["update"])
         shown = np.isfinite(counts) & np.isfinite(update) if len(update) == len(counts) else np.zeros(0, bool)
         if not shown.any():
             style.nothing_to_show(ax, f"{label}{status_note(run)}:\nno embedding-row updates were measured")
             continue
-        ax.scatter(counts[shown], update[shown], s=14, alpha=0.75, color=_line_style(label, run, i)["color"])
+        ax.scatter(counts[shown], update[shown], s=14, alpha=0.75, color=colors[label])
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("token count in the training text")
         ax.set_ylabel("mean ‖Δ row‖ per measured step")
         ax.set_title(f"{label}: Spearman ρ = {rows['spearman']:+.2f}{status_note(run)}", fontsize=10)
-    fig.suptitle("Embedding rows: how far each token's row moves vs how often the token occurs", fontsize=11)
+    fig.suptitle(embedding_title(results), fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def summary_title(results: Results) -> str:
+    """The run with the lowest final validation loss, and by how much, from the run's own numbers."""
+    finals = {label: run["final"]["val_loss"] for label, run in results["runs"].items()}
+    finals = {label: v for label, v in finals.items() if isinstance(v, int | float) and math.isfinite(v)}
+    if not finals:
+        return "Language model: no run has a finite final validation loss; the samples each run wrote"
+    best = min(finals, key=finals.get)
+    final = results["runs"][best]["final"]
+    others = [v for label, v in finals.items() if label != best]
+    gap = f", {min(others) - finals[best]:.3f} below the next run" if others else ""
+    return (
+        f"Language model: {best} ends with the lowest validation loss, {finals[best]:.3f} "
+        f"(perplexity {style.fmt(final['perplexity'], '.2f')}) after {final['steps']} steps{gap}"
+    )
 
 
 def summary(results: Results) -> Figure:
@@ -179,7 +234,7 @@ def summary(results: Results) -> Figure:
     for text, kwargs in lines:
         fig.text(0.01, y, text, fontsize=8.5, va="top", **kwargs)
         y -= line_h / height
-    fig.suptitle("Language model: final numbers and samples", fontsize=11, y=1 - 0.1 / height)
+    fig.suptitle(summary_title(results), fontsize=11, y=1 - 0.1 / height)
     return fig
 
 

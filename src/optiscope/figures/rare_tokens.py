@@ -225,8 +225,9 @@ def optimizers(results: dict[str, Any]) -> Figure:
     smallest = [v for v in smallest if np.isfinite(v)]
     floor = min(smallest, default=within) / 10
     counts = []
-    for i, (name, run) in enumerate(results["optimizers"].items()):
-        color = style.optimizer_color(run["optimizer"], i)
+    colors = style.run_colors(results["optimizers"])
+    for name, run in results["optimizers"].items():
+        color = colors[name]
         if run["diverged_at"] is not None:
             counts.append(f"{name}: diverged at step {run['diverged_at']}")
             continue
@@ -313,15 +314,16 @@ def plot_sweep_errors(ax, results: dict[str, Any], name: str, label: str) -> Non
     if any(diverged):
         first = lrs[diverged.index(True)]
         ax.axvspan(first / 1.1, lrs.max() * 1.3, color=style.BAD, alpha=0.08, lw=0)
+        # right-aligned in the panel: at the shaded span's edge it was cut to "dive" where the span is narrow
         ax.text(
-            first,
-            0.97,
-            " diverged",
-            transform=ax.get_xaxis_transform(),
+            0.99,
+            0.9,
+            f"shaded: diverged, from η = {first:g}",
+            transform=ax.transAxes,
             color=style.BAD,
             fontsize=8,
+            ha="right",
             va="top",
-            clip_on=True,
         )
     ax.axhline(results["learned_within"], color=style.MUTED, lw=0.8, ls=":")
     ax.axvline(results["lr"], color=style.INK, lw=0.8, ls="--", alpha=0.5)
@@ -394,7 +396,10 @@ def lr_sweep(results: dict[str, Any]) -> Figure:
     highs = [ax.get_ylim()[1] for ax in axes[:2]]
     for ax in axes[:2]:
         ax.set_ylim(min(lows), max(highs))
-    axes[1].legend(loc="lower right", fontsize=7.5)
+    # one legend for both panels, which share the tokens' colours (the SGD panel had none)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if labels:
+        fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
     fig.suptitle(sweep_title(results), fontsize=12, fontweight="bold")
     return fig
 

@@ -1,4 +1,21 @@
-"""The one look every optiscope figure shares: colours per optimizer, fonts, and an atomic save.
+"""The one look every optiscope figure and report chart shares: colours, dashes, axes, numbers, an atomic save.
+
+The visual language, used by the matplotlib figures and by the report's Bokeh charts alike:
+
+- **Colour = optimizer recipe.** Each recipe has one colour everywhere (``OPTIMIZER_COLORS``); a recipe
+  not in that table (a user's class path such as ``torch.optim.NAdam``) gets one from ``EXTRA_COLORS``
+  chosen by a hash of its name, so it too is the same in every figure and every run. Several runs of one
+  recipe at different η (``sgd@0.2``, ``sgd@0.5``) are shades of its colour, light for the smallest η and
+  dark for the largest (``run_colors``); a run named without ``@η`` counts as the smallest.
+- **Dashes = which curve of a run.** ``SOLID``: what the run measured as it trained (training loss,
+  sharpness, u/w). ``DASHED``: the same run's second curve on the same chart (its held-out loss, its
+  stability threshold, its gradient before clipping). ``DOTTED``: a reference no run made (a target, a
+  "learned" bound, the step where a run diverged).
+- **Lines of parts of one model** (layers, parameters) take ``CATEGORICAL`` colours in the model's order.
+- **Log axes** are labelled at every decade they span, and an axis spanning less than a decade at plain
+  numbers (``finish``); every number a figure writes uses ``number`` (``3.8×10³``, never ``3.8e+03``).
+- **Bounded quantities** keep axes from their meaning (``fraction_axis``: 0–1; ``count_axis``: from 0), and
+  heatmaps that are compared share one colour scale (``shared_norm``).
 
 Figures are drawn with the Agg backend (no display needed) and saved without timestamps, so the same
 ``results.json`` always gives the same PNG bytes.
@@ -6,7 +23,9 @@ Figures are drawn with the Agg backend (no display needed) and saved without tim
 
 from __future__ import annotations
 
+import hashlib
 import io
+import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -16,6 +35,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib import ticker  # noqa: E402
+from matplotlib.colors import LogNorm, Normalize  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from ..runs import atomic_write_bytes  # noqa: E402
@@ -72,10 +93,133 @@ def apply() -> None:
     plt.rcParams.update(RC)
 
 
-def optimizer_color(name: str, fallback_index: int = 0) -> str:
-    """The colour of an optimizer recipe ('adam' and 'adam@1e-3' share Adam's); every recipe has its own."""
-    key = name.lower().split("@")[0]
-    return OPTIMIZER_COLORS.get(key) or plt.get_cmap("tab10")(fallback_index % 10)
+#: Colours for recipes not in ``OPTIMIZER_COLORS`` (a user's class path), picked by a hash of the name: none is
+#: close to a named recipe's.
+EXTRA_COLORS = ("#8c564b", "#17becf", "#393b79", "#e7969c", "#7b4173", "#bd9e39", "#9c9ede", "#637939")
+
+#: Colours of the parts of one model (layers, parameters), in the model's order.
+CATEGORICAL = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
+)  # fmt: skip
+
+SOLID, DASHED, DOTTED = "-", "--", ":"
+#: The same three in Bokeh's names, for the report.
+BOKEH_DASHES = {SOLID: "solid", DASHED: "dashed", DOTTED: "dotted"}
+
+
+def recipe(label: str) -> str:
+    """The recipe a run label names: 'adam@1e-3' -> 'adam', 'lm-a: AdamW seed 2' -> 'adamw'."""
+    return label.split(": ")[-1].split(" ")[0].split("@")[0].lower()
+
+
+def optimizer_color(name: str) -> str:
+    """The colour of an optimizer recipe ('adam' and 'adam@1e-3' share Adam's); a recipe not in the table (a
+    class path) gets a colour from ``EXTRA_COLORS`` by a hash of its name, the same in every process."""
+    key = recipe(name)
+    if key in OPTIMIZER_COLORS:
+        return OPTIMIZER_COLORS[key]
+    return EXTRA_COLORS[int(hashlib.sha1(key.encode()).hexdigest(), 16) % len(EXTRA_COLORS)]
+
+
+def shade(color: str, t: float) -> str:
+    """``color`` mixed towards white by ``t`` > 0 or towards black by ``-t`` (|t| ≤ 1), as '#rrggbb'."""
+    rgb = np.array(matplotlib.colors.to_rgb(color))
+    mixed = rgb + (1 - rgb) * t if t > 0 else rgb * (1 + t)
+    return matplotlib.colors.to_hex(np.clip(mixed, 0, 1))
+
+
+def run_colors(labels: Iterable[str]) -> dict[str, str]:
+    """label -> colour for the runs of one chart: a recipe's only run in the recipe's colour; several runs of
+    one recipe in shades of it from light (smallest η) to dark (largest), a run named without '@η' first.
+
+    Labels that name the same run ('adam sharpness', 'adam threshold') share its colour."""
+    runs = {label: label.split(": ")[-1].split(" ")[0] for label in labels}
+    groups: dict[str, list[str]] = {}
+    for run in dict.fromkeys(runs.values()):
+        groups.setdefault(recipe(run), []).append(run)
+    colors = {}
+    for key, members in groups.items():
+        members.sort(key=lambda run: _eta(run))
+        steps = np.linspace(0.45, -0.4, len(members)) if len(members) > 1 else [0.0]
+        colors.update({run: shade(optimizer_color(key), float(t)) for run, t in zip(members, steps, strict=True)})
+    return {label: colors[run] for label, run in runs.items()}
+
+
+def _eta(run: str) -> float:
+    try:
+        return float(run.split("@")[1]) if "@" in run else -math.inf
+    except ValueError:  # a label whose '@' is not a learning rate: order it with the unnamed ones
+        return -math.inf
+
+
+def number(x: float, digits: int = 3, scientific: bool | None = None) -> str:
+    """``x`` to ``digits`` significant figures, the one way figures write numbers: plainly from 10⁻³ to 10⁴,
+    else as ``m×10ᵏ`` ('3.8×10³' is '3800'; '1.27×10⁴'), the form the log axes' labels take; ``scientific``
+    True or False forces one form (the labels of one axis share theirs)."""
+    if not math.isfinite(x) or x == 0:
+        return format(x, "g")
+    exponent = math.floor(math.log10(abs(x)))
+    if not (-3 <= exponent < 4 if scientific is None else scientific):
+        return format(x, f".{max(digits, exponent + 1)}g")
+    mantissa = format(x / 10**exponent, f".{digits}g")
+    if float(mantissa) >= 10:  # 9.996 rounds up to the next decade
+        mantissa, exponent = format(float(mantissa) / 10, f".{digits}g"), exponent + 1
+    power = "10" + str(exponent).translate(SUPERSCRIPTS)
+    return power if mantissa == "1" else f"{mantissa}×{power}"
+
+
+SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def label_decades(ax, axis: str) -> None:
+    """Tick labels for a log ``axis`` ('x' or 'y') of ``ax``: one at every decade it spans (matplotlib skips
+    decades on a long axis), and, on an axis spanning under a decade, at least three numbers (``mantissas``)
+    written alike by ``number`` instead of a lone 10ᵏ."""
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    low, high = sorted(ax.get_xlim() if axis == "x" else ax.get_ylim())
+    decades = math.log10(high) - math.log10(low)  # high / low overflows on an axis from 1e-300 to 1e300
+    if decades >= 1:
+        target.set_major_locator(ticker.LogLocator(base=10, numticks=100))
+        target.set_minor_locator(ticker.LogLocator(base=10, subs=np.arange(2, 10) * 1.0, numticks=100))
+        target.set_minor_formatter(ticker.NullFormatter())
+    else:
+        target.set_major_locator(ticker.LogLocator(base=10, subs=mantissas(low, high), numticks=100))
+        scientific = not (low >= 1e-3 and high < 1e4)  # one form for every label of the axis
+        target.set_major_formatter(ticker.FuncFormatter(lambda x, _: number(x, 2, scientific)))
+        target.set_minor_formatter(ticker.NullFormatter())
+
+
+def mantissas(low: float, high: float) -> tuple[float, ...]:
+    """The sparsest of 1-2-5, 1-2-3-5-7 and 1…9 (× 10ᵏ) that puts three ticks between ``low`` and ``high``."""
+    powers = range(math.floor(math.log10(low)), 1 + math.ceil(math.log10(high)))
+    choices = ((1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0, 7.0))
+    for subs in choices:
+        if sum(low <= m * 10.0**k <= high for m in subs for k in powers) >= 3:
+            return subs
+    return tuple(float(m) for m in range(1, 10))
+
+
+def fraction_axis(ax, axis: str = "y", whole: float = 1.0) -> None:
+    """A fraction's axis (an accuracy, a share): 0 to ``whole`` (1, or 100 for a percentage) whatever the data,
+    a little room at both ends."""
+    (ax.set_xlim if axis == "x" else ax.set_ylim)(-0.03 * whole, 1.03 * whole)
+
+
+def count_axis(ax, values, axis: str = "y") -> None:
+    """A count's axis (wrong digits, steps): from 0 to the largest finite count, at least 1, never below 0."""
+    top = np.nanmax(finite(values), initial=0)
+    (ax.set_xlim if axis == "x" else ax.set_ylim)(0, max(1.0, top) * 1.05)
+
+
+def shared_norm(arrays, log: bool = False) -> Normalize:
+    """One colour scale for heatmaps that are compared: from the smallest to the largest finite value of all of
+    ``arrays`` (positive ones on a ``log`` scale); (0, 1) where none is."""
+    values = np.concatenate([finite(np.ravel(a)) for a in arrays] or [np.array([])])
+    values = values[np.isfinite(values) & ((values > 0) if log else True)]
+    low, high = (values.min(), values.max()) if values.size else (1e-3 if log else 0.0, 1.0)
+    high = high if high > low else (low * 10 if log else low + 1)
+    return LogNorm(low, high) if log else Normalize(low, high)
 
 
 def ramp(n: int, start: str = "#1f4e8c", end: str = "#b03a2e") -> list[tuple[float, float, float]]:
@@ -142,13 +286,20 @@ def log_scale(ax, axis: str, *data, empty: str = "no positive values to show on 
     return False
 
 
-def linear_where_nothing_positive(fig: Figure) -> None:
-    """Return to a linear scale every log axis whose limits are not positive: that happens when every
-    point with a positive coordinate was left out for its other coordinate (nan or inf), and
-    matplotlib could not lay such an axis out."""
+def finish(fig: Figure) -> None:
+    """The last touches every figure gets before it is saved: a log axis whose limits are not positive goes
+    back to a linear scale (every point with a positive coordinate was left out for its other one, nan or
+    inf, and matplotlib cannot lay such an axis out); every other log axis is labelled at each decade it
+    spans (``label_decades``)."""
     for ax in fig.axes:
+        if getattr(ax, "name", "") == "3d":
+            continue
         for axis, scale, limits in (("x", ax.get_xscale(), ax.get_xlim()), ("y", ax.get_yscale(), ax.get_ylim())):
-            if scale == "log" and not (np.all(np.isfinite(limits)) and min(limits) > 0):
+            if scale != "log":
+                continue
+            if np.all(np.isfinite(limits)) and min(limits) > 0:
+                label_decades(ax, axis)
+            else:
                 (ax.set_xscale if axis == "x" else ax.set_yscale)("linear")
 
 
@@ -181,7 +332,7 @@ def fmt(x, spec: str = ".3g", missing: str = "—") -> str:
 
 def save(fig: Figure, path: Path) -> Path:
     """Render ``fig`` to PNG and write it atomically; closes the figure."""
-    linear_where_nothing_positive(fig)
+    finish(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)

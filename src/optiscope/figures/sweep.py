@@ -33,8 +33,9 @@ def _title(results: dict[str, Any]) -> str:
 def sensitivity(results: dict[str, Any]) -> Figure:
     fig, ax = plt.subplots(figsize=(8, 5))
     lrs, values = [], []
-    for index, (name, tuned) in enumerate(results["optimizers"].items()):
-        color = style.optimizer_color(name, index)
+    colors = style.run_colors(results["optimizers"])
+    for name, tuned in results["optimizers"].items():
+        color = colors[name]
         points = tuned["sensitivity"]
         xs = [p["lr"] for p in points]
         means = style.finite([p["mean"] for p in points])
@@ -51,11 +52,11 @@ def sensitivity(results: dict[str, Any]) -> Figure:
             ax.plot(tuned["tuned_lr"], tuned["mean"], "D", color=color, ms=7)
             values.append(tuned["mean"])
     top = max(values) if values else 1.0
-    for index, (name, tuned) in enumerate(results["optimizers"].items()):
+    for name, tuned in results["optimizers"].items():
         for p in tuned["sensitivity"]:
             bad = sum(1 for v in p["values"] if v is None or not math.isfinite(v))
             if bad:
-                ax.plot(p["lr"], top, "x", color=style.optimizer_color(name, index), ms=8, mew=2)
+                ax.plot(p["lr"], top, "x", color=colors[name], ms=8, mew=2)
     if lrs:
         style.log_scale(ax, "x", lrs)
     ax.set_xlabel("learning rate η")
@@ -76,7 +77,7 @@ def tuned(results: dict[str, Any]) -> Figure:
         return fig
     for i, name in enumerate(names):
         t = results["optimizers"][name]
-        color = style.optimizer_color(name, i)
+        color = style.optimizer_color(name)
         ys = style.finite(t["values"])
         ax.plot([i] * len(ys), ys, "o", color=color, alpha=0.6)
         mean = style.finite([t["mean"]])[0]
@@ -103,7 +104,7 @@ def steps_to_target(results: dict[str, Any]) -> Figure:
     names = list(found["optimizers"])
     for i, name in enumerate(names):
         entry = found["optimizers"][name]
-        color = style.optimizer_color(name, i)
+        color = style.optimizer_color(name)
         steps = style.finite([entry["steps"]])[0]
         if np.isfinite(steps):
             ax.bar(i, steps, color=color, alpha=0.35)

@@ -29,14 +29,12 @@ from bokeh.models import (
     TabPanel,
     Tabs,
 )
-from bokeh.palettes import Category20_20
 from bokeh.plotting import figure
 
-from ..figures.style import optimizer_color
+from ..figures.style import BOKEH_DASHES, CATEGORICAL, DASHED, MUTED, SOLID, run_colors
 
 HEIGHT = 320
 TOOLS = "pan,wheel_zoom,box_zoom,reset,save"
-DASHES = ("solid", "dashed", "dotted", "dotdash", "dashdot")
 PALETTE = "Viridis256"
 
 
@@ -70,13 +68,11 @@ class Sources:
         )
 
 
-def color(label: str, index: int) -> str:
-    """The recipe's colour (``figures.style``) for a run label such as 'adam@0.05' or 'lm-a: adamw seed 2'."""
-    name = label.split(": ")[-1].split(" ")[0]
-    value = optimizer_color(name, index)
-    if isinstance(value, str):
-        return value
-    return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in value[:3]))
+def colors(labels: Collection[str]) -> dict[str, str]:
+    """label -> colour of each line of one chart, in the figures' visual language (``figures.style``): a run
+    label such as 'adam@0.05' or 'lm-a: adamw seed 2' takes its recipe's colour, or a shade of it beside the
+    same recipe's runs at other η; 'adam sharpness' and 'adam threshold' share their run's."""
+    return run_colors(labels)
 
 
 def _figure(name: str, title: str, x_label: str, y_label: str, *, x_log=False, y_log=False, **kw) -> Any:
@@ -156,12 +152,13 @@ def lines(
     if left_out:
         title += " (y axis fitted to the runs that did not diverge)"
     p = _figure(name, title, x_label, y_label, x_log=x_log, y_log=y_log)
-    seen: dict[str, int] = {}
+    palette, seen = colors(series), set()
     fitted, every = [], []  # the glyphs the y axis fits, and all of them
-    for i, (label, pts) in enumerate(series.items()):
-        c = color(label, i)
-        dash = DASHES[seen.get(c, 0) % len(DASHES)]
-        seen[c] = seen.get(c, 0) + 1
+    for label, pts in series.items():
+        c = palette[label]
+        # as in the figures: a run's first curve solid, its second on the chart (threshold, before clipping) dashed
+        dash = BOKEH_DASHES[DASHED if c in seen else SOLID]
+        seen.add(c)
         source = sources.make(pts, live=live, key=f"{name}/{label}")
         glyphs = []
         if line:
@@ -225,7 +222,9 @@ def many_lines(
 
 def bands(sources: Sources, name: str, title: str, series: dict[str, dict[str, list]], live: bool = True) -> Any | None:
     """Per parameter: the min–max band of a quantity (one polygon each) and its median line with its last
-    point marked, all parameters in three glyphs; hover names the parameter."""
+    point marked, all parameters in three glyphs; hover names the parameter. The bands are one faint grey, so
+    that together they read as the envelope of all parameters (darker where more overlap), and each median line
+    keeps its parameter's colour: fifteen bands in fifteen translucent colours had made one muddy blob."""
     series = {label: cols for label, cols in series.items() if cols["x"]}
     if not series:
         return None
@@ -240,7 +239,7 @@ def bands(sources: Sources, name: str, title: str, series: dict[str, dict[str, l
     data.update(ends(data["mx"], data["my"]))
     p = _figure(name, title, "step", "η/(√v̂ + ε)", y_log=True)
     source = sources.make(data, live=live, key=name)
-    p.patches("xs", "ys", source=source, fill_color="color", fill_alpha=0.12, line_alpha=0)
+    p.patches("xs", "ys", source=source, fill_color=MUTED, fill_alpha=0.07, line_alpha=0)
     p.multi_line("mx", "my", source=source, line_color="color", line_width=1.4, **_named(series))
     p.scatter("end_x", "end_y", source=source, color="color", size=4)
     p.add_tools(HoverTool(tooltips=[("", "@label"), ("step", "$x{0}"), ("η_eff", "$y")]))
@@ -255,11 +254,22 @@ def ends(xs: list[list], ys: list[list]) -> dict[str, list]:
 
 
 def _cycle(i: int) -> str:
-    return Category20_20[i % 20]
+    """The colour of a model's ``i``-th part (layer, parameter): the figures' ``CATEGORICAL`` order."""
+    return CATEGORICAL[i % len(CATEGORICAL)]
 
 
-def heatmap(sources: Sources, name: str, title: str, cells: dict[str, Any] | None, live: bool = True) -> Any | None:
+def heatmap(
+    sources: Sources,
+    name: str,
+    title: str,
+    cells: dict[str, Any] | None,
+    live: bool = True,
+    scale: tuple[float, float] | None = None,
+) -> Any | None:
     """A parameter × step grid of a positive quantity on a log colour scale, hover giving its value.
+
+    ``scale`` is the (low, high) of the colour scale that heatmaps compared with one another share
+    (``shared_scale`` of all their cells); None, this grid's own range.
 
     Drawn as one ``rect`` glyph over flat columns (a cell per finite value, as wide as the gap to the next
     kept step) rather than an ``image``: flat columns are what an ``AjaxDataSource`` can refresh."""
@@ -276,7 +286,8 @@ def heatmap(sources: Sources, name: str, title: str, cells: dict[str, Any] | Non
         "y": (len(params) - rows - 0.5).astype(np.float32),  # the first parameter on top, as a list reads
         "v": image[rows, cols],
     }
-    mapper = LogColorMapper(palette=PALETTE, low=float(data["v"].min()), high=float(data["v"].max()))
+    low, high = scale or (float(data["v"].min()), float(data["v"].max()))
+    mapper = LogColorMapper(palette=PALETTE, low=low, high=high)
     p = _figure(name, title, "step", "", height=max(HEIGHT, 16 * len(params) + 80))
     p.rect(
         "x",
@@ -296,6 +307,14 @@ def heatmap(sources: Sources, name: str, title: str, cells: dict[str, Any] | Non
     row_name = CustomJSHover(args={"names": list(params)}, code="return names[Math.round(names.length - value - 0.5)]")
     p.add_tools(HoverTool(tooltips=[("", "@y{name}"), ("step", "$x{0}"), ("u/w", "@v")], formatters={"@y": row_name}))
     return p
+
+
+def shared_scale(grids: list[dict[str, Any] | None]) -> tuple[float, float] | None:
+    """The (low, high) of one colour scale over the finite positive cells of every grid (``heatmap``'s
+    ``cells``), so that one colour means one value in each; None where no grid has such a cell."""
+    values = [np.asarray(g["image"], dtype=float) for g in grids if g is not None]
+    values = np.concatenate([v[np.isfinite(v) & (v > 0)] for v in values]) if values else np.array([])
+    return (float(values.min()), float(values.max())) if values.size else None
 
 
 def loglog_toggle(
@@ -320,7 +339,7 @@ def bars(sources: Sources, name: str, title: str, series: dict[str, dict[str, li
     if not series:
         return None
     p = _figure(name, title, x_label, y_label)
-    width = 0.8 / len(series)
+    width, palette = 0.8 / len(series), colors(series)
     for i, (label, pts) in enumerate(series.items()):
         shifted = {"x": [x - 0.4 + width * (i + 0.5) for x in pts["x"]], "y": pts["y"], "at": pts["x"]}
         p.vbar(
@@ -328,7 +347,7 @@ def bars(sources: Sources, name: str, title: str, series: dict[str, dict[str, li
             top="y",
             width=width,
             source=sources.make(shifted),
-            color=color(label, i),
+            color=palette[label],
             legend_label=label,
             name=label,
         )
