@@ -1,8 +1,11 @@
-"""The sweep's figures draw any sweep: diverged and crashed trials, one optimizer, every trial failed."""
+"""The sweep's figures draw any sweep: diverged and crashed trials, one optimizer, every trial failed; and lay out
+their text without overlaps (``figure_checks.overlaps``)."""
 
 import pytest
 
+from figure_checks import overlaps
 from optiscope import experiments, figures
+from optiscope.figures import style
 from optiscope.sweep import SweepConfig, run_sweep
 
 
@@ -23,6 +26,12 @@ def test_every_sweep_figure_is_drawn(synthetic, tmp_path, optimizers, options):
     results = run_sweep(SweepConfig("synthetic", optimizers, seeds=2, options=options), tmp_path / "s")
     drawn = figures.draw(results, tmp_path / "figures")
     assert not drawn.failures and len(drawn.paths) == 3
+    for name, draw in figures.sweep.FIGURES.items():  # no text covers another or is cut by its panel
+        fig = draw(results)
+        style.finish(fig)
+        found = overlaps(fig)
+        style.close_all()
+        assert not found, f"{name}: {found}"
     if "diverge_above" in options and options["diverge_above"] < 1e-3:
         assert results["status"] == "diverged" and results["comparison"] is None
 
