@@ -142,6 +142,7 @@ def _guard(rank: int) -> dict | None:
 def _refusals() -> dict[str, str]:
     """The one-line messages of what the monitor and curvature do not measure on a sharded model."""
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import Shard, distribute_tensor
 
     out = {}
@@ -165,11 +166,14 @@ def _refusals() -> dict[str, str]:
     tp = nn.Linear(4, 4)
     mesh = init_device_mesh("cpu", (WORLD,))
     tp.weight = nn.Parameter(distribute_tensor(tp.weight.detach(), mesh, [Shard(1)]))  # column-wise: tensor parallel
-    try:
-        Monitor(tp, torch.optim.SGD([tp.weight], lr=0.1))
-        out["tensor_parallel"] = "not refused"
-    except ValueError as error:
-        out["tensor_parallel"] = str(error)
+    hsdp = nn.Linear(4, 4)  # replicated over the mesh's first dimension, sharded over its second
+    fully_shard(hsdp, mesh=init_device_mesh("cpu", (1, WORLD), mesh_dim_names=("replicate", "shard")))
+    for key, model in {"tensor_parallel": tp, "hsdp": hsdp}.items():
+        try:
+            Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+            out[key] = "not refused"
+        except ValueError as error:
+            out[key] = str(error)
     return out
 
 
@@ -233,6 +237,7 @@ def test_curvature_and_unmeasured_shardings_are_refused_in_one_line(ranks):
         assert "is not measured under FSDP" in refused[key] and "\n" not in refused[key]
     assert "histograms=True" in refused["histograms"]
     assert "tensor parallel" in refused["tensor_parallel"]
+    assert "2-D device mesh" in refused["hsdp"] and "HSDP" in refused["hsdp"]
 
 
 def test_deepspeed_parameters_are_refused_in_one_line():
