@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from optiscope import cli, runs
+from optiscope import cli, experiments, runs
 from optiscope.optim import recipes
 from optiscope.sweep import SweepConfig, run_sweep
 
@@ -218,3 +218,13 @@ def test_a_sweep_on_ray_runs_dotted_paths_and_recipes_in_its_workers(user_files,
         ray.shutdown()
     results = trials_run_as_by_hand(user_files / "ray")
     assert results["optimizers"]["torch.optim.NAdam"]["centre_lr"] == 0.1  # @η: where its grid started
+
+
+@pytest.mark.parametrize("name", sorted(experiments.EXPERIMENTS))
+def test_every_experiment_takes_a_dotted_path_and_names_it_as_written(name):
+    """Each experiment that takes --optimizers runs a generic optimizer too (ran whole: rare-tokens, landscapes,
+    lm, adder, edge-of-stability and entropy, each with torch.optim.NAdam and pytorch_optimizer.SOAP)."""
+    module = experiments.load(name)
+    config = experiments.build_config(module, True, {"optimizers": "adam@0.01,torch.optim.NAdam@0.002"})
+    specs = module.runs_of(config)
+    assert [(s.label, s.optimizer, s.lr) for s in specs][-1] == ("torch.optim.NAdam@0.002", "torch.optim.NAdam", 0.002)

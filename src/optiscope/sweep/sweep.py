@@ -179,9 +179,10 @@ def check(config: SweepConfig) -> Plan:
 
 
 def settings(config: SweepConfig, plan: Plan) -> dict[str, Any]:
-    """config.json's content: every option, the grid's factor and the user's recipes (what each name ran) included."""
-    factor = None if config.lrs else grid.FACTOR
-    return runs.to_jsonable({**dataclasses.asdict(config), "factor": factor, "recipes": plan.recipes})
+    """config.json's content: every option, the grid's factor and the user's recipes (what each name ran) included;
+    a sweep without them records none (its config.json is as before: a sweep of an earlier version resumes)."""
+    recipes = {"recipes": plan.recipes} if plan.recipes else {}
+    return runs.to_jsonable({**dataclasses.asdict(config), "factor": None if config.lrs else grid.FACTOR, **recipes})
 
 
 def lr_at(config: SweepConfig, plan: Plan, optimizer: str, k: int) -> float:
