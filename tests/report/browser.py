@@ -45,3 +45,14 @@ def load(page, url: str, idle: bool = True) -> None:
     page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && Object.keys(Bokeh.index).length > 0")
     if idle:
         page.wait_for_load_state("networkidle")
+
+
+def unfold(page) -> None:
+    """Open every collapsed ``<details>`` (a run's per-parameter charts, its config) and wait until BokehJS has
+    laid out the charts in them."""
+    page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.chart [data-root-id]')].every(e => Bokeh.index[e.dataset.rootId]"
+        " && Bokeh.index[e.dataset.rootId].el.getBoundingClientRect().width > 100)"
+    )
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")

@@ -11,7 +11,7 @@ import pytest
 
 from optiscope import cli, runs
 
-from .browser import load
+from .browser import load, unfold
 
 LEGEND = """(title) => {
   const chart = [...document.querySelectorAll('.chart')].find(c => c.querySelector('h4').textContent === title);
@@ -44,6 +44,7 @@ def edit_results(path, change):
 def shown(page, run_dir):
     assert cli.main(["report", str(run_dir)]) == 0
     load(page, (run_dir / "report.html").as_uri())
+    unfold(page)  # the per-parameter charts, folded under each run's name, drawn as a reader opens them
     assert page.errors == []
     return page
 

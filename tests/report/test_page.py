@@ -11,7 +11,7 @@ import pytest
 
 from optiscope import cli, report
 
-from .browser import load, open_page
+from .browser import load, open_page, unfold
 from .monitored import monitored_dir
 
 CHARTS = """() => {
@@ -35,24 +35,15 @@ HEADLINES = """() => [...document.querySelectorAll('article')].map(a => ({
   numbers: [...a.querySelectorAll('.headline .num')].map(s => [s.dataset.path, s.dataset.value, s.textContent]),
 }))"""
 
+#: The name of a section's loss chart's view against step (the first tab of its "Loss" chart).
+LOSS_VIEW = """(section) => {
+  const s = [...document.querySelectorAll('section')].find(s => s.querySelector('h2').textContent === section);
+  const chart = [...s.querySelectorAll('.chart')].find(c => c.querySelector('h4').textContent === 'Loss');
+  return Bokeh.documents[0].get_model_by_id(chart.querySelector('[data-root-id]').dataset.rootId).tabs[0].child.name;
+}"""
+
 VISIBLE = """([name, label]) => Bokeh.documents[0].get_model_by_name(name).renderers
   .filter(r => r.name === label).map(r => r.visible)"""
-
-
-@pytest.fixture(scope="module")
-def written(tiny_runs, tmp_path_factory):
-    out = tmp_path_factory.mktemp("report") / "report.html"
-    assert cli.main(["report", *map(str, tiny_runs.values()), "--out", str(out)]) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
-def shown(browser, written):
-    """The written report, loaded once for this module's tests."""
-    context, page = open_page(browser)
-    load(page, written.as_uri())
-    yield page
-    context.close()
 
 
 def walk(document, path):
@@ -66,6 +57,7 @@ def test_every_experiment_loads_offline_with_every_chart_drawn(shown, written, t
     assert page.errors == []
     assert page.external == [] and page.failed == []
     assert all(url == written.as_uri() or url.startswith("data:") for url in page.requests), page.requests
+    unfold(page)  # the per-parameter charts of each run are collapsed
     charts = page.evaluate(CHARTS)
     assert len(charts) >= 20
     for chart in charts:
@@ -97,11 +89,9 @@ def test_headline_numbers_are_those_of_results_json(shown, tiny_runs):
 
 def test_a_legend_click_hides_that_run(shown):
     page = shown
-    name = page.evaluate(
-        "() => Bokeh.documents[0].roots().map(r => r.name).find(n => n && n.endsWith('-train'))"
-    )  # the lm section's training-loss chart
+    name = page.evaluate(LOSS_VIEW, "lm")  # the lm section's loss chart
     assert page.evaluate(VISIBLE, [name, "adamw"]) == [True]
-    chart = page.locator(".chart").filter(has_text="Training loss against step").first
+    chart = page.locator(".chart").filter(has_text="Loss").first
     chart.get_by_text("adamw", exact=True).first.click()
     page.wait_for_function(f"() => !({VISIBLE})(['{name}', 'adamw'])[0]")
     assert page.evaluate(VISIBLE, [name, "sgd"]) == [True]
@@ -122,9 +112,11 @@ def test_hiding_a_run_rescales_the_chart_to_the_runs_still_shown(shown):
     """A diverged run's huge loss flattens the others to a line; hidden by its legend entry, it must leave the
     scale to the runs still shown (oracle: their own data's extremes)."""
     page = shown
-    name = page.evaluate("() => Bokeh.documents[0].roots().map(r => r.name).find(n => n && n.endsWith('-train'))")
-    chart = page.locator(".chart").filter(has_text="Training loss against step").first
-    spans = {run: page.evaluate(SPAN, [name, run]) for run in ("adamw", "sgd")}
+    name = page.evaluate(LOSS_VIEW, "lm")
+    chart = page.locator(".chart").filter(has_text="Loss").first
+    names = "(name) => [...new Set(Bokeh.documents[0].get_model_by_name(name).renderers.map(r => r.name))]"
+    lines = page.evaluate(names, name)
+    spans = {run: page.evaluate(SPAN, [name, run]) for run in lines}
     label = next(run for run, span in spans.items() if span["hiddenLow"] < span["low"])  # hiding it can narrow
     before = page.evaluate(SPAN, [name, label])
     chart.get_by_text(label, exact=True).first.click()
@@ -206,6 +198,13 @@ Y_SPAN = """(title) => {
 }"""
 
 
+NAMED_SPAN = """(name) => {
+  const root = Bokeh.documents[0].get_model_by_name(name);
+  return {start: root.y_range.start, end: root.y_range.end,
+          drawn: root.renderers.filter(r => r.visible).map(r => r.name)};
+}"""
+
+
 def test_a_diverged_runs_exploding_loss_does_not_flatten_the_other_runs(browser, tmp_path):
     """GD on least squares at η = 5, far above 2/λ₁ (λ₁ of the mean squared error on standard normal inputs is
     about 2), diverges for certain: its loss grows by orders of magnitude before the monitor stops it. The
@@ -250,9 +249,12 @@ def test_an_lm_run_that_diverged_leaves_the_loss_axes_to_the_others(browser, tin
     context, page = open_page(browser)
     load(page, (run_dir / "report.html").as_uri())
     kept = [loss for r in results["runs"].values() if r["status"] == "ok" for loss in r["train"]["loss"]]
-    for title in ("Training loss against step", "Training loss against time"):
-        span = page.evaluate(Y_SPAN, title)
-        assert span["start"] <= min(kept) and max(kept) <= span["end"] < 2 * max(kept), (title, span)
+    chart = page.locator(".chart").filter(has_text="Loss").first
+    for tab, name in (("against step", "e0-train"), ("against training time", "e0-time")):
+        chart.get_by_text(tab, exact=True).click()  # a chart in a tab not shown has no ranges yet
+        page.wait_for_function(f"() => Number.isFinite(Bokeh.documents[0].get_model_by_name('{name}').y_range.end)")
+        span = page.evaluate(NAMED_SPAN, name)
+        assert span["start"] <= min(kept) and max(kept) <= span["end"] < 2 * max(kept), (tab, span)
         assert exploding in span["drawn"]
     assert page.errors == []
     context.close()
@@ -341,7 +343,8 @@ def test_your_own_loops_scalars_get_a_chart_each_and_its_run_is_named_by_its_dir
     assert {"train_acc at each logged step", "val_loss at each logged step"} <= set(titles), titles
     for field in ("train_acc", "val_loss"):
         ys = [[name, y] for name, y in page.evaluate(LINES, f"{field} at each logged step") if name]
-        assert ys == [["my-run", [m[field] for m in measured.values()]]], (field, ys)
+        # the page holds values as float32: 7 significant digits, more than the 5 a chart keeps
+        assert ys == [["my-run", pytest.approx([m[field] for m in measured.values()], rel=1e-6)]], (field, ys)
         assert page.evaluate(XS, f"{field} at each logged step") == [["my-run", [float(s) for s in measured]]]
     assert [name for name, _ in page.evaluate(LINES, "Loss at each logged step") if name] == ["my-run"]
     assert "u/w per parameter, my-run" in titles and not any(t.endswith(", run") for t in titles), titles

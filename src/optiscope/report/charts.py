@@ -52,20 +52,43 @@ class Sources:
     def make(self, data: dict[str, Any], live: bool = False, key: str = "") -> ColumnDataSource:
         """A source of ``data``; a ``live`` one under ``key`` (the chart's name, with its line's label)."""
         if not live:
-            return ColumnDataSource(data)
+            return ColumnDataSource(compact(data))
         candidates = itertools.chain([key], (f"{key}#{i}" for i in itertools.count(2)))  # a name used twice
         key = next(k for k in candidates if k not in self.live)
-        self.live[key] = data
+        self.live[key] = data  # as JSON serves it under --watch; the page holds it compact
         if not self.watch:
-            return ColumnDataSource(data, name=key)
+            return ColumnDataSource(compact(data), name=key)
         return AjaxDataSource(
-            data=data,
+            data=compact(data),
             name=key,
             data_url=f"/data?key={quote(key)}",
             method="GET",
             polling_interval=self.interval_ms,
             mode="replace",
         )
+
+
+#: float32 holds 7 significant digits, more than the 5 that ``series`` keeps; its largest value is about 3.4e38.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def compact(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each column of numbers (or of lists of numbers, a multi-line's) as float32 arrays, which
+    Bokeh writes into the page as base64 (5.3 characters a value, against 9–12 for a number in JSON: the page of
+    long runs is mostly numbers); a column holding a value beyond float32's range stays float64."""
+
+    def packed(column: Any) -> Any:
+        if isinstance(column, np.ndarray) or not isinstance(column, list) or not column:
+            return column
+        if all(isinstance(v, list) for v in column):
+            return [packed(v) for v in column]
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in column):
+            return column  # labels, colours
+        values = np.asarray(column, dtype=np.float64)
+        small = not np.any(np.abs(values[np.isfinite(values)]) > FLOAT32_MAX)
+        return values.astype(np.float32) if small else values
+
+    return {name: packed(column) for name, column in data.items()}
 
 
 def colors(labels: Collection[str]) -> dict[str, str]:
@@ -138,8 +161,13 @@ def lines(
     markers: bool = False,
     line: bool = True,
     diverged: Collection[str] = (),
+    faint: Collection[str] = (),
+    marked: Collection[str] = (),
 ) -> Any | None:
     """One line per entry of ``series`` (label -> {"x": [...], "y": [...]}), legend-toggled.
+
+    Lines labelled in ``faint`` are thin and translucent and those in ``marked`` carry markers, as the figures
+    draw a training loss (faint) beside its validation loss (marked) in one chart.
 
     On a linear y axis the scale fits the lines not labelled in ``diverged`` (runs that diverged): a diverged
     run's last, exploding values would flatten every other line to the axis. Its line is still drawn, leaving
@@ -162,10 +190,11 @@ def lines(
         source = sources.make(pts, live=live, key=f"{name}/{label}")
         glyphs = []
         if line:
+            weight = {"line_width": 1.2, "line_alpha": 0.45} if label in faint else {"line_width": 1.8}
             glyphs.append(
-                p.line("x", "y", source=source, color=c, line_dash=dash, line_width=1.8, legend_label=label, name=label)
+                p.line("x", "y", source=source, color=c, line_dash=dash, legend_label=label, name=label, **weight)
             )
-        if markers or not line or len(pts["x"]) == 1:
+        if markers or label in marked or not line or len(pts["x"]) == 1:
             glyphs.append(p.scatter("x", "y", source=source, color=c, size=5, legend_label=label, name=label))
         fitted += [] if label in left_out else glyphs
         every += glyphs
@@ -329,8 +358,42 @@ def loglog_toggle(
     """Two views of one comparison: signed values on a log η axis, and |values| on log-log axes."""
     a = lines(sources, name + "-linear", title, linear, x_label, y_label, x_log=True, markers=True)
     b = lines(sources, name + "-loglog", title, loglog, x_label, f"|{y_label}|", x_log=True, y_log=True, markers=True)
-    panels = [TabPanel(child=c, title=t) for c, t in ((a, "signed"), (b, "log-log")) if c is not None]
-    return Tabs(tabs=panels, name=name, sizing_mode="stretch_width") if panels else None
+    return tabbed(name, [("signed", a), ("log-log", b)])
+
+
+def tabbed(name: str, views: list[tuple[str, Any]]) -> Any | None:
+    """Several views of one question as tabs of one chart (those with something to draw); a single view is
+    the chart itself."""
+    panels = [
+        panel
+        for title, chart in views
+        if chart is not None
+        for panel in (chart.tabs if isinstance(chart, Tabs) else [TabPanel(child=chart, title=title)])
+    ]  # a view that has tabs of its own gives each of them
+    if len(panels) <= 1:
+        return panels[0].child if panels else None
+    return Tabs(tabs=panels, name=name, sizing_mode="stretch_width")
+
+
+def views(chart: Any) -> list[Any]:
+    """The plots of a chart: its tabs' plots, or the chart itself."""
+    return [panel.child for panel in chart.tabs] if isinstance(chart, Tabs) else [chart]
+
+
+def draws(chart: Any, series: dict[str, dict[str, list]]) -> bool:
+    """Whether ``chart`` (a plot, or tabs of them) already has a line of each of ``series``, point for point."""
+    if chart is None or not series:
+        return False
+    held = [(r.name, r.data_source.data) for plot in views(chart) for r in plot.renderers if r.name]
+
+    def has(label: str, points: dict[str, list]) -> bool:
+        packed = compact(points)
+        return any(
+            name == label and all(np.array_equal(np.asarray(data[c]), np.asarray(packed[c])) for c in ("x", "y"))
+            for name, data in held
+        )
+
+    return all(has(label, points) for label, points in series.items())
 
 
 def bars(sources: Sources, name: str, title: str, series: dict[str, dict[str, list]], x_label: str, y_label: str):

@@ -50,21 +50,43 @@ def distinct_names(paths: list[Path]) -> list[str]:
             depth[i] += 1
 
 
+#: The title of a section's one loss chart (training and validation loss against step, and against time, as tabs)
+#: and of the monitor's loss at each logged step, which becomes one more tab of it where the results give one.
+LOSS, LOGGED_LOSS = "Loss", "Loss at each logged step"
+#: The charts of one run (a title ``"<prefix>, <run>"``): the page folds them away under the run's name.
+PER_RUN = ("u/w per parameter", "u/w per parameter over training", "Adam's effective learning rate", "u/w per layer")
+
+
+def per_run(title: str) -> str | None:
+    """The run a chart of one run is about (``PER_RUN``), None for a chart of the whole section."""
+    return next((title[len(p) + 2 :] for p in PER_RUN if title.startswith(p + ", ")), None)
+
+
 def section_charts(sources: Sources, experiment: str, group: list[RunDir], key: str) -> Charts:
+    """One chart per question: the results' charts, then the monitor's, the monitor's loss at each logged step a
+    tab of the results' loss chart, and a scalar given to ``Monitor.step`` left out where it is a line the results'
+    loss chart draws already (lm's ``mean_loss`` is its training loss)."""
     out: Charts = []
     results_builder = RESULT_CHARTS.get(experiment)
     with_results = [(f, r) for f, r in labelled(group) if r.results is not None]
     if results_builder is not None and with_results:  # none yet (running, stopped early): the metrics' charts only
         out += results_builder(sources, with_results, key)
-    out += metrics_charts(sources, group, key)
-    return [(title, chart) for title, chart in out if chart is not None]
+    drawn = dict(out)
+    monitored = metrics_charts(sources, group, key, drawn=drawn.get(LOSS))
+    logged = dict(monitored).get(LOGGED_LOSS)
+    if drawn.get(LOSS) is not None and logged is not None:
+        merged = charts.tabbed(f"{key}-losses", [("", drawn[LOSS]), ("each logged step (metrics.jsonl)", logged)])
+        out = [(title, merged if title == LOSS else chart) for title, chart in out]
+        monitored = [(title, chart) for title, chart in monitored if title != LOGGED_LOSS]
+    return [(title, chart) for title, chart in out + monitored if chart is not None]
 
 
 # --------------------------------------------------------------------------------------------- metrics
-def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
+def metrics_charts(sources: Sources, group: list[RunDir], key: str, drawn: Any = None) -> Charts:
     """Charts every monitored run has: loss, gradient norm, curvature against its threshold when recorded, each
-    scalar given to ``Monitor.step`` against step (one chart per scalar, every run a line), and per run the u/w
-    heatmap with per-parameter lines and Adam's effective-learning-rate bands."""
+    scalar given to ``Monitor.step`` against step (one chart per scalar, every run a line, none for a scalar whose
+    every line the chart ``drawn`` has already), and per run the u/w heatmap with per-parameter lines and Adam's
+    effective-learning-rate bands."""
 
     def overlaid(field: str, positive: bool = False) -> dict[str, dict[str, list]]:
         out = {}
@@ -80,7 +102,7 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
     gradient.update({f"{label} before clipping": pts for label, pts in overlaid("grad_norm_before_clip", True).items()})
     out: Charts = [
         (
-            "Loss at each logged step",
+            LOGGED_LOSS,
             charts.lines(
                 sources,
                 f"{key}-loss",
@@ -134,7 +156,7 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str) -> Charts:
     )
     # the scalars a loop gave monitor.step (train_acc=0.8, val_loss=…): a chart each, their scales need not agree
     given = dict.fromkeys(field for _, _, run in named(group) for field in series.given_scalar_names(run.metrics))
-    for field in given:
+    for field in (f for f in given if not charts.draws(drawn, overlaid(f))):
         out.append(
             (
                 f"{field} at each logged step",
@@ -202,7 +224,7 @@ Labelled = list[tuple[Callable[[str], str], RunDir]]
 
 
 def lm_charts(sources: Sources, group: Labelled, key: str) -> Charts:
-    train, timed, val, rows = {}, {}, {}, {}
+    train, timed, val, val_timed, rows = {}, {}, {}, {}, {}
     diverged = {f(name) for f, run in group for name, r in run.results["runs"].items() if r["status"] == "diverged"}
     # every run's layers in one order (an optimizer may list its parameter groups in another): a layer has one
     # colour in every run's per-layer chart
@@ -213,27 +235,10 @@ def lm_charts(sources: Sources, group: Labelled, key: str) -> Charts:
             train[f(name)] = series.thin(r["train"]["step"], r["train"]["loss"])
             timed[f(name)] = series.thin(r["train"]["seconds"], r["train"]["loss"])
             val[f(name)] = series.thin(r["eval"]["step"], r["eval"]["val_loss"])
+            val_timed[f(name)] = series.thin(r["eval"].get("seconds", []), r["eval"]["val_loss"])
             rows[f(name)] = series.thin(r["embedding_rows"]["count"], r["embedding_rows"]["update"], positive=True)
     return [
-        (
-            "Training loss against step",
-            charts.lines(
-                sources,
-                f"{key}-train",
-                "training loss (mean over each logging window)",
-                train,
-                "step",
-                "loss",
-                diverged=diverged,
-            ),
-        ),
-        loss_against_time(sources, key, timed, diverged),
-        (
-            "Validation loss",
-            charts.lines(
-                sources, f"{key}-val", "validation loss", val, "step", "loss", markers=True, diverged=diverged
-            ),
-        ),
+        losses(sources, key, train, timed, diverged, val, val_timed),
         (
             "Rare-token rows",
             charts.lines(
@@ -269,12 +274,42 @@ def lm_charts(sources: Sources, group: Labelled, key: str) -> Charts:
     ]
 
 
-def loss_against_time(sources: Sources, key: str, timed: dict[str, dict[str, list]], diverged: set[str]) -> Any:
-    """The (title, chart) of training loss against seconds of training, one line per run."""
-    title = "training loss against training time"
-    return "Training loss against time", charts.lines(
-        sources, f"{key}-time", title, timed, "seconds", "loss", diverged=diverged
-    )
+Points = dict[str, dict[str, list]]
+
+
+def losses(
+    sources: Sources,
+    key: str,
+    train: Points,
+    timed: Points,
+    diverged: set[str],
+    val: Points | None = None,
+    val_timed: Points | None = None,
+) -> tuple[str, Any]:
+    """The (title, chart) of the section's one loss chart: each run's training loss, and its validation loss
+    (``run val``, marked) where there is one, against step and, on a second tab, against training time."""
+    val, val_timed = val or {}, val_timed or {}
+    both = bool(val)
+    said = "training (faint; mean over each logging window) and validation (marked)" if both else "training"
+    validated = {f"{label} val" for label in val}
+    diverged = diverged | {f"{label} val" for label in val if label in diverged}
+
+    def view(name: str, against: str, trained: Points, validation: Points) -> Any:
+        lines = {**trained, **{f"{label} val": pts for label, pts in validation.items()}}
+        return charts.lines(
+            sources,
+            f"{key}-{name}",
+            f"{said} loss against {against}",
+            lines,
+            against,
+            "loss",
+            diverged=diverged,
+            faint=set(trained) if both else (),
+            marked=validated,
+        )
+
+    step, time = view("train", "step", train, val), view("time", "seconds", timed, val_timed)
+    return LOSS, charts.tabbed(f"{key}-losses", [("against step", step), ("against training time", time)])
 
 
 def layer_points(update_ratio: dict[str, Any], layer: str) -> dict[str, list]:
@@ -341,7 +376,7 @@ def rare_tokens_charts(sources: Sources, group: Labelled, key: str) -> Charts:
 
 
 def landscapes_charts(sources: Sources, group: Labelled, key: str) -> Charts:
-    out: Charts = []
+    views = []
     surfaces = dict.fromkeys(s for _, run in group for s in run.results["surfaces"])
     for k, surface in enumerate(surfaces):
         gaps = {}
@@ -349,13 +384,9 @@ def landscapes_charts(sources: Sources, group: Labelled, key: str) -> Charts:
             for name, r in run.results["surfaces"].get(surface, {}).get("runs", {}).items():
                 if r.get("gap_curve"):
                     gaps[f(name)] = series.thin(r["gap_curve"]["steps"], r["gap_curve"]["values"], positive=True)
-        out.append(
-            (
-                f"{surface}: f − f* at each optimizer's best η",
-                charts.lines(sources, f"{key}-gap-{k}", f"{surface}: f − f*", gaps, "step", "f − f*", y_log=True),
-            )
-        )
-    return out
+        chart = charts.lines(sources, f"{key}-gap-{k}", f"{surface}: f − f*", gaps, "step", "f − f*", y_log=True)
+        views.append((surface, chart))
+    return [("f − f* at each optimizer's best η (a tab per surface)", charts.tabbed(f"{key}-gap", views))]
 
 
 def entropy_charts(sources: Sources, group: Labelled, key: str) -> Charts:
@@ -415,11 +446,7 @@ def adder_charts(sources: Sources, group: Labelled, key: str) -> Charts:
                 markers=True,
             ),
         ),
-        (
-            "Training loss against step",
-            charts.lines(sources, f"{key}-loss", "training loss", loss, "step", "loss", diverged=diverged),
-        ),
-        loss_against_time(sources, key, timed, diverged),
+        losses(sources, key, loss, timed, diverged),
         (
             "Wrong digits by answer position",
             charts.bars(
