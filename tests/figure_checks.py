@@ -49,10 +49,13 @@ def text_boxes(fig) -> list[tuple[str, object, object]]:
     """(what, window extent, clip box or None) of every shown text of ``fig``: titles, axis labels, tick labels,
     annotations and legends (a legend is one box: its entries are laid out by matplotlib inside it)."""
     from matplotlib.legend import Legend
+    from matplotlib.table import Table
     from matplotlib.text import Text
 
     fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
+    # a table cell's text must fit its cell (matplotlib lets it run over the edges); findobj does not reach it
+    cells = {id(c.get_text()): c for t in fig.findobj(Table) for c in t.get_celld().values()}
     legends = [a for a in fig.findobj(Legend) if a.get_visible()]
     inside = {id(t) for legend in legends for t in legend.findobj(Text)}
     ticks, drawn = set(), set()
@@ -66,19 +69,22 @@ def text_boxes(fig) -> list[tuple[str, object, object]]:
     boxes = []
     for legend in legends:
         boxes.append((f"legend {[t.get_text() for t in legend.get_texts()]}", legend.get_window_extent(renderer), None))
-    for text in fig.findobj(Text):
+    texts = [t for t in fig.findobj(Text) if id(t) not in cells] + [c.get_text() for c in cells.values()]
+    for text in texts:
         if id(text) in inside or not text.get_visible() or not text.get_text().strip():
             continue
         if id(text) in ticks and id(text) not in drawn:
             continue
-        clip = text.get_clip_box() if text.get_clip_on() else None
+        cell = cells.get(id(text))
+        clip = cell.get_window_extent(renderer) if cell else text.get_clip_box() if text.get_clip_on() else None
         boxes.append((repr(text.get_text()), text.get_window_extent(renderer), clip))
     return boxes
 
 
 def overlaps(fig, slack: float = 1.0) -> list[str]:
     """Descriptions of the text boxes of ``fig`` that overlap one another by more than ``slack`` pixels each way,
-    and of those that a clip box (their panel) cuts: the oracle is matplotlib's renderer extents."""
+    and of those that a clip box (their panel, their table cell) cuts: the oracle is matplotlib's renderer extents.
+    A text beyond the figure's edge is not cut: ``style.save`` widens the PNG to hold it (``bbox_inches="tight"``)."""
     from matplotlib.transforms import Bbox
 
     boxes = text_boxes(fig)

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from figure_checks import assert_drawn_png
+from figure_checks import assert_drawn_png, overlaps
 from optiscope.experiments import landscapes as ls
 from optiscope.experiments.bias_correction import bias_correction_story
 from optiscope.experiments.weight_decay import seed_claims
@@ -136,3 +136,21 @@ def test_the_overshoot_arrow_points_at_the_farthest_finite_x_of_a_run_that_diver
     far = int(np.nanargmax(-np.asarray(x)))
     assert arrow.xy == (far, x[far]) and np.isfinite(arrow.xy[1])
     plt.close(fig)
+
+
+def test_a_class_path_optimizer_fits_the_table(tmp_path):
+    """A user's optimizer by dotted path, described as the class with its options: the table's optimizer column
+    holds the description inside its cells, nothing runs over another text or off the canvas."""
+    pytest.importorskip("pytorch_optimizer")
+    spec = "pytorch_optimizer.ScheduleFreeAdamW@0.1"
+    config = ls.Config(
+        steps=30, lrs=(0.1,), optimizers=f"adam,{spec}", bias_steps=10, decay_steps=10, weights_per_group=5
+    )
+    results = {"experiment": "landscapes", **ls.run(config, None)}
+    setting = results["surfaces"]["ravine"]["runs"][spec]["setting"]
+    assert "ScheduleFreeAdamW" in setting and len(setting) > 60, setting
+    drawn = fig.convergence_table(results)
+    style.finish(drawn)
+    found = overlaps(drawn)
+    style.close_all()
+    assert not found, found

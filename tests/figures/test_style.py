@@ -47,6 +47,18 @@ def test_a_recipe_given_as_a_class_path_has_one_colour_in_every_process():
     assert there.strip() == repr(here)
 
 
+def test_recipes_that_are_not_in_the_table_are_never_alike_on_one_chart():
+    """Seven hashed colours for five zoo recipes: alone, three of them hash to one colour; on one chart each gets
+    its own, whatever the order of the names, and none is a named recipe's."""
+    zoo = ["soap", "schedule-free-adamw", "ademamix", "prodigy", "adopt"]
+    names = ["adamw", "muon+adamw", *zoo]
+    chart = style.run_colors(names)
+    assert len(set(chart.values())) == len(names)
+    assert style.run_colors(names[::-1]) == chart
+    assert all(chart[n] == style.optimizer_color(n, names) for n in names)
+    assert not set(style.EXTRA_COLORS) & set(style.OPTIMIZER_COLORS.values())
+
+
 def test_the_report_draws_each_run_in_the_colour_and_dash_of_the_figure():
     """edge-of-stability's sharpness.png and the report's chart of the same runs: each run's sharpness line has
     one colour in both; in both a run's threshold is dashed and its measured curve solid."""

@@ -128,8 +128,13 @@ def convergence_table(results: dict[str, Any]) -> Figure:
     surfaces = results["surfaces"]
     names = list(surfaces)
     optimizers = list(next(iter(surfaces.values()))["runs"])
-    fig = plt.figure(figsize=(6.2 * len(names), 2.0 + 1.0 * len(optimizers)), layout="constrained")
-    grid = fig.add_gridspec(2, len(names), height_ratios=[1, 1.15])
+    settings = [surfaces[names[0]]["runs"][o]["setting"] for o in optimizers]
+    # the optimizer column is a quarter of the figure: about this many characters of 9-point text per line
+    width = int(0.25 * 6.2 * len(names) * 72 / 6)
+    described = [style.wrap_name(f"{o}: {s}", width) for o, s in zip(optimizers, settings, strict=True)]
+    extra = max(d.count("\n") for d in described) * 0.2  # each wrapped line makes the table's rows taller
+    fig = plt.figure(figsize=(6.2 * len(names), 2.0 + (1.0 + extra) * len(optimizers)), layout="constrained")
+    grid = fig.add_gridspec(2, len(names), height_ratios=[1 + 2 * extra, 1.15])
 
     table_ax = fig.add_subplot(grid[0, :])
     table_ax.axis("off")
@@ -147,9 +152,8 @@ def convergence_table(results: dict[str, Any]) -> Figure:
                 row_colors.append("white")
         cells.append(row)
         colors.append(row_colors)
-    settings = [surfaces[names[0]]["runs"][o]["setting"] for o in optimizers]
     table = table_ax.table(
-        cellText=[[f"{o}: {s}", *row] for o, s, row in zip(optimizers, settings, cells, strict=True)],
+        cellText=[[d, *row] for d, row in zip(described, cells, strict=True)],
         cellColours=[["white", *row] for row in colors],
         colLabels=["optimizer", *(f"{SURFACE_TITLES.get(n, n)}: {surfaces[n]['formula']}" for n in names)],
         colWidths=[0.25] + [0.75 / len(names)] * len(names),
@@ -180,7 +184,7 @@ def convergence_table(results: dict[str, Any]) -> Figure:
         ax.set_yticklabels(optimizers, fontsize=8)
         ax.set_xlabel("learning rate η")
         ax.grid(False)
-        ax.set_title(f"{SURFACE_TITLES.get(name, name)}: steps per η (—: not reached, div.: diverged)", fontsize=9.5)
+        ax.set_title(f"{SURFACE_TITLES.get(name, name)}: steps per η\n(—: not reached, div.: diverged)", fontsize=9.5)
     return fig
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -94,8 +95,8 @@ def apply() -> None:
 
 
 #: Colours for recipes not in ``OPTIMIZER_COLORS`` (a user's class path), picked by a hash of the name: none is
-#: close to a named recipe's.
-EXTRA_COLORS = ("#8c564b", "#17becf", "#393b79", "#e7969c", "#7b4173", "#bd9e39", "#9c9ede", "#637939")
+#: close to a named recipe's (a gold beside nesterov's and an olive beside muon+adamw's were dropped).
+EXTRA_COLORS = ("#8c564b", "#17becf", "#393b79", "#e7969c", "#7b4173", "#2ca02c", "#9c9ede")
 
 #: Colours of the parts of one model (layers, parameters), in the model's order.
 CATEGORICAL = (
@@ -113,13 +114,34 @@ def recipe(label: str) -> str:
     return label.split(": ")[-1].split(" ")[0].split("@")[0].lower()
 
 
-def optimizer_color(name: str) -> str:
-    """The colour of an optimizer recipe ('adam' and 'adam@1e-3' share Adam's); a recipe not in the table (a
-    class path) gets a colour from ``EXTRA_COLORS`` by a hash of its name, the same in every process."""
+def optimizer_color(name: str, among: Iterable[str] = ()) -> str:
+    """The colour of an optimizer recipe ('adam' and 'adam@1e-3' share Adam's).
+
+    A recipe not in the table (a class path, a user's recipe) gets a colour of ``EXTRA_COLORS`` by a hash of its
+    name, the same in every process; the other unknown recipes drawn beside it (``among``: every name on the
+    chart) move on to the next free colour where two would share one, so no chart shows two recipes alike. The
+    hash order decides who moves, so a chart's colours do not depend on the order of its names.
+    """
     key = recipe(name)
     if key in OPTIMIZER_COLORS:
         return OPTIMIZER_COLORS[key]
-    return EXTRA_COLORS[int(hashlib.sha1(key.encode()).hexdigest(), 16) % len(EXTRA_COLORS)]
+    return _extra_colors({key, *map(recipe, among)})[key]
+
+
+def _extra_colors(keys: Iterable[str]) -> dict[str, str]:
+    unknown = sorted((k for k in set(keys) if k not in OPTIMIZER_COLORS), key=lambda k: (_slot(k), k))
+    taken: dict[str, str] = {}
+    for key in unknown:
+        slot = _slot(key)
+        free = [i for i in range(len(EXTRA_COLORS)) if EXTRA_COLORS[i] not in taken.values()]
+        # the first free colour at or after the hashed one (cyclically); all taken: share the hashed one
+        choice = min(free, key=lambda i: (i - slot) % len(EXTRA_COLORS)) if free else slot
+        taken[key] = EXTRA_COLORS[choice]
+    return taken
+
+
+def _slot(key: str) -> int:
+    return int(hashlib.sha1(key.encode()).hexdigest(), 16) % len(EXTRA_COLORS)
 
 
 def shade(color: str, t: float) -> str:
@@ -142,7 +164,8 @@ def run_colors(labels: Iterable[str]) -> dict[str, str]:
     for key, members in groups.items():
         members.sort(key=lambda run: _eta(run))
         steps = np.linspace(0.45, -0.4, len(members)) if len(members) > 1 else [0.0]
-        colors.update({run: shade(optimizer_color(key), float(t)) for run, t in zip(members, steps, strict=True)})
+        base = optimizer_color(key, groups)
+        colors.update({run: shade(base, float(t)) for run, t in zip(members, steps, strict=True)})
     return {label: colors[run] for label, run in runs.items()}
 
 
@@ -160,7 +183,8 @@ def number(x: float, digits: int = 3, scientific: bool | None = None) -> str:
     if not math.isfinite(x) or x == 0:
         return format(x, "g")
     exponent = math.floor(math.log10(abs(x)))
-    if not (-3 <= exponent < 4 if scientific is None else scientific):
+    plain = -3 <= exponent < 4 if scientific is None else not scientific
+    if plain:
         return format(x, f".{max(digits, exponent + 1)}g")
     mantissa = format(x / 10**exponent, f".{digits}g")
     if float(mantissa) >= 10:  # 9.996 rounds up to the next decade
@@ -323,6 +347,18 @@ def unrounded(value: float, text: Callable[[int], str], digits: Iterable[int]) -
         if "e" in shown or float(shown) == value or not float(shown).is_integer():
             return shown
     return shown
+
+
+def wrap_name(name: str, width: int = 12) -> str:
+    """``name`` (an optimizer's, or its description) on lines of at most ``width`` characters, broken after a
+    space, '-', '_', '.' or '+' ('schedule-free-adamw' -> 'schedule-\\nfree-adamw'), for a label in a slot too
+    narrow for it; a part longer than ``width`` stays whole."""
+    lines = [""]
+    for part in re.findall(r"[^-_.+ ]+[-_.+ ]?|[-_.+ ]", name):
+        if lines[-1] and len(lines[-1]) + len(part.rstrip()) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def fmt(x, spec: str = ".3g", missing: str = "—") -> str:

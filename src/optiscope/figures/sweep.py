@@ -70,14 +70,14 @@ def sensitivity(results: dict[str, Any]) -> Figure:
 
 
 def tuned(results: dict[str, Any]) -> Figure:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
     names = [n for n, t in results["optimizers"].items() if t["tuned_lr"] is not None]
+    fig, ax = plt.subplots(figsize=_width(names))
     if not names:
         style.nothing_to_show(ax, "no optimizer has a tuned learning rate (every trial failed)")
         return fig
     for i, name in enumerate(names):
         t = results["optimizers"][name]
-        color = style.optimizer_color(name)
+        color = style.optimizer_color(name, names)
         ys = style.finite(t["values"])
         ax.plot([i] * len(ys), ys, "o", color=color, alpha=0.6)
         mean = style.finite([t["mean"]])[0]
@@ -85,7 +85,8 @@ def tuned(results: dict[str, Any]) -> Figure:
         if np.isfinite(mean):
             err = [[mean - low], [high - mean]] if np.isfinite(low) and np.isfinite(high) else None
             ax.errorbar([i + 0.15], [mean], yerr=err, fmt="s", color=color, capsize=4)
-    ax.set_xticks(range(len(names)), [f"{n}\nη = {results['optimizers'][n]['tuned_lr']:g}" for n in names], fontsize=8)
+    labels = [f"{style.wrap_name(n)}\nη = {results['optimizers'][n]['tuned_lr']:g}" for n in names]
+    ax.set_xticks(range(len(names)), labels, fontsize=8)
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel(results["objective"]["description"])
     one_seed = all(len(results["optimizers"][n]["values"]) < 2 for n in names)
@@ -96,15 +97,15 @@ def tuned(results: dict[str, Any]) -> Figure:
 
 
 def steps_to_target(results: dict[str, Any]) -> Figure:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
     found = results.get("steps_to_target")
+    fig, ax = plt.subplots(figsize=_width(found["optimizers"] if found else ()))
     if not found:
         style.nothing_to_show(ax, "no curve of several points (evaluations in training) to read steps to a target from")
         return fig
     names = list(found["optimizers"])
     for i, name in enumerate(names):
         entry = found["optimizers"][name]
-        color = style.optimizer_color(name)
+        color = style.optimizer_color(name, names)
         steps = style.finite([entry["steps"]])[0]
         if np.isfinite(steps):
             ax.bar(i, steps, color=color, alpha=0.35)
@@ -117,14 +118,14 @@ def steps_to_target(results: dict[str, Any]) -> Figure:
             ax.text(
                 i,
                 0.97,
-                f"{missed} of {len(ys)} seeds\nnever reached it",
+                f"{missed} of {len(ys)}\nseeds never\nreached it",
                 transform=ax.get_xaxis_transform(),
                 ha="center",
                 va="top",
                 fontsize=8,
                 color=style.BAD,
             )
-    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_xticks(range(len(names)), [style.wrap_name(n) for n in names], fontsize=8)
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel("steps")
     reaches = "≥" if results["objective"].get("direction") == "max" else "≤"
@@ -137,6 +138,11 @@ def steps_to_target(results: dict[str, Any]) -> Figure:
         fontsize=9,
     )
     return fig
+
+
+def _width(names) -> tuple[float, float]:
+    """A figure with a column per optimizer: about an inch for each, 7 inches at least."""
+    return max(7.0, 1.05 * len(names) + 1.0), 4.5
 
 
 FIGURES = {
