@@ -17,6 +17,10 @@ those. The chosen PNGs are copied to ``docs/assets/figures/<experiment>-<figure>
 pixels, as optimised PNGs of 256 colours, to keep the site's figures small. The Home page and the README show
 ``rare-tokens-sgd_vs_adam.png``.
 
+``zoo-sweep`` and ``zoo-landscapes`` are the [zoo](experiments/zoo.md) page's runs: the tuned sweep of five
+optimizers of pytorch-optimizer against AdamW and Muon + AdamW (94 trials, 52 minutes of trial time, 27 minutes
+wall-clock with 2 workers, the machine shared with other work) and the landscapes of the same optimizers.
+
 Every experiment runs with its defaults (``lm`` took 44 minutes there, the machine shared with other work,
 ``adder`` 2.5) but ``entropy``, whose default run trains its own GPT for about 20 minutes: it runs with
 ``--quick``, and its page says under the figure that it is from the ``--quick`` run while the numbers in the
@@ -45,16 +49,32 @@ EXPERIMENTS = {
     "edge-of-stability": (["--threads", "1"], ["sharpness", "preconditioned"]),
 }
 
+# the zoo page's runs: name -> (the command after `optiscope`, without --out; figures to keep)
+ZOO = "docs/experiments/zoo.toml"
+ZOO_OPTIMIZERS = "soap,schedule-free-adamw,ademamix,prodigy,adopt"
+COMMANDS = {
+    **{name: (["run", name, "--quiet", *options], figures) for name, (options, figures) in EXPERIMENTS.items()},
+    "zoo-sweep": (
+        ["sweep", "lm", "--recipes", ZOO, "--optimizers", f"adamw,muon+adamw,{ZOO_OPTIMIZERS}", "--quick"]
+        + ["--steps", "400", "--eval-every", "50", "--warmup-steps", "40", "--sample-tokens", "0", "--workers", "2"],
+        ["sweep_tuned", "sweep_sensitivity"],
+    ),
+    "zoo-landscapes": (
+        ["run", "landscapes", "--quiet", "--recipes", ZOO, "--optimizers", f"adamw,{ZOO_OPTIMIZERS}"],
+        ["landscapes", "convergence_table"],
+    ),
+}
+
 
 def make(name: str, scratch: Path, replot: bool = False) -> None:
     """Run one experiment into ``scratch`` (or, with ``replot``, redraw the figures of the run kept there) and
     copy its chosen figures into ``docs/assets/figures``."""
-    options, figures = EXPERIMENTS[name]
+    arguments, figures = COMMANDS[name]
     out = scratch / name
     if replot:
         command = [sys.executable, "-m", "optiscope", "plot", str(out)]
     else:
-        command = [sys.executable, "-m", "optiscope", "run", name, "--out", str(out), "--force", "--quiet", *options]
+        command = [sys.executable, "-m", "optiscope", *arguments, "--out", str(out), "--force"]
     print("$", " ".join(command[1:]), flush=True)
     start = time.monotonic()
     # exit code 3 (every run diverged) still leaves figures; anything else is a failure
@@ -75,14 +95,14 @@ def make(name: str, scratch: Path, replot: bool = False) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("experiments", nargs="*", help=f"some of {', '.join(EXPERIMENTS)} (default: all)")
+    parser.add_argument("experiments", nargs="*", help=f"some of {', '.join(COMMANDS)} (default: all)")
     parser.add_argument("--keep", help="run into this folder and keep it (default: a temporary folder)")
     parser.add_argument("--replot", metavar="DIR", help="redraw the figures of the runs kept in DIR; train nothing")
     args = parser.parse_args()
-    unknown = [name for name in args.experiments if name not in EXPERIMENTS]
+    unknown = [name for name in args.experiments if name not in COMMANDS]
     if unknown:
-        parser.error(f"unknown experiments {unknown}; valid: {', '.join(EXPERIMENTS)}")
-    args.experiments = args.experiments or list(EXPERIMENTS)
+        parser.error(f"unknown experiments {unknown}; valid: {', '.join(COMMANDS)}")
+    args.experiments = args.experiments or list(COMMANDS)
     if args.replot:
         for name in args.experiments:
             make(name, Path(args.replot), replot=True)

@@ -39,15 +39,25 @@ def command_lines() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(("page", "line"), command_lines())
-def test_command_parses_and_its_options_are_valid(page, line):
-    """Each command a page shows is accepted as written: known options, valid values."""
+def test_command_parses_and_its_options_are_valid(page, line, monkeypatch):
+    """Each command a page shows is accepted as written, from the repository's root: known options, valid values,
+    the recipes of its ``--recipes`` file (registered for the test only)."""
     from optiscope import cli, experiments, sweep
+    from optiscope.optim import RECIPES
 
+    monkeypatch.chdir(ROOT)
     args = cli.make_parser().parse_args(shlex.split(line))
-    if args.command == "run":
-        experiments.build_config(experiments.load(args.name), args.quick, cli.config_overrides(args))
-    if args.command == "sweep":
-        sweep.sweep.check(cli.sweep_config(args))
+    before = dict(RECIPES)
+    try:
+        if getattr(args, "recipes", None) is not None:
+            cli.load_recipes(args)
+        if args.command == "run":
+            experiments.build_config(experiments.load(args.name), args.quick, cli.config_overrides(args))
+        if args.command == "sweep":
+            sweep.sweep.check(cli.sweep_config(args))
+    finally:
+        RECIPES.clear()
+        RECIPES.update(before)
 
 
 def test_every_public_name_has_its_api_entry():
