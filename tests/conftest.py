@@ -63,3 +63,12 @@ def page(browser):
     context, page = open_page(browser)
     yield page
     context.close()
+
+
+@pytest.fixture(autouse=True)
+def _own_recipes(monkeypatch):
+    """Each test registers its recipes (``--recipes``, ``register_recipe``) for itself: a name one test gave a
+    recipe is unknown in the next, as in a new process."""
+    from optiscope.optim import recipes
+
+    monkeypatch.setattr(recipes, "_registered", {})

@@ -41,23 +41,17 @@ def command_lines() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("page", "line"), command_lines())
 def test_command_parses_and_its_options_are_valid(page, line, monkeypatch):
     """Each command a page shows is accepted as written, from the repository's root: known options, valid values,
-    the recipes of its ``--recipes`` file (registered for the test only)."""
+    the recipes of its ``--recipes`` file."""
     from optiscope import cli, experiments, sweep
-    from optiscope.optim import RECIPES
 
     monkeypatch.chdir(ROOT)
     args = cli.make_parser().parse_args(shlex.split(line))
-    before = dict(RECIPES)
-    try:
-        if getattr(args, "recipes", None) is not None:
-            cli.load_recipes(args)
-        if args.command == "run":
-            experiments.build_config(experiments.load(args.name), args.quick, cli.config_overrides(args))
-        if args.command == "sweep":
-            sweep.sweep.check(cli.sweep_config(args))
-    finally:
-        RECIPES.clear()
-        RECIPES.update(before)
+    if getattr(args, "recipes", None) is not None:
+        cli.load_recipes(args)
+    if args.command == "run":
+        experiments.build_config(experiments.load(args.name), args.quick, cli.config_overrides(args))
+    if args.command == "sweep":
+        sweep.sweep.check(cli.sweep_config(args))
 
 
 def test_every_public_name_has_its_api_entry():

@@ -96,6 +96,7 @@ def test_the_trainers_report_to_gets_the_metrics_at_its_step(report_to, tmp_path
         import wandb
 
         wandb.finish()
+        wandb.teardown()  # the next test's wandb.init starts from its own settings
         logged = wandb_history(tmp_path, step_key="train/global_step")
     records = read_records(out / "optiscope")
     assert [r["step"] for r in records] == [1, 2, 3]

@@ -69,11 +69,13 @@ def test_wandb_log_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run = wandb.init(project="optiscope-test")
+    # dir= and a teardown: wandb keeps its first run's settings for the process, a Trainer's test's included
+    run = wandb.init(project="optiscope-test", dir=str(tmp_path), mode="offline")
     try:
         records = _train([LoggerSink(wandb.log, prefix="probe")])
     finally:
         run.finish()
+        wandb.teardown()
     _assert_logged(wandb_history(tmp_path), records, prefix="probe/")
 
 
