@@ -12,6 +12,7 @@ data; under ``optiscope report --watch`` the sources of charts drawn from ``metr
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Collection
 from typing import Any
 from urllib.parse import quote
@@ -23,9 +24,14 @@ from bokeh.models import (
     ColumnDataSource,
     CustomJS,
     CustomJSHover,
+    CustomJSTicker,
+    CustomJSTickFormatter,
+    DataRange1d,
     FixedTicker,
     HoverTool,
+    LogAxis,
     LogColorMapper,
+    Range1d,
     TabPanel,
     Tabs,
 )
@@ -112,9 +118,72 @@ def _figure(name: str, title: str, x_label: str, y_label: str, *, x_log=False, y
         **kw,
     )
     p.toolbar.logo = None
+    for axis in [*(p.xaxis if x_log else []), *(p.yaxis if y_log else [])]:
+        label_decades(axis)
     for axis in (p.x_range, p.y_range):  # a run hidden by its legend entry (a diverged one's 1e30) leaves the scale
-        axis.only_visible = True
+        if isinstance(axis, DataRange1d):  # not an axis set from its meaning (``y_range``)
+            axis.only_visible = True
     return p
+
+
+#: The most decades a log axis labels (every one, up to this many): beyond it every second, third… decade is
+#: labelled and the others get minor ticks, as 30 labels would overlap on a chart 320 px tall.
+MOST_DECADES = 16
+
+#: Ticks of a log axis, mirroring the figures' ``style.label_decades``: a tick at every power of ten in view
+#: where there are two or more; else the sparsest of 1-2-5, 1-2-3-5-7 and 1…9 (× 10ᵏ) that puts three ticks
+#: in view (``style.mantissas``). Computed in the page from the axis's current range, so a zoom or a growing
+#: live chart is labelled alike.
+LOG_TICKS = """
+const low = Math.min(cb_data.start, cb_data.end), high = Math.max(cb_data.start, cb_data.end);
+if (!(low > 0) || !Number.isFinite(high)) return [];
+const first = Math.floor(Math.log10(low)) - 1, last = Math.ceil(Math.log10(high)) + 1;
+const at = (subs) => { const out = [];
+  for (let k = first; k <= last; k++) for (const m of subs) { const t = Number(`${m}e${k}`);
+    if (low <= t && t <= high) out.push(t); }
+  return out; };
+const decades = at([1]);
+if (decades.length >= 2) {
+  const every = Math.ceil(decades.length / most);
+  const picked = decades.filter((t) => Math.round(Math.log10(t)) % every === 0);
+  return minor ? at([1, 2, 3, 4, 5, 6, 7, 8, 9]).filter((t) => !picked.includes(t)) : picked;
+}
+for (const subs of [[1, 2, 5], [1, 2, 3, 5, 7]]) if (at(subs).length >= 3) return minor ? [] : at(subs);
+return minor ? [] : at([1, 2, 3, 4, 5, 6, 7, 8, 9]);
+"""
+
+#: The labels of ``LOG_TICKS``, written as the figures' ``style.number`` writes them: powers of ten as 10ᵏ, the
+#: numbers of an axis spanning under a decade plainly from 10⁻³ to 10⁴, else as m×10ᵏ (one form per axis).
+LOG_LABELS = """
+const sup = (k) => String(k).replace(/./g, (c) => "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"["-0123456789".indexOf(c)]);
+const k = Math.floor(Math.log10(Math.abs(tick)) + 1e-9);
+const mantissa = Number((tick / Number(`1e${k}`)).toPrecision(2));
+if (ticks.every((t) => Math.abs(Math.log10(t) - Math.round(Math.log10(t))) < 1e-9)) return "10" + sup(k);
+const scientific = !(Math.min(...ticks) >= 1e-3 && Math.max(...ticks) < 1e4);
+if (!scientific) return String(Number(tick.toPrecision(Math.max(2, k + 1))));
+return mantissa === 1 ? "10" + sup(k) : `${mantissa}×10${sup(k)}`;
+"""
+
+
+def label_decades(axis: Any) -> None:
+    """Label a Bokeh log ``axis`` at every decade it spans, or at three numbers or more where it spans under
+    two powers of ten (``LOG_TICKS``, ``LOG_LABELS``): Bokeh's own ``LogTicker`` ticks a range of under two
+    decades linearly ('5', '10') and skips decades on a range of over nine. The report's counterpart of
+    ``figures.style.label_decades`` (matplotlib's axes there, Bokeh's here)."""
+    axis.ticker = CustomJSTicker(
+        args={"most": MOST_DECADES},
+        major_code="const minor = false;" + LOG_TICKS,
+        minor_code="const minor = true;" + LOG_TICKS,
+    )
+    axis.formatter = CustomJSTickFormatter(code=LOG_LABELS)
+
+
+def share_log_labels(models: Collection[Any]) -> None:
+    """Give every log axis of ``models`` (a page's charts) the first one's ticker and formatter of
+    ``label_decades``: the page then holds their code once, not once per axis (about 2.3 kB each)."""
+    axes = [axis for model in models for axis in model.select({"type": LogAxis})]
+    for axis in axes[1:]:
+        axis.ticker, axis.formatter = axes[0].ticker, axes[0].formatter
 
 
 #: Pixels per legend entry (8pt labels, no spacing) and around the entries: a chart is as tall as its legend,
@@ -163,6 +232,7 @@ def lines(
     diverged: Collection[str] = (),
     faint: Collection[str] = (),
     marked: Collection[str] = (),
+    y_range: tuple[float, float] | None = None,
 ) -> Any | None:
     """One line per entry of ``series`` (label -> {"x": [...], "y": [...]}), legend-toggled.
 
@@ -172,14 +242,19 @@ def lines(
     On a linear y axis the scale fits the lines not labelled in ``diverged`` (runs that diverged): a diverged
     run's last, exploding values would flatten every other line to the axis. Its line is still drawn, leaving
     the plot at the top, and the title says so; with every other line hidden by its legend entry, the axis fits
-    the diverged ones."""
+    the diverged ones.
+
+    ``y_range`` is the y axis of a bounded quantity, set from its meaning (``FRACTION``, ``counts``) rather than
+    fitted to its values; a linear y axis whose every value is 0 runs from 0 to 1 (``meaning``)."""
     series = {label: pts for label, pts in series.items() if pts["x"]}
     if not series:
         return None
-    left_out = set() if y_log or set(series) <= set(diverged) else set(diverged) & set(series)  # by the y axis
+    y_range = y_range or (None if y_log else meaning(series))
+    left_out = set() if y_log or y_range or set(series) <= set(diverged) else set(diverged) & set(series)
     if left_out:
         title += " (y axis fitted to the runs that did not diverge)"
-    p = _figure(name, title, x_label, y_label, x_log=x_log, y_log=y_log)
+    bounds = {} if y_range is None else {"y_range": Range1d(*y_range)}
+    p = _figure(name, title, x_label, y_label, x_log=x_log, y_log=y_log, **bounds)
     palette, seen = colors(series), set()
     fitted, every = [], []  # the glyphs the y axis fits, and all of them
     for label, pts in series.items():
@@ -331,7 +406,7 @@ def heatmap(
     p.yaxis.ticker = FixedTicker(ticks=[i + 0.5 for i in range(len(params))])
     p.yaxis.major_label_overrides = {len(params) - i - 0.5: label for i, label in enumerate(params)}
     p.yaxis.major_label_text_font_size = "7pt"
-    p.add_layout(ColorBar(color_mapper=mapper, title="u/w"), "right")
+    p.add_layout(ColorBar(color_mapper=mapper, title="u/w" if scale is None else "u/w (scale shared)"), "right")
     # the hovered cell's row is its parameter: y = n − row − 0.5 (a name per cell would multiply the page's size)
     row_name = CustomJSHover(args={"names": list(params)}, code="return names[Math.round(names.length - value - 0.5)]")
     p.add_tools(HoverTool(tooltips=[("", "@y{name}"), ("step", "$x{0}"), ("u/w", "@v")], formatters={"@y": row_name}))
@@ -344,6 +419,28 @@ def shared_scale(grids: list[dict[str, Any] | None]) -> tuple[float, float] | No
     values = [np.asarray(g["image"], dtype=float) for g in grids if g is not None]
     values = np.concatenate([v[np.isfinite(v) & (v > 0)] for v in values]) if values else np.array([])
     return (float(values.min()), float(values.max())) if values.size else None
+
+
+#: The y axis of a fraction (an accuracy, a share): 0 to 1 whatever the data, a little room at both ends for the
+#: markers at 0 and 1 (the figures' ``style.fraction_axis``).
+FRACTION = (-0.03, 1.03)
+
+
+def counts(series: dict[str, dict[str, list]]) -> tuple[float, float]:
+    """The y axis of counts (wrong answers, steps): from 0 to a little above the largest finite count, at least
+    1, so that all-zero counts stand on the axis's floor (the figures' ``style.count_axis``)."""
+    return 0.0, max(1.0, *_finite_ys(series)) * 1.05
+
+
+def meaning(series: dict[str, dict[str, list]]) -> tuple[float, float] | None:
+    """(0, 1) for lines whose every finite value is 0 (Bokeh would centre them in −1…1, as if they could be
+    negative), else None: the axis fits the values."""
+    values = _finite_ys(series)
+    return (0.0, 1.0) if values and not any(values) else None
+
+
+def _finite_ys(series: dict[str, dict[str, list]]) -> list[float]:
+    return [y for pts in series.values() for y in pts["y"] if isinstance(y, int | float) and math.isfinite(y)]
 
 
 def loglog_toggle(
@@ -397,11 +494,12 @@ def draws(chart: Any, series: dict[str, dict[str, list]]) -> bool:
 
 
 def bars(sources: Sources, name: str, title: str, series: dict[str, dict[str, list]], x_label: str, y_label: str):
-    """Values at integer positions, one group of slim bars per label (dodged), legend-toggled."""
+    """Counts at integer positions, one group of slim bars per label (dodged), legend-toggled; the y axis from 0
+    (``counts``)."""
     series = {label: pts for label, pts in series.items() if pts["x"]}
     if not series:
         return None
-    p = _figure(name, title, x_label, y_label)
+    p = _figure(name, title, x_label, y_label, y_range=Range1d(*counts(series)))
     width, palette = 0.8 / len(series), colors(series)
     for i, (label, pts) in enumerate(series.items()):
         shifted = {"x": [x - 0.4 + width * (i + 0.5) for x in pts["x"]], "y": pts["y"], "at": pts["x"]}

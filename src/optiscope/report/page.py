@@ -29,7 +29,7 @@ from PIL import Image, features
 from .. import __version__, runs, sweep
 from ..monitor.divergence import curvature_finding
 from . import headlines, series
-from .charts import Sources
+from .charts import Sources, share_log_labels
 from .rundir import RunDir
 from .sections import metrics_charts, named, per_run, section_charts
 
@@ -278,6 +278,7 @@ def embed(models: dict[str, Any]) -> tuple[str, dict[str, str]]:
     for model in models.values():
         for renderer in model.select({"type": GlyphRenderer}):
             renderer.nonselection_glyph = renderer.muted_glyph = None
+    share_log_labels(list(models.values()))
     with doc.models.freeze():
         for model in models.values():
             doc.add_root(model)
@@ -320,7 +321,7 @@ def section_head(experiment: str | None, group: list[RunDir], anchor: str) -> st
     if experiment == MONITORED:
         return head + (
             '<p class="muted">metrics.jsonl written by a Monitor\'s sinks or '
-            "the 🤗 Trainer / Lightning callbacks: the monitor's charts, no experiment results</p>"
+            "the Hugging Face Trainer / Lightning callbacks: the monitor's charts, no experiment results</p>"
         )
     describe = SUMMARIES.get(experiment)
     summary = describe(group) if describe is not None else sweep.results_contract(experiment)[1]

@@ -172,44 +172,52 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str, drawn: Any =
                 ),
             )
         )
-    for i, (directory, prefix, run) in enumerate(named(group)):
-        for j, (name, rows) in enumerate(series.by_run(run.metrics, unnamed=directory, prefix=prefix).items()):
-            out.append(
-                (
-                    f"u/w per parameter, {name}",
-                    charts.heatmap(
-                        sources, f"{key}-heat-{i}-{j}", f"update/weight ratio, {name}", series.ratio_heatmap(rows)
-                    ),
-                )
+    runs = [
+        (i, j, directory, run, name, rows)
+        for i, (directory, prefix, run) in enumerate(named(group))
+        for j, (name, rows) in enumerate(series.by_run(run.metrics, unnamed=directory, prefix=prefix).items())
+    ]
+    # the section's heatmaps are compared with one another: one colour scale, one colour for one u/w in each
+    grids = [series.ratio_heatmap(rows) for *_, rows in runs]
+    scale = charts.shared_scale(grids) if len(runs) > 1 else None
+    shared = f" (one colour scale for the section's {len(runs)} runs)" if len(runs) > 1 else ""
+    for (i, j, directory, run, name, rows), grid in zip(runs, grids, strict=True):
+        out.append(
+            (
+                f"u/w per parameter, {name}",
+                charts.heatmap(
+                    sources, f"{key}-heat-{i}-{j}", f"update/weight ratio, {name}{shared}", grid, scale=scale
+                ),
             )
-            # lm's results already give them per layer
-            if not has_layer_lines(run, series.run_label(rows[0], unnamed=directory)):
-                out.append(
-                    (
-                        f"u/w per parameter over training, {name}",
-                        charts.many_lines(
-                            sources,
-                            f"{key}-uw-{i}-{j}",
-                            f"u/w, {name}",
-                            series.ratio_lines(rows),
-                            "step",
-                            "u/w",
-                            y_log=True,
-                        ),
-                    )
-                )
-            bands = series.effective_lr_bands(rows)
+        )
+        # lm's results already give them per layer
+        if not has_layer_lines(run, series.run_label(rows[0], unnamed=directory)):
             out.append(
                 (
-                    f"Adam's effective learning rate, {name}",
-                    charts.bands(
+                    f"u/w per parameter over training, {name}",
+                    charts.many_lines(
                         sources,
-                        f"{key}-eff-{i}-{j}",
-                        f"effective learning rate per parameter (min–max, median), {name}",
-                        bands,
+                        f"{key}-uw-{i}-{j}",
+                        f"u/w, {name}",
+                        series.ratio_lines(rows),
+                        "step",
+                        "u/w",
+                        y_log=True,
                     ),
                 )
             )
+        bands = series.effective_lr_bands(rows)
+        out.append(
+            (
+                f"Adam's effective learning rate, {name}",
+                charts.bands(
+                    sources,
+                    f"{key}-eff-{i}-{j}",
+                    f"effective learning rate per parameter (min–max, median), {name}",
+                    bands,
+                ),
+            )
+        )
     return out
 
 
@@ -424,7 +432,8 @@ def adder_charts(sources: Sources, group: Labelled, key: str) -> Charts:
             name = f(f"{r['label']} seed {r['seed']}")
             if r["status"] == "diverged":
                 diverged.add(name)
-            correct[name] = series.thin([e["step"] for e in r["evals"]], [e["correct"] for e in r["evals"]])
+            cases = run.results["cases"]
+            correct[name] = series.thin([e["step"] for e in r["evals"]], [e["correct"] / cases for e in r["evals"]])
             loss[name] = series.thin(r["train"].get("step", []), r["train"].get("loss", []))
             timed[name] = series.thin(r["train"].get("seconds", []), r["train"].get("loss", []))
             by_position = r["report"].get("wrong_digits_by_position", [])
@@ -439,11 +448,12 @@ def adder_charts(sources: Sources, group: Labelled, key: str) -> Charts:
             charts.lines(
                 sources,
                 f"{key}-acc",
-                "cases correct (of the suite) at each evaluation",
+                "share of the suite's cases correct at each evaluation",
                 correct,
                 "step",
-                "correct",
+                "accuracy",
                 markers=True,
+                y_range=charts.FRACTION,
             ),
         ),
         losses(sources, key, loss, timed, diverged),
@@ -468,6 +478,7 @@ def adder_charts(sources: Sources, group: Labelled, key: str) -> Charts:
                 "carry-chain length",
                 "accuracy",
                 markers=True,
+                y_range=charts.FRACTION,
             ),
         ),
     ]
