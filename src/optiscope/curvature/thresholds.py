@@ -58,7 +58,6 @@ Adamax, Adagrad and others are not covered here) the threshold is None with the 
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +68,7 @@ from torch import Tensor
 from ..checks import is_optimizer, require_optimizer
 from ..optim import SGD, Adam
 from ..optim.adam import adam_denominator, adam_steps
+from .rules import known_class, radam_rectification
 
 #: The optimizers whose step the analysis knows, and the rule of each. Ours covers AdamW and AdamL2, torch's Adam
 #: its AdamW; any other subclass counts only where it keeps the known class's step (``known_class``).
@@ -82,23 +82,6 @@ RULES: dict[type, str] = {
 }
 #: The rules with Adam-style state (``exp_avg_sq``, ``step``), which leave a parameter without a gradient unmoved.
 ADAPTIVE = ("adam", "nadam", "radam")
-
-
-def known_class(optimizer: Any, classes: dict[type, Any]) -> type | None:
-    """The class among ``classes`` whose step ``optimizer`` takes: its own class, or the nearest of them it inherits
-    from when it keeps that class's ``step`` (and, for optiscope's, its ``update_group``, where the rule is
-    written). None when it is none of them, or overrides either: it may step otherwise (a zoo's Adam subclass)."""
-    for cls in type(optimizer).__mro__:
-        if cls in classes:
-            same = all(_method(type(optimizer), m) is _method(cls, m) for m in ("step", "update_group"))
-            return cls if same else None
-    return None
-
-
-def _method(cls: type, name: str) -> Any:
-    """``cls.name`` without the wrappers torch puts around ``step`` (its profiling hook); None without one."""
-    method = getattr(cls, name, None)
-    return None if method is None else inspect.unwrap(method)
 
 
 def rule(optimizer: Any) -> str | None:
@@ -354,16 +337,6 @@ def nadam_denominator(beta1: float, momentum_decay: float, t: float) -> float:
     μ_s = β₁(1 − ½·0.96^{sψ}), ψ its ``momentum_decay``: its threshold is 2(1 + β₁)/(D η)."""
     mu, mu_next = (beta1 * (1 - 0.5 * 0.96 ** (s * momentum_decay)) for s in (t + 1, t + 2))
     return (1 + beta1) * (1 - mu) + (1 - beta1) * mu_next
-
-
-def radam_rectification(beta2: float, t: float) -> float | None:
-    """r_t of torch's RAdam at step t: √((ρ_t − 4)(ρ_t − 2)ρ_∞ / ((ρ_∞ − 4)(ρ_∞ − 2)ρ_t)), with ρ_∞ = 2/(1 − β₂) − 1
-    and ρ_t = ρ_∞ − 2tβ₂ᵗ/(1 − β₂ᵗ); None where ρ_t ≤ 5 (the step is then η m̂, not rectified)."""
-    rho_inf = 2 / (1 - beta2) - 1
-    rho = rho_inf - 2 * t * beta2**t / (1 - beta2**t)
-    if rho <= 5:
-        return None
-    return math.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
 
 
 def moving_groups(optimizer: torch.optim.Optimizer) -> list[dict]:

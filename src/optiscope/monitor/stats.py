@@ -14,7 +14,6 @@ Group and overall figures combine tensors as one long vector: ‖·‖ = (Σ ‖
 
 from __future__ import annotations
 
-import inspect
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..curvature.rules import known_class, radam_rectification
 from ..optim.adam import Adam as OwnAdam
 from ..optim.adam import adam_steps
 from ..optim.muon import MuonWithAdamW
@@ -143,13 +143,10 @@ def radam_rate(state: dict[str, Any], group: dict[str, Any]) -> Rate:
     rectification), θ ← θ − η m̂ before (the first steps: ρₜ ≤ 5)."""
     t = _stepped(state)
     beta2, lr = group["betas"][1], float(group["lr"])
-    bc2 = 1 - beta2**t
-    rho_inf = 2 / (1 - beta2) - 1
-    rho = rho_inf - 2 * t * beta2**t / bc2
-    if rho <= 5:
+    rect = radam_rectification(beta2, t)
+    if rect is None:
         return Rate(None, lr)
-    rect = math.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
-    return Rate(state["exp_avg_sq"], lr * rect * math.sqrt(bc2), float(group["eps"]))
+    return Rate(state["exp_avg_sq"], lr * rect * math.sqrt(1 - beta2**t), float(group["eps"]))
 
 
 def adamax_rate(state: dict[str, Any], group: dict[str, Any]) -> Rate:
@@ -187,16 +184,6 @@ RATE_RULES: dict[type, Callable[[dict[str, Any], dict[str, Any]], Rate]] = {
 }
 
 
-def _rule(optimizer: torch.optim.Optimizer) -> Callable[[dict[str, Any], dict[str, Any]], Rate] | None:
-    """The rule of ``optimizer``'s class, also for a subclass that keeps the known class's ``step`` (one that
-    overrides it may step otherwise: no rule)."""
-    step = inspect.unwrap(type(optimizer).step)
-    for cls in type(optimizer).__mro__:
-        if cls in RATE_RULES:
-            return RATE_RULES[cls] if inspect.unwrap(cls.step) is step else None
-    return None
-
-
 def public_name(cls: type) -> str:
     """``cls`` by its shortest import path (``torch.optim.RAdam``, not ``torch.optim.radam.RAdam``)."""
     parts = cls.__module__.split(".")
@@ -218,9 +205,9 @@ def effective_rate(optimizer: torch.optim.Optimizer, param: Tensor, group: dict[
             return adam_rate(state, group)
         if hasattr(optimizer, "effective_lr"):  # the optimizer states its own rule
             return optimizer.effective_lr(param)
-        rule = _rule(optimizer)
-        if rule is not None:
-            return rule(state, group)
+        known = known_class(optimizer, RATE_RULES)
+        if known is not None:
+            return RATE_RULES[known](state, group)
         if public_name(type(optimizer)).startswith("optiscope."):  # SGD, Lion, Muon: η times their direction
             return f"{public_name(type(optimizer))}: no per-element rate (its step is lr times its direction)"
         return f"{public_name(type(optimizer))}: step rule not known to optiscope"
