@@ -117,8 +117,9 @@ def test_clicking_a_figure_shows_it_at_its_natural_size(shown, tiny_runs):
 IMAGES = re.compile(r'<img alt="([^"]+)"[^>]*src="data:(image/[a-z]+);base64,([A-Za-z0-9+/=]+)"')
 
 
-def test_each_figure_is_inlined_once_with_its_pixels_unchanged(written, tiny_runs):
-    """Re-encoded smaller for the page, but lossless: the oracle is the PNG on disk, read by Pillow."""
+def test_each_figure_is_inlined_once_with_its_pixels_kept(written, tiny_runs):
+    """Re-encoded smaller for the page in 256 colours: the oracle is the PNG on disk, read by Pillow; its size
+    is kept, nearly all of its pixels exactly, the rest (antialiased edges) within a few levels."""
     found = IMAGES.findall(written.read_text())
     files = sorted(p for d in tiny_runs.values() for p in (d / runs.FIGURES).glob("*.png"))
     assert sorted(figure_file(alt, tiny_runs) for alt, _, _ in found) == files  # each once
@@ -128,8 +129,10 @@ def test_each_figure_is_inlined_once_with_its_pixels_unchanged(written, tiny_run
         inlined, png = inlined + len(raw), png + figure_file(alt, tiny_runs).stat().st_size
         with Image.open(io.BytesIO(raw)) as image, Image.open(figure_file(alt, tiny_runs)) as original:
             assert image.size == original.size, alt
-            assert np.array_equal(np.asarray(image.convert("RGBA")), np.asarray(original.convert("RGBA"))), alt
-    assert inlined < 0.6 * png, (inlined, png)  # lossless WebP: about 2.6× smaller than the PNGs here
+            error = np.abs(np.asarray(image.convert("RGB"), int) - np.asarray(original.convert("RGB"), int))
+            assert (error.max(axis=2) == 0).mean() > 0.9 and (error.max(axis=2) <= 16).mean() > 0.99, alt
+            assert error.mean() < 0.5, alt
+    assert inlined < 0.4 * png, (inlined, png)  # about 4× smaller than the PNGs here
 
 
 def test_there_is_no_horizontal_scroll_on_a_1400_px_screen(shown):
