@@ -16,6 +16,7 @@ import torch
 
 from optiscope.data.corpus import CorpusError, load_corpus, read_text_file
 from optiscope.data.tokenizers import CharTokenizer
+from optiscope.monitor import Monitor
 
 #: char-level tinyshakespeare beside the repository: the benchmarks' corpus where present
 SHARED_TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
@@ -140,6 +141,26 @@ def alternating_rounds(
         for name in list(contenders) if r % 2 == 0 else reversed(list(contenders)):
             rates[name].append(contenders[name](steps))
     return rates
+
+
+def training_rate(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    monitor: Monitor | None,
+    batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    steps: int,
+) -> float:
+    """Steps/s of ``steps`` training steps of the GPT ``model`` on the (inputs, targets) batches ``batch()`` draws,
+    each followed by ``monitor.step(loss)`` where there is a monitor: a contender of ``alternating_rounds``."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        _, loss = model(*batch())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if monitor:
+            monitor.step(loss)
+    return steps / (time.perf_counter() - start)
 
 
 def synchronize() -> None:

@@ -89,7 +89,7 @@ def main() -> None:
     contenders = {}
     for name, curvature in settings.items():
         model, opt = copy.deepcopy((base, base_opt))  # together: the copy's state is keyed by the copy's parameters
-        monitor = Monitor(model, opt, every=10, guard=None, curvature=curvature)
+        monitor = Monitor(model, opt, every=10, sinks=[], guard=None, curvature=curvature)
         contenders[name] = Contender(model, opt, monitor, torch.Generator().manual_seed(1))
 
     def train(c: Contender, steps: int) -> float:

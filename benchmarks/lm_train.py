@@ -77,7 +77,7 @@ def throughput(config: lm.Config, rounds: int) -> tuple[float, float]:
     base = GPT(lm.model_config(config, data.tokenizer.vocab_size))
     ours = copy.deepcopy(base)
     ours_opt = build_optimizer("adamw", ours, ADAMW.lr, config.weight_decay, decay_vectors=False)
-    monitor = Monitor(ours, ours_opt, every=config.log_every, guard=None)
+    monitor = Monitor(ours, ours_opt, every=config.log_every, sinks=[], guard=None)
     run = train.Run(
         "adamw",
         ours,

@@ -20,7 +20,6 @@ import copy
 import os
 import statistics
 import tempfile
-import time
 from functools import partial
 
 import torch
@@ -30,7 +29,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
-from common import Parser, alternating_rounds, corpus_ids, lm_shape, text_file, whole_number
+from common import Parser, alternating_rounds, corpus_ids, lm_shape, text_file, training_rate, whole_number
 from optiscope.data.batches import sample_batch
 from optiscope.models.gpt import GPT, GPTConfig
 from optiscope.monitor import Monitor
@@ -64,22 +63,10 @@ def worker(rank: int, args: object, rendezvous: str) -> None:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
             every = None if setting == "off" else int(setting.split("=")[1])
             monitor = None if every is None else Monitor(model, opt, every=every, sinks=[], guard=None)
-            contenders[f"{wrapper} {setting}"] = (model, opt, monitor, torch.Generator().manual_seed(1 + rank))
+            batch = partial(sample_batch, ids, context, batch_size // WORLD, torch.Generator().manual_seed(1 + rank))
+            contenders[f"{wrapper} {setting}"] = partial(training_rate, model, opt, monitor, batch)
 
-    def train(name: str, steps: int) -> float:
-        model, opt, monitor, gen = contenders[name]
-        start = time.perf_counter()
-        for _ in range(steps):
-            x, y = sample_batch(ids, context, batch_size // WORLD, gen)
-            _, loss = model(x, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if monitor:
-                monitor.step(loss)
-        return steps / (time.perf_counter() - start)
-
-    rates = alternating_rounds({name: partial(train, name) for name in contenders}, args.rounds, args.steps)
+    rates = alternating_rounds(contenders, args.rounds, args.steps)
     if rank == 0:
         print(
             f"torch {torch.__version__}, {WORLD} processes x 1 CPU thread, gloo, GPT {base.num_parameters() / 1e6:.2f}M"

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import copy
 import statistics
-import time
 from functools import partial
 
 import torch
 
-from common import Parser, alternating_rounds, corpus_ids, lm_shape, machine, text_file, whole_number
+from common import Parser, alternating_rounds, corpus_ids, lm_shape, machine, text_file, training_rate, whole_number
 from optiscope.data.batches import sample_batch
 from optiscope.models.gpt import GPT, GPTConfig
 from optiscope.monitor import Monitor
@@ -41,23 +40,12 @@ def main() -> None:
     for setting in ("off", "every=10", "every=1"):
         model = copy.deepcopy(base)
         opt = AdamW(model.parameters(), lr=1e-3)
-        monitor = None if setting == "off" else Monitor(model, opt, every=int(setting.split("=")[1]), guard=None)
-        contenders[setting] = (model, opt, monitor, torch.Generator().manual_seed(1))
+        every = None if setting == "off" else int(setting.split("=")[1])
+        monitor = None if every is None else Monitor(model, opt, every=every, sinks=[], guard=None)
+        batch = partial(sample_batch, ids, context, batch_size, torch.Generator().manual_seed(1))
+        contenders[setting] = partial(training_rate, model, opt, monitor, batch)
 
-    def train(setting: str, steps: int) -> float:
-        model, opt, monitor, gen = contenders[setting]
-        start = time.perf_counter()
-        for _ in range(steps):
-            x, y = sample_batch(ids, context, batch_size, gen)
-            _, loss = model(x, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if monitor:
-                monitor.step(loss)
-        return steps / (time.perf_counter() - start)
-
-    rates = alternating_rounds({setting: partial(train, setting) for setting in contenders}, args.rounds, args.steps)
+    rates = alternating_rounds(contenders, args.rounds, args.steps)
     print(f"torch {torch.__version__}, {machine('cpu')}, GPT {base.num_parameters() / 1e6:.2f}M params")
     off = statistics.median(rates["off"])
     print(f"{'monitor':<10}{'steps/s':>9}{'overhead':>10}")
