@@ -526,8 +526,8 @@ def add_sweep_parser(sub: Any) -> None:
             "--optimizers",
             required=True,
             metavar="A,B,...",
-            help="optimizers to tune, comma-separated: recipe names or dotted class paths (name@lr: where the grid "
-            "starts)",
+            help="optimizers to tune, comma-separated, as run <name> --optimizers takes them (name@lr: where the "
+            "grid starts)",
         )
         add_recipes_argument(p)
         p.add_argument("--out", required=True, type=out_dir, metavar="DIR", help="the sweep directory")

@@ -26,7 +26,7 @@ import dataclasses
 import importlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -247,6 +247,13 @@ def require_non_negative(config: Any, *names: str) -> None:
 # --------------------------------------------------------------------------------------------- running
 #: the metadata of a Config field that does not change results (``--resume`` ignores differences in it)
 NO_EFFECT = {"affects_results": False}
+
+
+def optimizers_help(runs: str, names: Iterable[str], recipes: str = "recipes") -> str:
+    """An experiment's ``--optimizers`` help: what its runs are (``runs``), the built-in recipes it offers
+    (``names``, under the heading ``recipes``), and what every experiment takes besides (as ``parse_runs``)."""
+    others = "a recipe of --recipes, or a dotted class path (torch.optim.NAdam)"
+    return f"{runs}; {recipes}: {', '.join(names)}; or {others}"
 
 
 def config_dict(config: Any) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from . import (
     Objective,
     flag,
     only_run,
+    optimizers_help,
     require,
     require_counts,
     require_non_negative,
@@ -98,9 +99,7 @@ class Config:
     )
     optimizers: str = field(
         default="adamw",
-        metadata={
-            "help": f"runs as optimizer[@lr] (lr {DEFAULT_LR:g} if not given); optimizers: {', '.join(OPTIMIZERS)}"
-        },
+        metadata={"help": optimizers_help(f"runs as optimizer[@lr] (lr {DEFAULT_LR:g} if not given)", OPTIMIZERS)},
     )
     seed: int = field(default=1, metadata={"help": "the seed, when --seeds is not given"})
     seeds: tuple[int, ...] = field(default=(), metadata={"help": "several seeds, e.g. 1,2,3,4,5"})

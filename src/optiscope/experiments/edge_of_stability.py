@@ -43,7 +43,15 @@ from ..optim.recipes import RunSpec, parse_runs, recipe
 from ..runs import checkpoint_name
 from ..train.loop import new_history
 from ..train.progress import Progress
-from . import NO_EFFECT, require, require_counts, require_non_negative, require_threads, torch_threads
+from . import (
+    NO_EFFECT,
+    optimizers_help,
+    require,
+    require_counts,
+    require_non_negative,
+    require_threads,
+    torch_threads,
+)
 
 SUMMARY = "Full-batch GD, momentum and Adam: (preconditioned) sharpness against 2/η, 3.8/η, 38/η (edge of stability)"
 
@@ -55,7 +63,7 @@ LEARNING_RATES = {"sgd": 0.2, "momentum": 0.3, "nesterov": 0.1, "adam": 0.01, "a
 class Config:
     optimizers: str = field(
         default="sgd@0.2,sgd@0.3,sgd@0.5,momentum@0.3,adam@0.003,adam@0.01",
-        metadata={"help": f"runs as optimizer[@lr]; optimizers with a known threshold: {', '.join(LEARNING_RATES)}"},
+        metadata={"help": optimizers_help("runs as optimizer[@lr]", LEARNING_RATES, "recipes with a known threshold")},
     )
     steps: int = field(default=2500, metadata={"help": "full-batch steps per run"})
     measure_every: int | None = field(

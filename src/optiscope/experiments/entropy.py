@@ -44,7 +44,7 @@ from ..optim.recipes import RunSpec, parse_runs
 from ..probe import prediction_curves, probe_step, sample_sequences, subset_errors, update_direction
 from ..probe.probe import MODES
 from ..train.distributed import Processes
-from . import NO_EFFECT, ConfigError, execute, lm, require, require_counts
+from . import NO_EFFECT, ConfigError, execute, lm, optimizers_help, require, require_counts
 
 SUMMARY = "One optimizer step's true vs predicted (linear, quadratic) change of a GPT's entropy and loss"
 #: The lm run trained here when no --checkpoint is given lives in DIR/lm.
@@ -65,7 +65,8 @@ class Config:
         },
     )
     optimizers: str = field(
-        default="sgd,adam,adamw", metadata={"help": f"directions to probe, as optimizer[@lr]: {', '.join(lm.DEFAULTS)}"}
+        default="sgd,adam,adamw",
+        metadata={"help": optimizers_help("directions to probe, as optimizer[@lr]", lm.DEFAULTS)},
     )
     hf_model: str | None = field(
         default=None,

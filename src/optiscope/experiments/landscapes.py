@@ -28,6 +28,7 @@ from . import (
     NO_EFFECT,
     Objective,
     only_run,
+    optimizers_help,
     require,
     require_counts,
     require_non_negative,
@@ -59,8 +60,9 @@ class Config:
     optimizers: str = field(
         default="sgd,momentum,nesterov,rmsprop,adam,adamw,lion",
         metadata={
-            "help": "optimizers on the surfaces, each over the grid (name@lr: at that lr only); "
-            f"valid: {', '.join(DESCENT_OPTIMIZERS)}"
+            "help": optimizers_help(
+                "optimizers on the surfaces, each over the grid (name@lr: at that lr only)", DESCENT_OPTIMIZERS
+            )
         },
     )
     weight_decay: float = field(default=0.01, metadata={"help": "λ on the surfaces, for the optimizers that decay"})

@@ -46,6 +46,7 @@ from . import (
     ConfigError,
     Objective,
     only_run,
+    optimizers_help,
     require,
     require_counts,
     require_non_negative,
@@ -88,7 +89,7 @@ def runs_of(config: Config) -> tuple[RunSpec, ...]:
 class Config:
     optimizers: str = field(
         default="sgd,adam@0.05,adam,adamw,muon+adamw",
-        metadata={"help": f"runs as optimizer[@lr], comma-separated; optimizers: {', '.join(DEFAULTS)}"},
+        metadata={"help": optimizers_help("runs as optimizer[@lr], comma-separated", DEFAULTS)},
     )
     text: str | None = field(
         default=None, metadata={"help": "train on this UTF-8 text file (default: Shakespeare)", "metavar": "PATH"}

@@ -37,6 +37,7 @@ from . import (
     NO_EFFECT,
     Objective,
     only_run,
+    optimizers_help,
     require,
     require_counts,
     require_non_negative,
@@ -87,8 +88,7 @@ class Config:
     optimizers: str = field(
         default="sgd,momentum,rmsprop,adam,adamw,lion,muon",
         metadata={
-            "help": f"runs as optimizer[@lr] (the SGD-vs-Adam figure needs sgd and adam); optimizers: "
-            f"{', '.join(OPTIMIZERS)}"
+            "help": optimizers_help("runs as optimizer[@lr] (the SGD-vs-Adam figure needs sgd and adam)", OPTIMIZERS)
         },
     )
     weight_decay: float = field(default=0.01, metadata={"help": "λ, for the optimizers that decay"})
