@@ -113,8 +113,9 @@ class OptiscopeCallback(MonitorCallback, Callback):
           optimisation Lightning divides each by ``accumulate_grad_batches``, also in an epoch's last, shorter
           window, which is undone). With ``gradient_clip_val``, records in automatic optimisation also hold
           ``grad_norm_before_clip``, the accumulated gradients' norm where Lightning is about to clip them
-          (after a GradScaler's unscaling; on measured steps only, over each rank's own gradients, so not the
-          model's norm under FSDP); in manual optimisation the module clips out of the callback's sight.
+          (after a GradScaler's unscaling; on measured steps only; the whole model's under
+          ``ModelParallelStrategy``, whose gradients are FSDP2's DTensors, while ``FSDPStrategy`` does not clip by
+          norm); in manual optimisation the module clips out of the callback's sight.
         - Manual optimisation: the module calls ``opt.step()`` at most once per ``training_step``: the callback
           records once per batch, so of several steps in one batch only the last can have a record (a warning
           says so).
