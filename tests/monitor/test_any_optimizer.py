@@ -17,10 +17,10 @@ from optiscope.monitor import Monitor
 from support import needs_cuda
 
 
-def problem(seed=0):
-    """A small regression in float64, whose gradients have no zero entries."""
+def problem(seed=0, bias=True):
+    """A small regression in float64, whose gradients have no zero entries (without biases: matrices only)."""
     torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    model = nn.Sequential(nn.Linear(5, 4, bias=bias), nn.Tanh(), nn.Linear(4, 2, bias=bias)).double()
     x, y = torch.randn(32, 5, dtype=torch.float64), torch.randn(32, 2, dtype=torch.float64)
     return model, (x, y)
 
@@ -60,6 +60,9 @@ OPTIMIZERS = {
     "torch-adamax": lambda ps: torch.optim.Adamax(ps, lr=1e-2),
     "torch-asgd": lambda ps: torch.optim.ASGD(ps, lr=1e-2),
     "torch-rprop": lambda ps: torch.optim.Rprop(ps, lr=1e-2),
+    "torch-adafactor": lambda ps: torch.optim.Adafactor(ps, lr=1e-2),
+    "torch-muon": lambda ps: torch.optim.Muon(ps, lr=1e-2),  # matrices only: the model without biases
+    "torch-lbfgs": lambda ps: torch.optim.LBFGS(ps, lr=0.1, max_iter=1),  # a closure, called once per step
     "pytorch_optimizer-schedulefree-adamw": optional("pytorch_optimizer", "ScheduleFreeAdamW"),
     "pytorch_optimizer-lion": optional("pytorch_optimizer", "Lion"),
     "heavyball-adamw": optional("heavyball", "AdamW"),
@@ -71,7 +74,9 @@ OPTIMIZERS = {
 def test_each_optimizers_step_is_measured_as_by_hand_around_it(name, closure):
     """Every step measured (the first compares the gradients the step left with those it began with; the later
     ones rely on what it learnt), against copies of θ and g taken just before ``step()`` and θ just after."""
-    model, data = problem()
+    if name == "torch-lbfgs" and not closure:
+        pytest.skip("LBFGS steps only with a closure")
+    model, data = problem(bias=name != "torch-muon")
     opt = OPTIMIZERS[name](model.parameters())
     monitor = Monitor(model, opt, every=1, sinks=[])
     params = dict(model.named_parameters())
@@ -397,3 +402,22 @@ def test_a_step_that_raised_does_not_keep_the_next_ones_from_being_measured():
     assert record is not None and record["params"]["weight"]["u"] == pytest.approx(
         float((model.weight.detach() - before).norm())
     )
+
+
+def test_sparse_adams_sparse_gradients_are_measured_as_by_hand():
+    """torch's SparseAdam on an embedding with sparse gradients (rows not looked up have none)."""
+    torch.manual_seed(0)
+    model = nn.Embedding(10, 3, sparse=True).double()
+    opt = torch.optim.SparseAdam(list(model.parameters()), lr=1e-2)
+    monitor = Monitor(model, opt, every=1, sinks=[])
+    ids, target = torch.tensor([1, 3, 3, 7]), torch.randn(4, 3, dtype=torch.float64)
+    for _ in range(3):
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.mse_loss(model(ids), target)
+        loss.backward()
+        before, grad = model.weight.detach().clone(), model.weight.grad.to_dense()
+        opt.step()
+        record = monitor.step(loss)
+        expected = by_hand(before, grad, model.weight.detach())
+        for key, value in expected.items():
+            assert record["params"]["weight"][key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
