@@ -22,8 +22,8 @@ import torch.distributed.nn  # noqa: F401 (before any process group: see train.d
 import torch.multiprocessing as mp
 from torch import nn
 
-from monitor.test_fsdp import _close  # the tolerances of the monitor's own FSDP test
 from optiscope.train.distributed import leave_job
+from support import assert_sharded_close
 
 WORLD, STEPS, EVERY, ROWS = 2, 4, 2, 16
 MEASURED = [1, 2, 4]  # the first step and every EVERY-th
@@ -76,9 +76,9 @@ def _compare(ranks: list[dict], unsharded: dict, job: str, names: set[str]) -> N
     first = ranks[0][job]
     assert [r["step"] for r in first["records"]] == MEASURED
     assert set(first["records"][0]["params"]) == names
-    _close(first["records"], unsharded["records"], f"rank0.{job}.metrics.jsonl")
+    assert_sharded_close(first["records"], unsharded["records"], f"rank0.{job}.metrics.jsonl")
     for rank, out in enumerate(ranks):
-        _close(out[job]["last"], unsharded["last"], f"rank{rank}.{job}.last_record")
+        assert_sharded_close(out[job]["last"], unsharded["last"], f"rank{rank}.{job}.last_record")
     assert ranks[1][job]["last"] == first["last"]  # not only close: the same numbers on both ranks
 
 

@@ -19,6 +19,7 @@ from optiscope import runs
 from optiscope.curvature import sharpness
 from optiscope.monitor import Curvature, Monitor
 from optiscope.train.distributed import leave_job
+from support import assert_sharded_close
 
 WORLD, STEPS, ROWS = 2, 4, 8
 SETTINGS = ("fsdp2", "fsdp1", "fsdp1_orig", "fsdp1_no_shard")
@@ -190,24 +191,6 @@ def unsharded():
     return _train(Net(), slice(None))  # the whole batch: the mean of the ranks' mean losses and gradients
 
 
-def _close(a, b, where):
-    """Equal to float tolerance: a sharded sum is the unsharded one added up in another order."""
-    if isinstance(b, dict):
-        assert a.keys() == b.keys(), where
-        for k in b:
-            _close(a[k], b[k], f"{where}.{k}")
-    elif isinstance(b, list):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _close(x, y, f"{where}[{i}]")
-    elif isinstance(b, float) and not (math.isnan(b) and isinstance(a, float) and math.isnan(a)):
-        # the largest effective LR is η/(|g| + ε) at the smallest |g| (4e-8 at step 1), whose float rounding
-        # in the ranks' gradient average is 1e-2 of it: that of the run, not of the monitor (exact: see below)
-        assert a == pytest.approx(b, rel=2e-2 if where.endswith("eff_lr.max") else 2e-5, abs=1e-9), where
-    else:
-        assert a == b, where
-
-
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_every_number_is_the_unsharded_runs_on_every_rank(ranks, unsharded, setting):
     for rank, out in enumerate(ranks):
@@ -215,7 +198,7 @@ def test_every_number_is_the_unsharded_runs_on_every_rank(ranks, unsharded, sett
         assert [r["step"] for r in records] == [1, 2, 4]
         assert set(records[0]["params"]) == {"wide.weight", "wide.bias", "body.1.weight", "body.1.bias"}
         for mine, truth in zip(records, unsharded, strict=True):
-            _close(mine, truth, f"rank{rank}.{setting}.step{truth['step']}")
+            assert_sharded_close(mine, truth, f"rank{rank}.{setting}.step{truth['step']}")
     assert ranks[0][setting] == ranks[1][setting]  # not only close: the same numbers on both ranks
 
 
