@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +66,37 @@ def page(browser):
     context, page = open_page(browser)
     yield page
     context.close()
+
+
+@dataclass
+class Demo:
+    """The whole demo, run once: its folder of runs (``report.html`` among them) and what it printed."""
+
+    out: Path
+    stdout: list[str]
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory) -> Demo:
+    """``make demo`` once per session, as the Makefile runs it (``python -m optiscope demo``) into a pipe, from a
+    shell whose PATH lacks the environment's ``bin`` (one that has not activated it): every experiment's quick
+    run, their figures and the report page, shared by the tests of the demo's output, its headlines, its figures
+    in the report and Getting started's shell steps (about a minute on 2 cores)."""
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    own_bin = str(Path(sys.prefix, "bin").resolve())
+    path = os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != Path(own_bin)
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "optiscope", "demo", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={**os.environ, "COLUMNS": "100", "PATH": path},
+    )
+    assert done.returncode == 0, done.stderr
+    return Demo(out, done.stdout.splitlines(), done.stderr)
 
 
 @pytest.fixture(autouse=True)

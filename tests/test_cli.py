@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -201,7 +202,7 @@ def test_list_and_demo_twice(fake, tmp_path, capsys):
         (["run", "fake", "--out", "{d}/file.txt"], "exists and is not a directory"),
         (["run", "fake", "--out", "/proc/optiscope-test"], "cannot create the run directory"),
         (["plot", "{d}/none"], "none does not exist; give a run directory (written by `optiscope run` or"),
-        (["plot", "{d}/file.txt"], "file.txt is a file; give a run directory"),
+        (["plot", "{d}/file.txt"], "file.txt is a file, not a directory; give a run directory"),
         (["plot", "{d}"], "results.json does not exist"),
         (["run", "fake", "--out", "{d}/u", "--crash", "user"], "the data for this run is missing"),
         (["run", "fake", "--out", "{d}/x", "--steps", "1.5"], "run fake: argument --steps: invalid int value: '1.5'"),
@@ -476,6 +477,7 @@ def test_demo_says_each_experiment_and_ends_with_the_report_address(fake, tmp_pa
     """Into a file or a pipe (capsys is no terminal): each experiment as it starts and as it ends (status, seconds,
     its figures counted, not listed), the last line the report's absolute file:// address (a relative --out)."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "activation_hint", lambda: None)  # a shell that has activated it (the whole demo's test)
     assert cli.main(["demo", "--out", "demo"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "experiment 1/1: fake"
@@ -528,26 +530,29 @@ def test_a_demo_experiment_that_fails_is_said_before_the_error(fake, tmp_path, c
     assert "internal error: ValueError: an internal computation failed" in captured.err
 
 
-def test_the_whole_demo_into_a_pipe_says_where_it_is_and_ends_with_the_report_address(tmp_path):
-    """``make demo > demo.log``: every quick experiment said as it starts and ends, the last line the page's address;
-    the page is within its 5 MB (about a minute on 2 cores)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "optiscope", "demo", "--out", str(tmp_path / "demo")],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        env={**os.environ, "COLUMNS": "100"},
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout.splitlines()
+def test_the_whole_demo_into_a_pipe_says_where_it_is_and_ends_with_the_report_address(demo):
+    """``make demo > demo.log``: every quick experiment said as it starts and ends, how to put the command on the PATH
+    of a shell that has not activated the environment, the last line the page's address; the page is within its
+    5 MB (the run: ``tests/conftest.py``'s ``demo``)."""
+    out = demo.stdout
     names = list(experiments.EXPERIMENTS)
     for k, name in enumerate(names, 1):
-        started = out.index(f"experiment {k}/{len(names)}: {name}")
+        started = next(
+            i for i, line in enumerate(out) if re.fullmatch(rf"experiment {k}/{len(names)}: {name}( \(.*\))?", line)
+        )
         ended = rf"experiment {k}/{len(names)}: {name} (ok|diverged), \d+ s; \d+ figures? in .*/{name}/figures"
         assert any(re.fullmatch(ended, line) for line in out[started + 1 :]), (name, out)
-    assert out[-1] == "report: " + (tmp_path / "demo" / "report.html").as_uri()
+    assert out[-1] == "report: " + (demo.out / "report.html").as_uri()
+    if sys.prefix != sys.base_prefix:  # a virtual environment, as make demo's .venv
+        activate, here = Path(sys.prefix, "bin", "activate"), Path.cwd().resolve()  # said relative to the folder
+        if activate.resolve().is_relative_to(here):  # it was run from (the checkout), where it is inside it
+            activate = activate.resolve().relative_to(here)
+        assert out[-2] == (
+            f"optiscope is installed in {activate.parent.parent}: source {activate} puts the optiscope command on your "
+            "PATH"
+        )
     assert not any(line.startswith("  figure:") for line in out)
-    assert (tmp_path / "demo" / "report.html").stat().st_size <= 5_000_000
+    assert (demo.out / "report.html").stat().st_size <= 5_000_000
 
 
 # ----------------------------------------------------------------------------------------------- sweep

@@ -287,8 +287,8 @@ def test_force_is_refused_while_a_nested_run_is_held(tmp_path):
     trial = tmp_path / "trials" / "sgd@0.1" / "seed-0"
     with runs.open_run(tmp_path, "sweep", {"seeds": 1}, owned=["trials"]), runs.open_run(trial, "landscapes", {}):
         runs.atomic_write_json(trial / "results.json", {})
-    held = os.open(tmp_path / "trials" / "sgd@0.1" / "seed-0" / runs.LOCK, os.O_RDWR)
-    fcntl.flock(held, fcntl.LOCK_EX)  # the orphaned worker
+    held = os.open(tmp_path / "trials" / "sgd@0.1" / "seed-0" / runs.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # the orphaned worker, which took the folder again
     try:
         refused = pytest.raises(runs.RunDirError, match=r"--force: .*seed-0 is in use by another optiscope process")
         with refused, runs.open_run(tmp_path, "sweep", {"seeds": 2}, force=True, owned=["trials"]):
@@ -395,6 +395,66 @@ def test_a_run_that_starts_while_a_reader_probes_the_lock_waits_it_out(tmp_path)
     threading.Timer(0.2, os.close, (fd,)).start()  # closing gives the lock back, well within the grace
     with runs.open_run(tmp_path, "x", {}):
         assert runs.in_progress(tmp_path)
+
+
+def test_no_lock_file_is_left_after_a_run_ends_or_is_refused(tmp_path):
+    """The lock file is there while a process holds the directory, and only then: not after a finished run, a run
+    that failed, nor a run refused for another program's config.json or for a finished run's files (they had
+    each left a .optiscope.lock naming a process that had exited)."""
+    finished, failed, foreign = tmp_path / "finished", tmp_path / "failed", tmp_path / "foreign"
+    with runs.open_run(finished, "a", {"x": 1}):
+        assert (finished / runs.LOCK).is_file()  # held
+        runs.atomic_write_json(finished / runs.RESULTS, {"x": 1})
+    with pytest.raises(runs.RunDirError, match="already holds a run of 'a'"), runs.open_run(finished, "a", {}):
+        pass
+    with pytest.raises(ValueError), runs.open_run(failed, "a", {"x": 1}):
+        runs.atomic_write_json(failed / runs.RESULTS, {"partial": True})
+        raise ValueError("an internal error")
+    foreign.mkdir()
+    (foreign / runs.CONFIG).write_text('{"model_type": "gpt2"}')
+    with pytest.raises(runs.RunDirError, match="not an optiscope run configuration"), runs.open_run(foreign, "a", {}):
+        pass
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert left == [
+        "failed/config.json",
+        "failed/results.json",
+        "finished/config.json",
+        "finished/results.json",
+        "foreign/config.json",
+    ]
+
+
+def test_holders_that_take_and_leave_one_directory_never_hold_it_together(tmp_path):
+    """The lock file goes as each holder lets go, and a holder that opened it meanwhile must not end up holding it
+    beside one that took a fresh file. Three holders take the directory 40 times each, each through a file
+    descriptor of its own (flock locks an open file, so threads contend as processes do); the oracle is the log
+    they write while holding it: every "in" is followed by the same holder's "out"."""
+    import threading
+    import time
+
+    out, log = tmp_path / "run", []
+
+    def take_turns(me: int) -> None:
+        turns = 40
+        while turns:
+            try:
+                with runs._locked(out):
+                    log.append(("in", me))
+                    time.sleep(0.001)
+                    log.append(("out", me))
+                turns -= 1
+            except runs.RunDirError:  # in use past the grace: try again
+                pass
+
+    holders = [threading.Thread(target=take_turns, args=(me,)) for me in range(3)]
+    for holder in holders:
+        holder.start()
+    for holder in holders:
+        holder.join(timeout=120)
+    assert len(log) == 2 * 3 * 40
+    for entered, left in zip(log[::2], log[1::2], strict=True):
+        assert entered[0] == "in" and left == ("out", entered[1]), (entered, left)
+    assert list(out.iterdir()) == []  # and no lock file once all have left
 
 
 def test_rank_zero_from_environment(monkeypatch):

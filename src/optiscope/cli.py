@@ -19,6 +19,7 @@ import dataclasses
 import math
 import os
 import re
+import shutil
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ from rich.table import Table
 
 from . import __version__, contracts, experiments, figures, optim, runs, sweep
 from .errors import ConfigError, UserError
+from .optim.recipes import register_table
 from .sweep.sweep import OWNS as SWEEP_OWNS
 from .sweep.sweep import RESERVED as SWEEP_RESERVED
 from .train.distributed import leave_job
@@ -202,9 +204,15 @@ def say_if_nothing_to_resume(args: argparse.Namespace, console: Console, owned: 
 
 
 def load_recipes(args: argparse.Namespace) -> None:
-    """Register the recipes of ``--recipes`` (a TOML file), if given: their names become optimizers."""
+    """Register the recipes of ``--recipes`` (a TOML file), if given: their names become optimizers. Without it,
+    ``--resume`` registers the recipes the run in ``--out`` recorded in its config.json (what its names ran)."""
     if args.recipes is not None:
         optim.load_recipes(args.recipes)
+    elif getattr(args, "resume", False):
+        stored = runs.stored_run_config(args.out)
+        recipes = stored["config"].get("recipes") if stored else None
+        if recipes:
+            register_table(recipes, f"{args.out / runs.CONFIG}")
 
 
 def add_recipes_argument(parser: argparse.ArgumentParser) -> None:
@@ -234,9 +242,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 def read_results(run_dir: Path) -> dict[str, Any]:
     """A run directory's results.json, checked against its experiment's (or a sweep's) ``Results`` contract."""
-    if not run_dir.is_dir():
-        what = "is a file" if run_dir.exists() else "does not exist"
-        raise UserError(f"{run_dir} {what}; give a run directory (written by `optiscope run` or `optiscope sweep`)")
+    runs.require_directory(run_dir, "give a run directory (written by `optiscope run` or `optiscope sweep`)")
     path = run_dir / runs.RESULTS
     results = runs.read_json(path)
     name = results.get("experiment") if isinstance(results, dict) else None
@@ -294,12 +300,39 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
             highlight=False,
         )
         code = report_figure_failures(drawn, out / name) or code
+    hint = activation_hint()
+    if hint is not None:
+        console.print(hint, highlight=False)
     try:
         page = report_module().write([out / name for name in names], out / runs.REPORT)
         console.print(f"report: {page.resolve().as_uri()}", highlight=False)
     except UserError as e:
         console.print(f"report: not written ({' '.join(str(e).split())})", highlight=False)
     return code
+
+
+def activation_hint() -> str | None:
+    """How to put this virtual environment's ``optiscope`` command on the shell's PATH, where the shell would not
+    find it (``make demo`` installs into ``.venv`` and runs it from there, whether or not it is activated); None
+    where it would, or where this Python is no virtual environment.
+
+    Returns:
+        ``"optiscope is installed in .venv: source .venv/bin/activate puts the optiscope command on your PATH"``
+        (the path relative to the current directory where it is inside it), or None.
+
+    Example:
+        >>> activation_hint() is None or "bin/activate" in activation_hint()
+        True
+    """
+    script = Path(sys.prefix) / "bin" / "activate"
+    if sys.prefix == sys.base_prefix or not script.is_file():
+        return None
+    found = shutil.which("optiscope")
+    if found is not None and Path(found).parent.resolve() == script.parent.resolve():
+        return None
+    here = Path.cwd().resolve()
+    shown = script.resolve().relative_to(here) if script.resolve().is_relative_to(here) else script
+    return f"optiscope is installed in {shown.parent.parent}: source {shown} puts the optiscope command on your PATH"
 
 
 def figures_in(drawn: figures.Drawn, run_dir: Path) -> str:

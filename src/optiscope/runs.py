@@ -284,6 +284,14 @@ def check_out(out: str | os.PathLike, name: str = "--out") -> Path:
     return Path(out)
 
 
+def require_directory(path: Path, give: str) -> None:
+    """Refuse (``RunDirError``) a ``path`` that is no directory, saying which it is: missing, or a file; ``give``
+    ends the message (what to give instead)."""
+    if not Path(path).is_dir():
+        what = "is a file, not a directory" if Path(path).exists() else "does not exist"
+        raise RunDirError(f"{path} {what}; {give}")
+
+
 def holds_run(path: Path) -> bool:
     """Whether ``path`` holds something of a run: results, monitor records, or an optiscope config.json."""
     return any((path / name).is_file() for name in (RESULTS, METRICS)) or _is_run_config_file(path / CONFIG)
@@ -314,7 +322,8 @@ def open_run(
 
     * A lock (``flock``, released by the kernel even after ``kill -9``) makes a second process that
       opens the same directory fail within ``LOCK_GRACE_SECONDS``; ``in_progress`` tells a reader (the
-      report) that a run is going on.
+      report) that a run is going on. Its file, ``LOCK``, is removed as the block ends, refused or not (only a
+      process killed outright leaves it, unlocked).
     * A directory that holds another run is refused unless ``resume`` (continue it: the stored
       configuration must equal ``config`` except in the keys ``ignored``, which do not change results)
       or ``force`` (first remove every file the run owns: ``OWNED`` plus ``owned``); both at once are refused.
@@ -441,8 +450,9 @@ LOCK_GRACE_SECONDS = 1.0  # how long a starting run waits for a lock held for an
 
 @contextmanager
 def _locked(path: Path, *, created: Sequence[Path] = ()) -> Iterator[None]:
-    """Hold the lock of the run directory ``path`` (created if need be) for the block. If the block is refused
-    (a ``UserError``), ``path`` is among ``created`` (the folders the caller found missing, deepest first) and it
+    """Hold the lock of the run directory ``path`` (created if need be) for the block; the lock file is there only
+    while it is held, so a run directory keeps only what its runs wrote. If the block is refused (a
+    ``UserError``), ``path`` is among ``created`` (the folders the caller found missing, deepest first) and it
     holds nothing but the lock, those folders are removed again: a refused command leaves no trace. (Any other
     error keeps them: the command line writes its traceback there.)"""
     fd = _acquire(path)
@@ -452,13 +462,17 @@ def _locked(path: Path, *, created: Sequence[Path] = ()) -> Iterator[None]:
         yield
     except UserError:
         if path in created and os.listdir(path) == [LOCK]:
-            # removed while held: a process waiting on this lock file finds it gone when it gets it (_acquire)
             with suppress(OSError):  # a folder that another process has written in since stays
                 (path / LOCK).unlink()
                 for folder in created:
                     folder.rmdir()
         raise
     finally:
+        # removed while still held: a process that opened the file meanwhile finds it gone once it gets the lock,
+        # and takes a fresh one (_acquire), so two processes never hold one directory
+        with suppress(OSError):
+            if _is_lock_file(fd, path / LOCK):
+                (path / LOCK).unlink()
         os.close(fd)  # closing the descriptor releases the lock
 
 
@@ -612,6 +626,12 @@ def _is_run_config_file(path: Path) -> bool:
         return is_run_config(read_json(path))
     except RunDirError:  # none, or not JSON
         return False
+
+
+def stored_run_config(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The content of the run directory ``path``'s config.json (``{"experiment", "config"}``); None where it has
+    none, or one that is damaged or another program's."""
+    return read_json(Path(path) / CONFIG) if _is_run_config_file(Path(path) / CONFIG) else None
 
 
 def write_error_log(directory: Path | None, what: str, text: str) -> Path:

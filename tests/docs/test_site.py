@@ -64,3 +64,74 @@ def test_search_finds_the_monitor_guide_for_u_over_w(site, page):
     links = results.evaluate_all("links => links.map(a => a.getAttribute('href'))")
     assert any("guides/monitor.html" in href for href in links), links
     assert not page.errors, page.errors
+
+
+#: The window the docs are read in (a laptop's): the text column is then about 690 px wide, between the sidebars.
+WINDOW = {"width": 1400, "height": 900}
+
+CODE_AND_TABLES = """() => {
+  const column = document.querySelector('.md-content__inner').getBoundingClientRect();
+  const code = [...document.querySelectorAll('.md-typeset code')];
+  const box = (e) => {
+    let b = e.parentElement;
+    while (b && getComputedStyle(b).overflowX === 'visible') b = b.parentElement;
+    return b;
+  };
+  const start = (e) => e.textContent.slice(0, 60);
+  return {
+    scrolled: code.filter(c => c.parentElement.tagName === 'PRE' && c.scrollWidth > c.clientWidth + 1).map(start),
+    broken: [...document.querySelectorAll('.md-typeset code .nobr')].filter(w => w.getClientRects().length > 1)
+      .map(start),
+    unwrapped: code.filter(c => /\\S/.test(c.textContent) && !c.querySelector('.nobr')).map(start),
+    outside: [...document.querySelectorAll('.md-typeset code .nobr')].filter(w => !w.closest('table, pre'))
+      .filter(w => w.getBoundingClientRect().right > column.right + 1).map(start),
+    spilled: [...document.querySelectorAll('.md-typeset table')]
+      .filter(t => box(t).getBoundingClientRect().right > column.right + 17).map(start),
+  };
+}"""
+
+
+def test_code_wraps_at_its_spaces_and_wide_tables_scroll_in_their_own_box(site, page):
+    """At a 1,400 px window, on every page: no line of a code block hides behind a scrollbar, no word of code (a
+    run without spaces, such as ``--weight-decay`` or ``benchmarks/optim_step.py``) is broken across lines (the
+    Performance page's tables had shown "benchmark s/optim_s tep.py"), no inline code runs past the column, and a
+    table wider than the column scrolls inside its own box (Material's, 0.8 rem beyond the text on each side)."""
+    page.set_viewport_size(WINDOW)
+    found = {}
+    for path in html_pages(site):
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        problems = {kind: items for kind, items in page.evaluate(CODE_AND_TABLES).items() if items}
+        if problems:
+            found[str(path.relative_to(site))] = problems
+    assert not found, found
+
+
+FIGURES = """() => [...document.querySelectorAll('.md-content img')].map(i => ({
+  src: i.getAttribute('src'), shown: i.getBoundingClientRect().width, pixels: i.naturalWidth}))"""
+
+
+def test_every_figure_is_legible_where_it_sits(site, page):
+    """At a 1,400 px window each figure of a page is shown at most as wide as the text column: its smallest text
+    (the figure's own record, in its PNG: ``figures.style.SMALLEST_FONT_KEY``) renders at that size times the
+    displayed width over the PNG's, which must be at least ``LEGIBLE_PX`` (multi-panel figures had shown legends and
+    labels at about 5 px)."""
+    from PIL import Image
+
+    from optiscope.figures import style
+
+    page.set_viewport_size(WINDOW)
+    small = []
+    for path in html_pages(site):
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        for image in page.evaluate(FIGURES):
+            if "assets/figures/" not in image["src"]:
+                continue
+            with Image.open(path.parent / image["src"]) as png:
+                assert png.width == image["pixels"]
+                smallest = float(png.text[style.SMALLEST_FONT_KEY])
+            rendered = smallest * image["shown"] / image["pixels"]
+            if rendered < style.LEGIBLE_PX:
+                small.append(f"{path.relative_to(site)}: {image['src']} at {rendered:.1f} px")
+    assert not small, small

@@ -180,3 +180,33 @@ def test_bounded_axes_come_from_their_meaning():
         1e-4,
         0.3,
     )
+
+
+def test_a_saved_figure_records_its_smallest_font_in_the_pngs_pixels(tmp_path):
+    """The PNG's text chunk holds the smallest font of the texts drawn, in the PNG's pixels (points × DPI / 72),
+    wherever the text is: here a table's cell (not among the figure's children) at 6 pt, beside a title, tick
+    labels, a legend and an annotation set larger, an invisible 2 pt text and an empty 1 pt one, which count
+    for nothing. Oracle: the sizes set here."""
+    from PIL import Image
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(6, 3))
+    left.plot([1, 2], [1, 2], label="a run")
+    left.set_title("a title", fontsize=11)
+    left.tick_params(labelsize=8)
+    left.legend(fontsize=7)
+    left.annotate("a note", (1.5, 1.5), fontsize=6.5)
+    left.text(1, 1, "hidden", fontsize=2, visible=False)
+    left.text(1, 2, "", fontsize=1)
+    right.set_axis_off()
+    table = right.table(cellText=[["1", "2"], ["3", "4"]], loc="center")
+    table.auto_set_font_size(False)
+    table.set_fontsize(6)
+    path = style.save(fig, tmp_path / "f.png")
+    with Image.open(path) as image:
+        recorded = float(image.text[style.SMALLEST_FONT_KEY])
+    assert recorded == pytest.approx(6 * style.DPI / 72, abs=0.01)
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([1, 2], [1, 2])
+    ax.tick_params(labelsize=5)  # tick labels exist only once the axes are laid out
+    with Image.open(style.save(fig, tmp_path / "g.png")) as image:
+        assert float(image.text[style.SMALLEST_FONT_KEY]) == pytest.approx(5 * style.DPI / 72, abs=0.01)

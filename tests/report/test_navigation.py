@@ -77,7 +77,7 @@ def test_the_summary_gives_each_runs_headline_linked_to_its_section(shown, tiny_
             value = results
             for key in json.loads(path):
                 value = value[key]
-            assert math.isclose(float(text), value, rel_tol=1e-3), (item["dir"], path, text, value)
+            assert math.isclose(float(text.replace(",", "")), value, rel_tol=1e-3), (item["dir"], path, text, value)
 
 
 def figure_file(alt: str, tiny_runs) -> Path:

@@ -80,7 +80,7 @@ def test_headline_numbers_are_those_of_results_json(shown, tiny_runs):
         for path, value, text in article["numbers"]:
             expected = walk(results, json.loads(path))
             assert float(value) == expected, (path, value, expected)
-            shown = float(text)
+            shown = float(text.replace(",", ""))  # 10,010: thousands separated
             if isinstance(expected, int):
                 assert shown == expected
             else:
@@ -376,3 +376,45 @@ def test_the_runs_of_several_own_loops_are_named_by_their_directories_and_share_
     assert not any(title.endswith(("run", "first: first")) for title in found)
     assert [r.name for r in found["train_acc at each logged step"].renderers] == ["first", "second", "second: named"]
     assert [r.name for r in found["grad_scale at each logged step"].renderers] == ["second"]
+
+
+def test_runs_that_diverged_in_a_finished_study_read_as_a_finding_and_a_crash_as_a_failure():
+    """landscapes diverges at its largest η on purpose: that had shown in red bold beside "ok", as a failure. A
+    crashed trial, no outcome of an optimizer, is still shown as one; so is a monitored loop's divergence."""
+    from optiscope.report import page
+
+    grid = [{"diverged_at": None}, {"diverged_at": 12}, {"diverged_at": None}]
+    landscapes = report.RunDir(
+        Path("runs/landscapes"),
+        experiment="landscapes",
+        results={"status": "ok", "surfaces": {"ravine": {"runs": {"sgd": {"grid": grid}}}}},
+    )
+    said = page.status_text(landscapes)
+    assert '<span class="finding">1 of 3 runs of the η grids (one per optimizer, surface and η) diverged</span>' in said
+    assert "status-bad" not in said
+    trials = [{"status": "ok"}, {"status": "crashed"}]
+    swept = report.RunDir(Path("runs/sweep"), experiment="sweep", results={"status": "ok", "trials": trials})
+    assert '<span class="status-bad">1 of 2 trials crashed</span>' in page.status_text(swept)
+    lm = report.RunDir(
+        Path("runs/lm"),
+        experiment="lm",
+        results={
+            "status": "ok",
+            "divergence": {"adam@0.05": {"step": 40, "reason": "loss is nan", "run": "adam@0.05"}},
+        },
+    )
+    assert page.divergence_lines(lm) == ['<p class="finding">adam@0.05 diverged at step 40: loss is nan.</p>']
+    monitored = report.RunDir(Path("runs/mine"), metrics=[{"step": 3, "diverged": True, "reason": "loss is inf"}])
+    assert page.divergence_lines(monitored)[0].startswith('<p class="status-bad">mine diverged at step 3')
+
+
+@pytest.mark.parametrize(("items", "said"), [(4, "1 more finding"), (5, "2 more findings")])
+def test_what_is_folded_is_counted_in_words_that_agree(items, said):
+    """It had said "1 more findings"."""
+    from optiscope.report import page
+
+    folded = page.folded([f"<li>{i}</li>" for i in range(items)], "finding")
+    assert folded[-1].startswith(f"<details><summary>{said}</summary>")
+    assert page.folded(["a"] * 4, "divergence diagnosis", "divergence diagnoses")[-1].startswith(
+        "<details><summary>1 more divergence diagnosis</summary>"
+    )

@@ -96,10 +96,16 @@ def test_bad_directories_give_a_page_that_says_what_it_could_not_show(page, tiny
     assert page.locator(".chart").count() >= 3  # the partial run's metrics are drawn
 
 
-def test_a_path_that_is_not_a_directory_is_one_line_exit_2(tmp_path, capsys):
-    assert cli.main(["report", str(tmp_path / "nowhere")]) == cli.EXIT_BAD_INPUT
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "is not a run directory" in err[0]
+def test_a_path_that_is_not_a_directory_is_one_line_exit_2_saying_what_it_is(tmp_path, capsys):
+    """A path that does not exist had been called "not a run directory"; it is said not to exist, a file to be one."""
+    (tmp_path / "notes.txt").write_text("mine")
+    for path, what in (("nowhere", "does not exist"), ("notes.txt", "is a file, not a directory")):
+        assert cli.main(["report", str(tmp_path / path)]) == cli.EXIT_BAD_INPUT
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line == (
+            f"optiscope: report: error: {tmp_path / path} {what}; give run directories (written by `optiscope run`, "
+            "`optiscope sweep` or a Monitor)"
+        )
 
 
 @pytest.mark.parametrize("content", [None, '{"model_type": "gpt2"}', "{broken"])

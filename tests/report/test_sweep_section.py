@@ -27,7 +27,9 @@ def test_a_sweep_gets_its_section(page, tmp_path, monkeypatch):
     assert ["optimizers", "adam", "tuning_mean"] in paths
     for path, value, text in article["numbers"]:
         expected = walk(results, json.loads(path))
-        assert float(value) == expected and math.isclose(float(text), expected, rel_tol=1e-3, abs_tol=1e-12)
+        assert float(value) == expected and math.isclose(
+            float(text.replace(",", "")), expected, rel_tol=1e-3, abs_tol=1e-12
+        )
     titles = {c["title"]: c for c in page.evaluate(CHARTS)}
     tuning = titles["Objective against learning rate (tuning)"]
     assert sum(tuning["points"]) == sum(len(t["sensitivity"]) for t in results["optimizers"].values())

@@ -5,12 +5,13 @@ f = ½(x² + κy²) here; a bad spec is one line and exit 2, before anything run
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import torch
 
-from optiscope import cli, experiments, runs
+from optiscope import cli, experiments, figures, runs
 from optiscope.optim import recipes
 from optiscope.sweep import SweepConfig, run_sweep
 
@@ -126,6 +127,30 @@ def test_run_takes_dotted_paths_and_recipes_and_runs_what_they_name(user_files, 
         assert assert_ravine_runs_as_by_hand(results, name, lr)
 
 
+def test_a_run_with_recipes_resumes_without_them(user_files, monkeypatch, capsys):
+    """config.json records the user's recipes that the run's optimizers name, so ``--resume`` needs no
+    ``--recipes`` (it had said "unknown optimizer 'half-sign'") and runs the recipe it recorded, as built by hand;
+    a resume whose --recipes makes the name another recipe is refused, naming --recipes."""
+    out = user_files / "run"
+    argv = ["run", "landscapes", "--out", str(out), "--optimizers", "half-sign@0.02,torch.optim.NAdam@0.1"]
+    argv += SMALL_ARGS
+    monkeypatch.setattr(figures, "draw_run", lambda run_dir, results=None: figures.Drawn([], []))  # not at stake
+    assert cli.main([*argv, "--recipes", str(user_files / "recipes.toml")]) == 0, capsys.readouterr().err
+    # the file's entry (read here with tomllib), soap left out: no run names it
+    entry = tomllib.loads(RECIPES_FILE)["recipes"]["half-sign"]
+    assert runs.read_json(out / "config.json")["config"]["recipes"] == {"half-sign": {**entry, "decays": False}}
+    monkeypatch.setattr(recipes, "_registered", {})  # as in a new process
+    (out / "results.json").unlink()  # the resume computes the results again
+    assert cli.main([*argv, "--resume"]) == 0, capsys.readouterr().err
+    assert assert_ravine_runs_as_by_hand(runs.read_json(out / "results.json"), "half-sign", 0.02)
+    (user_files / "other.toml").write_text(RECIPES_FILE.replace("scale = 0.5", "scale = 0.25"))
+    monkeypatch.setattr(recipes, "_registered", {})
+    capsys.readouterr()
+    assert cli.main([*argv, "--resume", "--recipes", str(user_files / "other.toml")]) == cli.EXIT_BAD_INPUT
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "the options differ from the stored run's (--recipes " in line, line
+
+
 def test_the_console_script_finds_a_module_in_the_current_directory(tmp_path):
     """A console script's sys.path lacks the current directory (python -m has it): a module beside the command is
     still found."""
@@ -202,6 +227,8 @@ def test_a_sweep_on_a_pool_runs_dotted_paths_and_recipes_in_its_workers(user_fil
     assert recorded == {
         "half-sign": {"class": "myopts.SignDescent", "decays": False, "options": {"scale": 0.5}, "lr": 0.01}
     }
+    recipes._registered.clear()  # as in a new process: the recorded recipes resume the sweep without --recipes
+    assert cli.main([*argv[:-2], *options, *SMALL_ARGS, "--resume"]) == 0, capsys.readouterr().err
 
 
 def test_a_sweep_on_ray_runs_dotted_paths_and_recipes_in_its_workers(user_files, monkeypatch):

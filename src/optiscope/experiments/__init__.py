@@ -36,6 +36,7 @@ import torch
 from .. import __version__, runs
 from ..checks import is_count, non_negative, positive
 from ..errors import ConfigError
+from ..optim.recipes import registered
 from .objective import Objective, only_run
 
 __all__ = [
@@ -257,7 +258,13 @@ def optimizers_help(runs: str, names: Iterable[str], recipes: str = "recipes") -
 
 
 def config_dict(config: Any) -> dict[str, Any]:
-    return runs.to_jsonable(dataclasses.asdict(config))
+    """What config.json records of an experiment's ``config``: its fields and, under ``recipes``, the user's recipes
+    its optimizers name (``optim.register_recipe``, ``--recipes``), as a recipes file's entries: what each name
+    ran, and all that ``--resume`` needs to build them again."""
+    record = runs.to_jsonable(dataclasses.asdict(config))
+    runs_of = getattr(importlib.import_module(type(config).__module__), "runs_of", None)
+    used = registered(spec.optimizer for spec in runs_of(config)) if runs_of is not None else {}
+    return {**record, "recipes": runs.to_jsonable(used)} if used else record
 
 
 def options_without_effect(config_cls: type) -> tuple[str, ...]:

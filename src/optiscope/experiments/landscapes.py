@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from . import (
 )
 from .bias_correction import bias_correction_story
 from .descent import best_run, descend, log_sampled, thin_path
+from .ranking import Ranking, rank
 from .surfaces import Surface, surfaces
 from .weight_decay import weight_decay_story
 
@@ -186,6 +187,11 @@ def surface_results(surface: Surface, config: Config) -> dict[str, Any]:
     reached = {label: run["reached_at"] for label, run in runs.items() if run["reached_at"] is not None}
     return {
         "fastest": [label for label, steps in reached.items() if steps == min(reached.values())],
+        "ranking": rank(
+            {label: run["reached_at"] for label, run in runs.items()},
+            f"steps to f − f* ≤ {config.tolerance:g} at each optimizer's best η",
+            "min",
+        ),
         "formula": surface.formula,
         "start": list(surface.start),
         "minima": [list(m) for m in surface.minima],
@@ -210,6 +216,7 @@ class DescentRun(TypedDict):
 
 class SurfaceResults(TypedDict):
     fastest: list[str]
+    ranking: NotRequired[Ranking]  # the optimizers by their steps to the tolerance (absent before it existed)
     formula: str
     start: list[float]
     minima: list[list[float]]

@@ -52,6 +52,7 @@ from . import (
     require_non_negative,
     require_positive,
 )
+from .ranking import Ranking, rank
 
 SUMMARY = "A small GPT on real text with each optimizer: loss curves, u/w per layer, rare-token rows, divergence"
 #: under torchrun, every process trains its slice of each batch (``train.distributed.start_processes``)
@@ -268,6 +269,7 @@ class Results(TypedDict):
     corpus: dict[str, Any]
     model: dict[str, Any]
     runs: dict[str, RunResults]
+    ranking: NotRequired[Ranking]  # the runs by final validation loss, those that diverged left out
 
 
 def validation_curve(results: dict[str, Any]) -> tuple[list[int], list[float]]:
@@ -562,4 +564,9 @@ def run(config: Config, run_dir: Path) -> Results:
         },
         "model": {"parameters": initial.num_parameters(), **asdict(model_config(config, data.tokenizer.vocab_size))},
         "runs": results_runs,
+        "ranking": rank(
+            {k: r["final"]["val_loss"] if r["status"] == "ok" else None for k, r in results_runs.items()},
+            "final validation loss",
+            "min",
+        ),
     }

@@ -23,7 +23,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import torch
 from torch import Tensor
@@ -44,6 +44,7 @@ from . import (
     require_positive,
     require_rates,
 )
+from .ranking import Ranking, rank
 
 SUMMARY = "SGD vs Adam (and every optimizer) on rare tokens: frequency bias, effective LR, an LR sweep"
 
@@ -289,6 +290,7 @@ class Results(TypedDict):
     occurrences: list[float]
     optimizers: dict[str, RunResults]
     pair: dict[str, str]
+    ranking: NotRequired[Ranking]  # the optimizers by their rarest token's final error (absent before it existed)
     notes: dict[str, str]
     lr_sweep: dict[str, Any]
 
@@ -404,6 +406,11 @@ def run(config: Config, run_dir: Path) -> Results:
         "occurrences": counts.sum(0)[:, 0].tolist(),
         "optimizers": optimizers,
         "pair": pair,
+        "ranking": rank(
+            {label: r["final_error"][rarest] if r["final_error"] else None for label, r in optimizers.items()},
+            "the rarest token's error |w − w*| at the end",
+            "min",
+        ),
         "notes": NOTES,
         "lr_sweep": sweep,
     }

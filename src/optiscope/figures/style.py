@@ -39,6 +39,8 @@ import numpy as np  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 from matplotlib.colors import LogNorm, Normalize  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.table import Table  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 
 from ..runs import atomic_write_bytes  # noqa: E402
 
@@ -366,10 +368,34 @@ def fmt(x, spec: str = ".3g", missing: str = "—") -> str:
     return missing if x is None else format(x, spec)
 
 
+#: The PNG text chunk that holds a figure's smallest font size in the PNG's pixels (``smallest_font_px``): a page that
+#: shows the PNG at w of its W pixels renders that text at size × w / W, which must stay legible (``LEGIBLE_PX``).
+SMALLEST_FONT_KEY = "optiscope-smallest-font-px"
+#: The smallest text a page may render of a figure, in CSS pixels: the docs' text column and the report, at a
+#: 1,400-pixel window, show every figure at a width that keeps its smallest font at least this large.
+LEGIBLE_PX = 9.0
+
+
+def smallest_font_px(fig: Figure) -> float:
+    """The smallest font size among the texts ``fig`` shows, in pixels of its PNG at ``DPI`` (points × DPI / 72).
+
+    Every visible, non-empty text counts: titles, labels, tick labels (laid out first, without rendering),
+    legends, annotations and table cells. NaN for a figure without text.
+    """
+    fig.draw_without_rendering()  # the tick labels exist once the axes are laid out
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    # a table's cells are not among the figure's children: their texts are reached through the table
+    texts += [c.get_text() for table in fig.findobj(Table) for c in table.get_celld().values() if c.get_visible()]
+    sizes = [t.get_fontsize() for t in texts if t.get_visible() and t.get_text().strip()]
+    return min(sizes) * DPI / 72 if sizes else math.nan
+
+
 def save(fig: Figure, path: Path) -> Path:
-    """Render ``fig`` to PNG and write it atomically; closes the figure."""
+    """Render ``fig`` to PNG and write it atomically, its smallest font size in a text chunk (``SMALLEST_FONT_KEY``);
+    closes the figure."""
     finish(fig)
+    metadata = {"Software": None, SMALLEST_FONT_KEY: f"{smallest_font_px(fig):.2f}"}
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", metadata=metadata)
     plt.close(fig)
     return atomic_write_bytes(Path(path), buffer.getvalue())

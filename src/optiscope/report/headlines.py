@@ -1,10 +1,16 @@
-"""The headline sentences of each experiment, as the README states them, with every number read from
-``results.json``.
+"""The headline sentences of each experiment, with every number read from ``results.json``.
+
+The first sentence answers the study's question: who won and by how much (the experiment's ``ranking``: lm's
+lowest validation loss, rare-tokens' rarest-token error, landscapes' steps per surface; adder's best score; a
+sweep's tuned winner with its interval), or, where the study is no race, its finding for every run (entropy's
+slopes, edge-of-stability's edge). Every optimizer a run names, the user's own included, is named in the
+sentences that follow.
 
 A sentence is a list of text pieces and ``Number``s. A ``Number`` keeps the path of its value in
 ``results.json``, so the page marks each one (``data-path``) and a reader or a test can trace it back.
 No number is computed here: each is a value the experiment recorded, shown to four significant digits.
-A sentence whose values a result does not have (a diverged run has no final weights) is left out.
+A sentence whose values a result does not have (a diverged run has no final weights; a result written before
+rankings were recorded) is left out.
 """
 
 from __future__ import annotations
@@ -41,10 +47,15 @@ def format_number(value: float) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int):
-        return str(value)
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)  # 10,010 of 10,010 cases
     if not math.isfinite(value):
         return NON_FINITE["nan" if math.isnan(value) else "inf" if value > 0 else "-inf"]
     return unrounded(value, lambda digits: f"{value:.{digits}g}", range(4, 9))  # four significant digits
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """``count`` and the noun it counts: ``"1 finding"``, ``"3 findings"`` (``many``: an irregular plural)."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 def separated(clauses: Iterable[Sentence], by: str = "; ") -> Sentence:
@@ -66,6 +77,22 @@ def number(results: dict[str, Any], *path: str | int) -> Number:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{path} is {value!r}, not a number")
     return Number(path, value)
+
+
+def ahead(r: dict[str, Any], path: tuple[str | int, ...], second: str, value: Number, less: str = "below") -> Sentence:
+    """The clause of a ranking's margin over the runner-up ``second`` (its number ``value``): ", 0.12 below adamw's
+    2.64" (``less``: "below", "fewer than"), or ", tied with adamw" where the margin is 0. ``path``: the ranking's
+    place in ``r``."""
+    margin = number(r, *path, "margin")
+    if margin.value == 0:
+        return [f", tied with {second}"]
+    return [", ", margin, f" {less} {second}'s ", value]
+
+
+def ranked(r: dict[str, Any], path: tuple[str | int, ...], value: Callable[[str], Number]) -> Sentence:
+    """Every run a ranking orders, best first, each with its number (``value``): "adam 0.01, sgd 0.9"."""
+    order = lookup(r, (*path, "order"))
+    return separated(([f"{name} ", value(name)] for name in order), ", ")
 
 
 def headlines(results: dict[str, Any]) -> list[Sentence]:
@@ -91,7 +118,23 @@ def rare_tokens(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     def n(*path):
         return number(r, *path)
 
+    def error(name: str) -> Number:
+        return n("optimizers", name, "final_error", k)
+
+    def lead() -> Sentence:
+        order = r["ranking"]["order"]
+        out = [f"{order[0]} ends closest to the target on the rarest token (seen ", n("occurrences", k), " times): "]
+        out += ["|w − w*| = ", error(order[0])]
+        return [*out, *(ahead(r, ("ranking",), order[1], error(order[1])) if len(order) > 1 else []), "."]
+
+    yield lead
     diverged = [name for name, o in r["optimizers"].items() if isinstance(o, dict) and o.get("diverged_at") is not None]
+    yield lambda: [
+        "The rarest token's error |w − w*| at the end, best first: ",
+        *ranked(r, ("ranking",), error),
+        *([f"; {', '.join(diverged)} diverged"] if diverged else []),
+        ".",
+    ]
     if diverged:
         yield lambda: [
             "Diverged: ",
@@ -187,6 +230,26 @@ def landscapes(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
         where = ("surfaces", surface, "runs", name)
         return [f"{name} ", n(*where, "reached_at"), " (η = ", n(*where, "best_lr"), ")"]
 
+    def fastest(surface: str) -> Sentence:
+        order = r["surfaces"][surface]["ranking"]["order"]
+        if not order:
+            return [f"{surface}: none within ", n("steps"), " steps"]
+
+        def steps(name: str) -> Number:
+            return n("surfaces", surface, "runs", name, "reached_at")
+
+        out = [f"{surface}: {order[0]}, ", steps(order[0]), " steps"]
+        if len(order) > 1:
+            out += ahead(r, ("surfaces", surface, "ranking"), order[1], steps(order[1]), "fewer than")
+        return out
+
+    yield lambda: [
+        "Fastest to f − f* ≤ ",
+        n("tolerance"),
+        ", each optimizer at its best η: ",
+        *separated(fastest(surface) for surface in r["surfaces"]),
+        ".",
+    ]
     for surface, data in r["surfaces"].items():
 
         def sentence(surface=surface, data=data) -> Sentence:
@@ -244,6 +307,26 @@ def lm(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     def n(*path):
         return number(r, *path)
 
+    def loss(name: str) -> Number:
+        return n("runs", name, "final", "val_loss")
+
+    def lead() -> Sentence:
+        order = r["ranking"]["order"]
+        out = [f"{order[0]} reached the lowest validation loss, ", loss(order[0]), " after "]
+        out += [n("runs", order[0], "final", "steps"), " steps"]
+        if len(order) > 1:
+            out += ahead(r, ("ranking",), order[1], loss(order[1]))
+            out.append(" (one seed per run: the seed noise is not measured; `optiscope sweep lm` measures it)")
+        return [*out, "."]
+
+    yield lead
+    diverged = [name for name, run in r["runs"].items() if run["status"] != "ok"]
+    yield lambda: [
+        "Final validation loss, best first: ",
+        *ranked(r, ("ranking",), loss),
+        *([f"; {', '.join(diverged)} diverged"] if diverged else []),
+        ".",
+    ]
     for name, run in r["runs"].items():
         if run["status"] == "ok":
             yield lambda name=name: [
@@ -276,6 +359,16 @@ def entropy(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     def n(*path):
         return number(r, *path)
 
+    def slopes(name: str) -> Sentence:
+        fits = r["optimizers"][name]["fits"]
+        finite = [i for i, fit in enumerate(fits) if math.isfinite(fit["slope"])]
+        return separated(([n("optimizers", name, "fits", i, "slope")] for i in finite), ", ")
+
+    yield lambda: [
+        "Log-log slope of |ΔH_true| against η, run by run (1: the change is linear in the step size): ",
+        *separated([f"{name} ", *slopes(name)] for name in r["optimizers"]),
+        ".",
+    ]
     for name, opt in r["optimizers"].items():
         yield lambda name=name, opt=opt: [
             f"{name} (η = ",
@@ -302,18 +395,24 @@ def adder(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     def n(*path):
         return number(r, *path)
 
+    def run_score(i: int) -> Sentence:
+        """'adamw seed 1: 10,010 of 10,010 correct (best at step 58,000'."""
+        score = [n("runs", i, "correct"), " of ", n("cases"), " correct (best at step ", n("runs", i, "best_step")]
+        return [f"{r['runs'][i]['label']} seed ", n("runs", i, "seed"), ": ", *score]
+
+    def lead() -> Sentence:
+        best = r["best"]
+        i = next(i for i, run in enumerate(r["runs"]) if (run["label"], run["seed"]) == (best["label"], best["seed"]))
+        perfect = sum(run["correct"] == r["cases"] for run in r["runs"])
+        return ["Best score, ", *run_score(i), f"); {perfect} of {plural(len(r['runs']), 'run')} got every case."]
+
+    yield lead
     yield lambda: [f"Model preset {r['preset']}: ", n("params"), " parameters, scored on ", n("cases"), " cases."]
     for i, run in enumerate(r["runs"]):
-        yield lambda i=i, run=run: [
-            f"{run['label']} seed ",
-            n("runs", i, "seed"),
-            ": ",
-            n("runs", i, "correct"),
-            " of ",
-            n("cases"),
-            " correct (best at step ",
-            n("runs", i, "best_step"),
-            f"{', diverged' if run['status'] != 'ok' else ''}; ",
+        diverged = ", diverged" if run["status"] != "ok" else ""
+        yield lambda i=i, diverged=diverged: [
+            *run_score(i),
+            f"{diverged}; ",
             n("runs", i, "cpu_minutes"),
             " CPU minutes).",
         ]
@@ -332,6 +431,22 @@ def edge_of_stability(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     def n(*path):
         return number(r, *path)
 
+    def lead() -> Sentence:
+        reached, not_reached = [], []
+        for i, run in enumerate(r["runs"]):
+            if run["edge_step"] is not None and (run["status"] == "ok" or edge_before_divergence(run)):
+                reached.append([f"{run['label']} at step ", n("runs", i, "edge_step")])
+            elif run["status"] != "ok":
+                not_reached.append([f"{run['label']} (diverged at step ", n("runs", i, "divergence", "step"), ")"])
+            elif run.get("max_ratio") is not None:
+                not_reached.append([f"{run['label']} (at most ", n("runs", i, "max_ratio"), "×)"])
+            else:
+                not_reached.append([f"{run['label']} (no finite ratio measured)"])
+        out = ["The edge of stability (λ₁ at ", n("edge"), "× the run's own threshold)"]
+        out += [" reached by ", *separated(reached, ", ")] if reached else [" reached by no run"]
+        return [*out, *(["; not by ", *separated(not_reached, ", ")] if not_reached else []), "."]
+
+    yield lead
     for i, run in enumerate(r["runs"]):
         what = "preconditioned sharpness λ₁(P⁻¹H)" if run["preconditioned"] else "sharpness λ₁(H)"
         at = ("runs", i)  # the pieces after the threshold: text, or the path of a number in results.json
@@ -365,13 +480,32 @@ def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
 
     seeds = len(r["seeds"])
     fresh = "fresh_seeds" in r  # results written before sweeps ran fresh seeds report the tuning seeds
-    plural = "s" if seeds != 1 else ""
+    over = "its fresh seeds" if fresh else "its seeds"
+
+    def lead() -> Sentence:
+        best = r["ranking"][0]
+        t = ("optimizers", best)
+        out = [f"{best} is best on {r['objective']['description']}: ", n(*t, "mean")]
+        if len(r["optimizers"][best]["values"]) < 2:
+            out.append(" (one seed: no interval)")
+        elif all(math.isfinite(x) for x in r["optimizers"][best]["interval"]):
+            out += [f" over {over} (95 % interval ", n(*t, "interval", 0), " … ", n(*t, "interval", 1), ")"]
+        out += [" at its tuned η ", n(*t, "tuned_lr")]
+        entry = r["neighbours"][0] if r["neighbours"] else None
+        if entry is not None and all(math.isfinite(x) for x in (entry["difference"], *entry["interval"])):
+            out += [f"; ahead of {entry['second']} by ", n("neighbours", 0, "difference"), " (Welch's 95 % interval "]
+            out += [n("neighbours", 0, "interval", 0), " … ", n("neighbours", 0, "interval", 1), ": "]
+            out.append(entry["verdict"].split(" — ")[-1] + ")")
+        elif entry is not None:
+            out.append(f"; against {entry['second']}: {entry['verdict'].split(' — ')[-1]}")
+        return [*out, "."]
+
+    yield lead
     yield lambda: [
         f"{r['swept']}: each optimizer's η tuned for {r['objective']['description']} "
-        f"({r['objective']['direction']}imised), {seeds} seed{plural} at the best η and its neighbours"
-        + (f", then {seeds} fresh seed{plural} at the tuned η, which the numbers below are of." if fresh else "."),
+        f"({r['objective']['direction']}imised), {plural(seeds, 'seed')} at the best η and its neighbours"
+        + (f", then {plural(seeds, 'fresh seed')} at the tuned η, which the numbers below are of." if fresh else "."),
     ]
-    over = "its fresh seeds" if fresh else "its seeds"
 
     def chose(name: str) -> Sentence:
         return [" The tuning seeds' mean there: ", n("optimizers", name, "tuning_mean"), "."] if fresh else []

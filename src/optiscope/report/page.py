@@ -43,7 +43,7 @@ h3 { margin-bottom: 0.3em; } .muted { color: #6b6b6b; font-size: 0.9em; }
 .headline li { margin: 0.2em 0; } .num { font-weight: 600; font-variant-numeric: tabular-nums; }
 .problems { background: #fdf0ee; border-left: 4px solid #b03a2e; padding: 0.5em 1em 0.5em 2em; }
 .status-ok { color: #2e8b57; font-weight: 600; } .status-bad { color: #b03a2e; font-weight: 600; }
-.status-run { color: #1f5fa8; font-weight: 600; }
+.status-run { color: #1f5fa8; font-weight: 600; } .finding { color: #4a4a4a; }
 .chart { margin: 0.6em 0 1.6em; } .chart h4 { margin: 0 0 0.2em; font-size: 0.95em; }
 details { margin: 0.4em 0; } summary { cursor: pointer; color: #1f5fa8; }
 figure { margin: 0.5em 0 1.5em; } figure img { max-width: 100%; border: 1px solid #e3e3df; cursor: zoom-in; }
@@ -358,12 +358,13 @@ SUMMARIES = {"edge-of-stability": edge_of_stability_summary}
 SHOWN_LINES = 3
 
 
-def folded(items: list[str], what: str) -> list[str]:
-    """The first ``SHOWN_LINES`` of ``items`` and the rest in a collapsed ``<details>`` saying how many ``what``."""
+def folded(items: list[str], what: str, many: str | None = None) -> list[str]:
+    """The first ``SHOWN_LINES`` of ``items`` and the rest in a collapsed ``<details>`` saying how many more ``what``
+    (``many``: its plural, where it is not ``what + "s"``)."""
     if len(items) <= SHOWN_LINES:
         return items
-    rest = len(items) - SHOWN_LINES
-    more = f"<details><summary>{rest} more {what}</summary>{''.join(items[SHOWN_LINES:])}</details>"
+    rest = headlines.plural(len(items) - SHOWN_LINES, f"more {what}", many and f"more {many}")
+    more = f"<details><summary>{rest}</summary>{''.join(items[SHOWN_LINES:])}</details>"
     return [*items[:SHOWN_LINES], more]
 
 
@@ -372,13 +373,13 @@ def run_summary(run: RunDir, name: str, anchor: str = "") -> str:
     charts call it (and a run without a ``run`` label in its records). Long lists are folded after their first
     lines, the config always."""
     out = [f'<article id="{anchor}"><h3>{html.escape(str(run.path))}</h3>', status_line(run, name)]
-    out += folded(divergence_lines(run, name), "divergence diagnoses")
+    out += folded(divergence_lines(run, name), "divergence diagnosis", "divergence diagnoses")
     if run.problems:
         items = "".join(f"<li>{html.escape(p)}</li>" for p in run.problems)
         out.append(f'<div class="problems"><strong>Not shown:</strong><ul>{items}</ul></div>')
     sentences = headlines.headlines(run.results) if run.results else []
     if sentences:
-        items = folded([f"<li>{sentence_html(s)}</li>" for s in sentences], "findings")
+        items = folded([f"<li>{sentence_html(s)}</li>" for s in sentences], "finding")
         out.append('<ul class="headline">' + "".join(items) + "</ul>")
     if run.config is not None:
         config = html.escape(json.dumps(run.config, indent=1))
@@ -413,8 +414,13 @@ def status_text(run: RunDir, name: str | None = None) -> str:
         status = str(run.results.get("status", "ok"))
         css = "status-ok" if status == "ok" else "status-bad"
         diverged, crashed, total, what = failed_runs(run.results)
-        some = [f"{n} of {total} {what} {how}" for n, how in ((diverged, "diverged"), (crashed, "crashed")) if n]
-        some = f', <span class="status-bad">{html.escape("; ".join(some))}</span>' if status == "ok" and some else ""
+        # runs of a finished study that diverged (Adam at SGD's η, landscapes' largest η) are among its findings,
+        # said plainly; a crash is no run's outcome (the machine's, or a bug)
+        some = "".join(
+            f', <span class="{kind}">{html.escape(f"{count} of {total} {what} {how}")}</span>'
+            for count, how, kind in ((diverged, "diverged", "finding"), (crashed, "crashed", "status-bad"))
+            if count and status == "ok"
+        )
         took = run.results.get("wall_seconds")
         extra = f" in {took:.0f} s" if isinstance(took, int | float) else ""
         extra += " since it was resumed" if extra and run.results.get("resumed") else ""
@@ -463,8 +469,12 @@ def _landscape_points(surfaces: dict[str, Any]) -> list[str]:
 
 def divergence_lines(run: RunDir, name: str | None = None) -> list[str]:
     """The monitor's divergence diagnosis of each run that diverged: where, why, which parameters first; a run
-    without a ``run`` label in its records is called ``name`` (None: the directory's name)."""
+    without a ``run`` label in its records is called ``name`` (None: the directory's name). Styled as a failure
+    only where it is one (a monitored run, or an experiment whose every run diverged): in an experiment that
+    finished, a run that diverged is one of its findings."""
     name = run.name if name is None else name
+    finished = run.results is not None and run.results.get("status", "ok") == "ok"
+    css = "finding" if finished and run.experiment is not None else "status-bad"
     found = [r for r in run.metrics if r.get("diverged")]
     if not found and run.results is not None and isinstance(run.results.get("divergence"), dict):
         found = [d for d in run.results["divergence"].values() if isinstance(d, dict)]
@@ -480,7 +490,7 @@ def divergence_lines(run: RunDir, name: str | None = None) -> list[str]:
         text += f"; u/w grew first in {first}" if first else ""
         finding = curvature_finding(d)
         text += f"; {finding}" if finding else ""
-        out.append(f'<p class="status-bad">{html.escape(text)}.</p>')
+        out.append(f'<p class="{css}">{html.escape(text)}.</p>')
     return out
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import contracts, runs, sweep
-from ..errors import UserError
 
 
 @dataclass
@@ -74,7 +73,7 @@ def read_run(path: Path) -> RunDir:
         The [`RunDir`][optiscope.report.RunDir]: what could be read, and the problems.
 
     Raises:
-        UserError: ``path`` is not a directory.
+        RunDirError: ``path`` does not exist or is a file (a ``UserError``: exit 2 at the command line).
 
     Examples:
         >>> import json
@@ -101,8 +100,7 @@ def read_run(path: Path) -> RunDir:
         is left out and said; so are lines of ``metrics.jsonl`` that are not monitor records.
     """
     path = Path(path)
-    if not path.is_dir():
-        raise UserError(f"{path} is not a run directory (give directories written by `optiscope run`)")
+    runs.require_directory(path, "give run directories (written by `optiscope run`, `optiscope sweep` or a Monitor)")
     run = RunDir(path)
     present = {name for name in (runs.CONFIG, runs.RESULTS, runs.METRICS) if (path / name).exists()}
     config = _read_object(path / runs.CONFIG, run.problems)
