@@ -263,6 +263,11 @@ def cmd_plot(args: argparse.Namespace, console: Console) -> int:
     return report_figures(figures.draw_run(args.dir, read_results(args.dir)), args.dir, console)
 
 
+#: What the demo says as it starts the experiments that take most of its time, so that a long wait is expected:
+#: their share of the experiments' time in ``make demo`` (CPU seconds of each quick run on the 2-core development
+#: machine, docs/getting-started.md; lm trains five small GPTs, entropy trains one and probes it).
+DEMO_SLOW = {"lm": "the demo's longest: about half of its time", "entropy": "about a fifth of the demo's time"}
+
 #: seconds the demo may be silent, writing to a file or a pipe (``make demo`` into a CI log), before it says which
 #: experiment is still running: a log that stops for minutes looks like a job that hangs
 SILENT_AT_MOST = 30.0
@@ -286,7 +291,8 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     code, names = 0, list(experiments.EXPERIMENTS)  # the registry's order tells the story
     for k, name in enumerate(names, 1):
         which = f"experiment {k}/{len(names)}: {name}"
-        console.print(f"[bold]{which}[/bold]", highlight=False)
+        expect = f" ({DEMO_SLOW[name]})" if name in DEMO_SLOW else ""
+        console.print(f"[bold]{which}[/bold]{expect}", highlight=False)
         started = time.perf_counter()
         try:
             with said_while_silent(console, which):

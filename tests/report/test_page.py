@@ -418,3 +418,34 @@ def test_what_is_folded_is_counted_in_words_that_agree(items, said):
     assert page.folded(["a"] * 4, "divergence diagnosis", "divergence diagnoses")[-1].startswith(
         "<details><summary>1 more divergence diagnosis</summary>"
     )
+
+
+FIGURES = """() => [...document.querySelectorAll('figure img')].map(i => ({
+  alt: i.alt, shown: i.getBoundingClientRect().width, pixels: i.naturalWidth}))"""
+
+
+def test_every_figure_of_the_demos_report_is_legible_at_a_1400_px_window(browser, demo):
+    """Each figure is shown as wide as the page's column allows: its smallest text (the figure's own record, in its
+    PNG: ``figures.style.SMALLEST_FONT_KEY``) renders at that size times the displayed width over the PNG's, at least
+    ``LEGIBLE_PX`` (the multi-panel figures had shown their legends and labels at about 5 px)."""
+    from PIL import Image
+
+    from optiscope.figures import style
+
+    context, page = open_page(browser)
+    try:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        load(page, (demo.out / "report.html").as_uri())
+        shown = page.evaluate(FIGURES)
+    finally:
+        context.close()
+    assert len(shown) >= 20  # every experiment's figures
+    small = []
+    for image in shown:
+        with Image.open(demo.out / image["alt"]) as png:  # the alt text names the run's own PNG
+            assert png.width == image["pixels"], image
+            smallest = float(png.text[style.SMALLEST_FONT_KEY])
+        rendered = smallest * image["shown"] / image["pixels"]
+        if rendered < style.LEGIBLE_PX:
+            small.append(f"{image['alt']} at {rendered:.1f} px")
+    assert not small, small

@@ -181,8 +181,12 @@ def test_records_of_the_wrong_shape_are_skipped_and_said(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*bad, good]))
     problems = []
     assert read_metrics(tmp_path / "metrics.jsonl", problems) == [good]
-    assert problems == ["metrics.jsonl: 4 line(s) that are not monitor records were skipped"]
+    assert problems == ["metrics.jsonl: 4 lines that are not monitor records were skipped"]
     assert cli.main(["report", str(tmp_path)]) == 0 and capsys.readouterr().err == ""
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [bad[0], good]))
+    problems = []
+    read_metrics(tmp_path / "metrics.jsonl", problems)
+    assert problems == ["metrics.jsonl: 1 line that is not a monitor record was skipped"]  # had said "line(s)"
 
 
 def test_several_directories_without_a_run_are_named_in_one_plain_line(tmp_path, capsys):

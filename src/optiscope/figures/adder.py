@@ -45,24 +45,25 @@ def box(ax, x: float, y: float, w: float, h: float, title: str, sub: str, color:
     ax.add_patch(
         FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.2", facecolor="white", edgecolor=color, linewidth=1.6)
     )
-    ax.text(x + w / 2, y + h * 0.62, title, ha="center", va="center", fontsize=10.5, weight="bold", color=color)
-    ax.text(x + w / 2, y + h * 0.28, sub, ha="center", va="center", fontsize=8.5, color=style.MUTED)
+    ax.text(x + w / 2, y + h * 0.76, title, ha="center", va="center", fontsize=10.5, weight="bold", color=color)
+    ax.text(x + w / 2, y + h * 0.32, sub, ha="center", va="center", fontsize=style.SMALL, color=style.MUTED)
 
 
 # ----------------------------------------------------------------------------------------- panels
 def panel_flow(ax, ex: dict, cfg: dict, totals: dict[str, int]) -> None:
     """The forward pass as boxes, each labelled with its real parameter count."""
     ax.set_xlim(0, 100)
-    ax.set_ylim(0, 20)
+    ax.set_ylim(0, 34)
     ax.axis("off")
     ax.set_title("Data flow: one layer, every box with the parameters it really has", loc="left")
     example = ex["example"]
     ax.text(
         1,
-        18,
+        33,
         f"input (least significant digit first):  {' '.join(example['tokens'][:22])}",
-        fontsize=10,
+        fontsize=9,
         family="monospace",
+        va="top",
     )
     d = cfg["tok_dim"] + cfg["pos_dim"]
     steps = [
@@ -73,27 +74,32 @@ def panel_flow(ax, ex: dict, cfg: dict, totals: dict[str, int]) -> None:
         ("FFN", f"{d}→{cfg['ffn_width']}→{d}, GELU"),
         ("output head", f"{d}→{cfg['tok_dim']} · e(digit)ᵀ"),
     ]
-    width, gap = 14.5, 1.9
+    # two rows of three boxes, read left to right, then the second row: wide enough for their names at 10.5 pt
+    width, gap = 28.5, 4.5
     for i, (name, sub) in enumerate(steps):
-        x = 1 + i * (width + gap)
-        box(ax, x, 7, width, 6.5, name, f"{sub}\n{totals.get(name, 0)} params", COMPONENT_COLORS[name])
-        if i:
-            ax.annotate("", xy=(x - 0.3, 10.2), xytext=(x - gap + 0.3, 10.2), arrowprops=dict(arrowstyle="->"))
-    ax.text(
-        1,
-        3.5,
-        f"residual: d = {d} = {cfg['tok_dim']} token dims | {cfg['pos_dim']} position dims;  "
-        "x ← x + attention(norm x);  x ← x + FFN(norm x);  logits = head(norm x) · e(0…9)ᵀ → argmax",
-        fontsize=9,
-        color=style.MUTED,
+        x, y = 1.5 + (i % 3) * (width + gap), 20.5 if i < 3 else 9.5
+        box(ax, x, y, width, 8, name, f"{sub}\n{totals.get(name, 0)} params", COMPONENT_COLORS[name])
+        if i % 3:
+            ax.annotate("", xy=(x - 0.6, y + 4), xytext=(x - gap + 0.6, y + 4), arrowprops=dict(arrowstyle="->"))
+    ax.annotate(  # from the end of the first row to the start of the second
+        "",
+        xy=(1.5 + width / 2, 17.9),
+        xytext=(1.5 + 2 * (width + gap) + width / 2, 19.8),
+        arrowprops=dict(arrowstyle="->", connectionstyle="arc3,rad=-0.05"),
     )
+    residual = (
+        f"residual: d = {d} = {cfg['tok_dim']} token dims | {cfg['pos_dim']} position dims;  "
+        "x ← x + attention(norm x);  x ← x + FFN(norm x);  logits = head(norm x) · e(0…9)ᵀ → argmax"
+    )
+    ax.text(1, 7.6, style.fill(residual, style.column(1)), fontsize=style.SMALL, color=style.MUTED, va="top")
     ax.text(
         1,
-        0.8,
-        f"answer written by greedy decoding (least significant first):  {written_digits(example)}"
+        3.3,
+        f"answer written by greedy decoding (least significant first):\n{written_digits(example)}"
         f"   →   {example['a']:,} + {example['b']:,} = {example['answer']:,}",
-        fontsize=10,
+        fontsize=9,
         family="monospace",
+        va="top",
         color=style.GOOD if example["answer"] == example["a"] + example["b"] else style.BAD,
     )
 
@@ -124,8 +130,7 @@ def panel_tokens(ax, ex: dict) -> None:
     colors = plt.get_cmap("viridis")(np.linspace(0, 0.95, 10))
     if "token.radius" in weights:
         r, start, stride = weights["token.radius"], weights["token.start"], weights["token.stride"]
-        circle = np.linspace(0, 2 * np.pi, 200)
-        ax.plot(r * np.cos(circle), r * np.sin(circle), color="#d0d0d0", lw=0.8, ls=":")
+        # the arc alone sets the axes (the whole circle squeezed the ten digits, and their labels, together)
         arc = np.linspace(start, start + 9 * stride, 100)
         ax.plot(r * np.cos(arc), r * np.sin(arc), color=COMPONENT_COLORS["token embedding"], lw=2, alpha=0.4)
         title = "Token embedding: the digits on a circular arc (3 parameters)"
@@ -138,13 +143,28 @@ def panel_tokens(ax, ex: dict) -> None:
         text = "the same vectors score the output"
     xy = vectors[:, :2]
     ax.scatter(xy[:, 0], xy[:, 1], c=colors, s=260, edgecolors="white", zorder=3)
-    for (px, py), text, alone in shared_labels(xy):
-        ax.text(px, py, text, ha="center", va="center", color="white" if alone else style.INK, weight="bold", zorder=4)
+    middle = np.nanmean(xy[:, 0]) if np.isfinite(xy[:, 0]).any() else 0.0
+    for (px, py), label, alone in shared_labels(xy):  # (the note below is ``text``: a label had replaced it)
+        if alone:  # inside its marker
+            ax.text(px, py, label, ha="center", va="center", color="white", weight="bold", zorder=4)
+        else:  # digits at one point: beside it, towards the panel's middle, so that the text stays inside it
+            right = px <= middle + 1e-12
+            ax.annotate(
+                label,
+                (px, py),
+                xytext=(9 if right else -9, 0),
+                textcoords="offset points",
+                ha="left" if right else "right",
+                va="center",
+                weight="bold",
+                zorder=4,
+            )
     ax.set_aspect("equal", adjustable="datalim")
     ax.set_xlabel("token dim 0")
     ax.set_ylabel("token dim 1")
-    ax.set_title(title)
-    style.note(ax, text, (0.02, 0.02), va="bottom")
+    ax.set_title(style.fill(title, style.column(2), 10.5))
+    # a legend of no entries, for its placement: "best" keeps the note off the digits wherever the arc lies
+    ax.legend([], [], title=text, loc="best", frameon=True, alignment="left", title_fontsize=style.SMALL)
 
 
 def panel_positions(ax, ex: dict) -> None:
@@ -154,9 +174,8 @@ def panel_positions(ax, ex: dict) -> None:
         table = np.pad(table, ((0, 0), (0, 3 - table.shape[1])))
     places = table[:10, :3]
     ax.plot(*places.T, color=COMPONENT_COLORS["positions"], lw=1.5, alpha=0.5)
+    # the digit places in the token panel's colours, unlabelled: neighbours in the projection hid each other's labels
     ax.scatter(*places.T, c=plt.get_cmap("viridis")(np.linspace(0, 0.95, 10)), s=70, depthshade=False)
-    for p, text, _ in shared_labels(places):  # above each point, clear of its marker
-        ax.text(*p, text, fontsize=8, ha="center", va="bottom", zorder=10)
     cfg = ex["config"]
     if cfg["positions"] == "spiral":
         how = "learned" if cfg["learned_points"] else "frozen"
@@ -164,16 +183,16 @@ def panel_positions(ax, ex: dict) -> None:
             p = table[labels.index(name), :3]
             # named in the legend: a label beside the point covered a digit place or the axis's ticks
             ax.scatter(*p, marker=marker, s=180, color=color, depthshade=False, label=f"{label} ({how})")
-        ax.legend(loc="upper left", fontsize=8)
+        ax.legend(loc="upper left")
         a, phase, slope, offset = cfg["spiral"]
         formula = f"p(i) = ({a:g} cos(2πi/{cfg['turn']} {phase:+g}), {a:g} sin(…), {slope:g}·i {offset:+g})"
         title = (
             f"Positions: frozen spiral, {cfg['turn']} places per turn; EQUALS, CARRY {how}\n"
-            f"{formula}; xᵢ, yᵢ, zᵢ share place i, PLUS at 0"
+            f"{formula}; xᵢ, yᵢ, zᵢ share place i (colours: i = 0…9 as the digits'), PLUS at 0"
         )
     else:
-        title = "Positions: learned table (first 3 dims), digit places of x"
-    ax.set_title(title, fontsize=10.5)
+        title = "Positions: learned table (first 3 dims), digit places of x (colours: i = 0…9 as the digits')"
+    ax.set_title(style.fill(title, style.column(2), 10), fontsize=10)
     ax.set_xlabel("pos dim 0")
     ax.set_ylabel("pos dim 1")
     ax.set_zlabel("pos dim 2")
@@ -190,23 +209,27 @@ def panel_norm(ax, ex: dict) -> None:
         writers = ["=", *[f"z{i}" for i in range(len(ex["norm_gains"][0]) - 1)]]
         for site, gains, color in zip(sites, ex["norm_gains"], style.ramp(3), strict=True):
             ax.plot(range(len(gains)), gains, marker="o", ms=4, color=color, label=site)
-        ax.set_xticks(range(len(writers)), [f"{w}→z{i}" for i, w in enumerate(writers)], rotation=45, fontsize=7)
+        ax.set_xticks(range(len(writers)), [f"{w}→z{i}" for i, w in enumerate(writers)], rotation=45)
         ax.set_ylabel("1 / RMS(residual): the norm's gain")
         ax.legend()
         applied = "not applied" if cfg["norm"] == "none" else "applied; no learned weights (0 parameters)"
-        ax.set_title(f"Norm: RMSNorm {applied}\nits gain on the example, where answer digits are written")
+        title = f"Norm: RMSNorm {applied}; its gain on the example, where answer digits are written"
+        ax.set_title(style.fill(title, style.column(2), 10), fontsize=10)
         return
     sites = ["shared (attention, FFN, head)"] if len(weights) == 1 else SITES
     x = np.arange(len(names))
     width = 0.8 / len(weights)
     for i, (site, w) in enumerate(zip(sites, weights, strict=True)):
         bars = ax.bar(x + (i - (len(weights) - 1) / 2) * width, w, width, label=site, color=style.ramp(len(weights))[i])
-        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        ax.bar_label(bars, fmt="%.2f", fontsize=style.SMALL, rotation=90, padding=2)
     ax.axhline(1, color=style.MUTED, lw=0.8, ls="--")
+    ax.set_ylim(top=1.3 * float(np.nanmax(style.finite(np.ravel(weights)), initial=1.0)))  # room for upright labels
     ax.set_xticks(x, names)
     ax.set_ylabel("RMSNorm weight (1 = untouched)")
-    ax.legend()
-    ax.set_title(f"Norm weights: {cfg['norm']} ({len(weights) * len(names)} parameters)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
+    ax.set_title(
+        style.fill(f"Norm weights: {cfg['norm']} ({len(weights) * len(names)} parameters)", style.column(2), 10)
+    )
 
 
 def panel_attention(ax, ex: dict) -> None:
@@ -219,20 +242,20 @@ def panel_attention(ax, ex: dict) -> None:
     rows = range(first, att.shape[1])
     block = np.concatenate([att[h, first:] for h in range(att.shape[0])])
     ax.imshow(block, aspect="auto", cmap="magma_r", vmin=0, vmax=1)
-    ax.set_xticks(range(att.shape[2]), [f"{lab}\n{tok}" for lab, tok in zip(labels, tokens, strict=True)], fontsize=6.5)
+    ax.set_xticks(range(att.shape[2]), [f"{lab}\n{tok}" for lab, tok in zip(labels, tokens, strict=True)])
     ylabels = [f"h{h}: {labels[r]}→z{r - first}" for h in range(att.shape[0]) for r in rows]
-    ax.set_yticks(range(len(ylabels)), ylabels, fontsize=7)
+    ax.set_yticks(range(len(ylabels)), ylabels)
     ax.grid(False)
     for i, row in enumerate(block):
         for k in np.argsort(row)[-2:]:
-            if row[k] >= 0.1:
-                ax.text(k, i, f"{row[k]:.2f}", ha="center", va="center", fontsize=5.5, color="white")
+            if row[k] >= 0.1:  # in percent: two digits fit a cell at a legible size, "0.43" did not
+                ax.text(k, i, f"{100 * row[k]:.0f}", ha="center", va="center", fontsize=style.SMALL, color="white")
     summary = "; ".join(f"head {h}: {text}" for h, text in enumerate(ex["routing"]))
-    ax.set_title(
+    title = (
         f"Attention while adding {example['a']:,} + {example['b']:,}: where each answer digit looks "
-        f"(weights ≥ 0.1 printed)\nslot of zⱼ (writes zⱼ₊₁): {summary}",
-        loc="left",
+        f"(weights ≥ 10 % printed, in %)\nslot of zⱼ (writes zⱼ₊₁): {summary}"
     )
+    ax.set_title(style.fill(title, style.column(1), 10), loc="left", fontsize=10)
 
 
 def panel_values(ax, digits_ax, ex: dict) -> None:
@@ -258,9 +281,9 @@ def panel_values(ax, digits_ax, ex: dict) -> None:
         for (i, k), v in np.ndenumerate(cells):
             if np.isfinite(v):
                 ink = "white" if abs(v) > 0.6 * bound else style.INK
-                ax.text(k, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color=ink)
+                ax.text(k, i, f"{v:.2f}", ha="center", va="center", fontsize=style.SMALL, color=ink)
         ax.set_xticks(range(len(names)), names)
-        ax.set_yticks(range(len(labels)), labels, fontsize=7.5)
+        ax.set_yticks(range(len(labels)), labels)
         ax.grid(False)
     else:
         rows, colors = [], []
@@ -271,10 +294,9 @@ def panel_values(ax, digits_ax, ex: dict) -> None:
                 colors += ["#7d5ba6"] * len(v_names) + ["#d4802a"] * len(names)
         y = np.arange(len(rows))[::-1]
         ax.barh(y, [v for _, v in rows], color=colors)
-        ax.set_yticks(y, [n for n, _ in rows], fontsize=7)
-        ax.yaxis.tick_right()  # on the left, these long names ran into the attention heatmap beside the panel
+        ax.set_yticks(y, [n for n, _ in rows])
         ax.axvline(0, color=style.INK, lw=0.6)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(style.fill(title, style.column(2), 10), fontsize=10)
     if digits_ax is None:
         return
     digit_values = np.array(ex["digit_values"])  # (H, r, 10)
@@ -284,88 +306,111 @@ def panel_values(ax, digits_ax, ex: dict) -> None:
     digits_ax.set_xticks(range(10))
     digits_ax.set_xlabel("digit d")
     digits_ax.set_ylabel("value offered")
-    digits_ax.set_title("What each digit offers to attention: U·e(d)", fontsize=10)
+    digits_ax.set_title(style.fill("What each digit offers to attention: U·e(d)", style.column(2), 10), fontsize=10)
     digits_ax.legend()
 
 
-def panel_budget(ax, ex: dict) -> None:
-    rows = [r for r in ex["budget"] if r["params"] > 0]
-    frozen = [r for r in ex["budget"] if r["params"] == 0]
-    total = ex["params"]
-    ax.set_xlim(0, 100)
-    ax.set_ylim(0, 10)
-    ax.axis("off")
-    ax.set_title(f"Parameter budget: all {total} parameters, read from the module", loc="left")
-    x, segments = 0.0, []
-    for row in rows:
-        width = 82 * row["params"] / total
-        color = COMPONENT_COLORS.get(row["component"], style.MUTED)
-        ax.add_patch(FancyBboxPatch((x, 4), width, 3, boxstyle="square,pad=0", facecolor=color, edgecolor="white"))
-        segments.append((x + width / 2, f"{row['name']} ({row['params']})"))
-        x += width
-    label_segments(ax, segments)
-    ax.text(84, 8.2, "free (frozen, 0 parameters):", fontsize=9, weight="bold", color=style.MUTED)
-    frozen = frozen or [{"name": "none", "shape": []}]
-    for i, row in enumerate(frozen):
-        ax.text(84, 7.3 - 0.75 * i, f"{row['name']} {tuple(row['shape'])}", fontsize=8.5, color=style.MUTED)
-    top = 7.3 - 0.75 * len(frozen) - 0.5
-    for i, (name, n) in enumerate(ex["component_totals"].items()):
-        ax.text(84, top - 0.75 * i, f"{name}: {n}", fontsize=8.5, color=COMPONENT_COLORS.get(name, style.INK))
+def budget_segments(ex: dict) -> list[tuple[float, float, str, str]]:
+    """(left, width, label, colour) of each bar segment of the parameter budget, the bar spanning 0 to 100."""
+    total, left, segments = ex["params"], 0.0, []
+    for row in (r for r in ex["budget"] if r["params"] > 0):
+        width = 100 * row["params"] / total
+        segments.append(
+            (left, width, f"{row['name']} ({row['params']})", COMPONENT_COLORS.get(row["component"], style.MUTED))
+        )
+        left += width
+    return segments
 
 
-def label_segments(ax, segments: list[tuple[float, str]], size: float = 7.5) -> None:
-    """A horizontal label under each bar segment (x centre, text), joined to it by a thin line, in the first row
-    where it clears the labels already there: a sliver of one parameter gets its name like a wide segment."""
-    fig = ax.get_figure()
-    points_per_unit = 72 * fig.get_figwidth() * ax.get_position().width / np.ptp(ax.get_xlim())
-    ends: list[float] = []  # the right end of the last label of each row, in data units
-    for centre, text in segments:
-        half = 0.5 * len(text) * size * 0.62 / points_per_unit + 0.4  # DejaVu's mean glyph width, a margin
-        centre = max(centre, half)
+def label_rows(segments: list[tuple[float, float, str, str]]) -> list[tuple[int, float]]:
+    """(row, centre) of each segment's label, horizontal under its segment's centre (moved right where it would
+    start left of the bar): the first row where it clears the labels already there, so that a sliver of one
+    parameter gets its name like a wide segment."""
+    units_per_point = 100 / (72 * style.column(1))  # the bar spans the figure, less its margins
+    ends: list[float] = []  # the right end of the last label of each row
+    rows = []
+    for left, width, text, _ in segments:
+        half = 0.5 * len(text) * style.SMALL * 0.66 * units_per_point + 0.6  # DejaVu's glyphs, generously; a margin
+        centre = max(left + width / 2, half)
         row = next((k for k, end in enumerate(ends) if centre - half > end), len(ends))
         if row == len(ends):
-            ends.append(centre + half)
+            ends.append(0.0)
         ends[row] = centre + half
-        y = 3.3 - 1.0 * row
-        ax.plot([centre, centre], [4, y + 0.2], color=style.MUTED, lw=0.5)
-        ax.text(centre, y, text, ha="center", va="top", fontsize=size)
-    ax.set_ylim(min(0, 3.3 - 1.0 * len(ends) - 0.5), 10)
+        rows.append((row, centre))
+    return rows
+
+
+#: inches of the budget panel: the bar, each row of labels, the two lines of text below them
+BAR, LABEL_ROW, BELOW = 0.35, 0.19, 0.75
+
+
+def budget_height(ex: dict) -> float:
+    """Inches the budget panel needs, its title aside."""
+    rows = 1 + max((row for row, _ in label_rows(budget_segments(ex))), default=0)
+    return BAR + 0.1 + LABEL_ROW * rows + BELOW
+
+
+def panel_budget(ax, ex: dict) -> None:
+    """The parameter budget as one bar, a segment per tensor, its labels in rows below it; the y axis in inches."""
+    frozen = [r for r in ex["budget"] if r["params"] == 0]
+    height = budget_height(ex)
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, height)
+    ax.axis("off")
+    ax.set_title(f"Parameter budget: all {ex['params']} parameters, read from the module", loc="left")
+    segments = budget_segments(ex)
+    top = height - BAR
+    for (left, width, text, color), (row, centre) in zip(segments, label_rows(segments), strict=True):
+        ax.add_patch(
+            FancyBboxPatch((left, top), width, BAR, boxstyle="square,pad=0", facecolor=color, edgecolor="white")
+        )
+        y = top - 0.1 - LABEL_ROW * row
+        ax.plot([centre, centre], [top, y], color=style.MUTED, lw=0.5)
+        ax.text(centre, y, text, ha="center", va="top", fontsize=style.SMALL)
+    free = ", ".join(f"{row['name']} {tuple(row['shape'])}" for row in frozen) or "none"
+    said = style.fill(f"free (frozen, 0 parameters): {free}", style.column(1))
+    ax.text(0, BELOW - 0.05, said, fontsize=style.SMALL, color=style.MUTED, va="top")
+    x = 0.0
+    for name, n in ex["component_totals"].items():  # the totals in their components' colours, in one line
+        text = f"{name}: {n}"
+        ax.text(x, 0.02, text, fontsize=style.SMALL, va="bottom", color=COMPONENT_COLORS.get(name, style.INK))
+        x += 100 * (len(text) + 3) * style.SMALL * 0.66 / (72 * style.column(1))
 
 
 # ---------------------------------------------------------------------------------------- figures
 def explainer(results: dict[str, Any]) -> Figure:
     ex = results["explain"]
     best = best_record(results)
-    fig = plt.figure(figsize=(22, 22))
-    grid = fig.add_gridspec(4, 6, height_ratios=[0.6, 1.15, 1.35, 0.6], hspace=0.3, wspace=0.4)
+    # one column, the page's width: the flow, then the panels two by two, the attention and the budget full width
+    att = np.array(ex["example"]["attention"])
+    attention_height = 1.6 + 0.2 * att.shape[0] * (att.shape[1] - ex["position_labels"].index("="))
+    heights = [4.2, 4.2, 4.6, attention_height, budget_height(ex) + 0.4]
+    fig = plt.figure(figsize=(style.WIDTH, sum(heights) + 1.0), layout="constrained")
+    grid = fig.add_gridspec(5, 2, height_ratios=heights)
     panel_flow(fig.add_subplot(grid[0, :]), ex, ex["config"], ex["component_totals"])
-    panel_tokens(fig.add_subplot(grid[1, 0:2]), ex)
-    panel_positions(fig.add_subplot(grid[1, 2:4], projection="3d"), ex)
-    panel_norm(fig.add_subplot(grid[1, 4:6]), ex)
-    panel_attention(fig.add_subplot(grid[2, 0:4]), ex)
+    panel_tokens(fig.add_subplot(grid[1, 0]), ex)
+    panel_positions(fig.add_subplot(grid[1, 1], projection="3d"), ex)
+    panel_norm(fig.add_subplot(grid[2, 0]), ex)
     if ex["digit_values"] is None:  # values read more than the token dims: no per-digit offer to draw
-        panel_values(fig.add_subplot(grid[2, 4:6]), None, ex)
+        panel_values(fig.add_subplot(grid[2, 1]), None, ex)
     else:
-        value_grid = grid[2, 4:6].subgridspec(2, 1, height_ratios=[2.2, 1], hspace=0.35)
+        value_grid = grid[2, 1].subgridspec(2, 1, height_ratios=[2.2, 1])
         panel_values(fig.add_subplot(value_grid[0]), fig.add_subplot(value_grid[1]), ex)
-    panel_budget(fig.add_subplot(grid[3, :]), ex)
+    panel_attention(fig.add_subplot(grid[3, :]), ex)
+    panel_budget(fig.add_subplot(grid[4, :]), ex)
     success = results["success"][best["label"]]
-    fig.suptitle(f"A {ex['params']}-parameter transformer that adds two 10-digit numbers", fontsize=22, y=0.935)
-    fig.text(
-        0.5,
-        0.915,
+    measured = (
         f"measured on the 10,010-case suite by greedy decoding: {accuracy_line(best, results['cases'])}  ·  "
         f"{best['label']}, seed {best['seed']}, {best['best_step']:,} steps  ·  {success['perfect']}/"
-        f"{success['tried']} seeds at 100%  ·  1 layer, d_model {ex['config']['tok_dim'] + ex['config']['pos_dim']}",
-        ha="center",
-        fontsize=12.5,
-        color=style.MUTED,
+        f"{success['tried']} seeds at 100%  ·  1 layer, d_model {ex['config']['tok_dim'] + ex['config']['pos_dim']}"
     )
+    title = f"A {ex['params']}-parameter transformer that adds two 10-digit numbers"
+    fig.suptitle(f"{title}\n{style.fill(measured, style.WIDTH, 12)}", fontsize=12, fontweight="bold")
     return fig
 
 
 def training(results: dict[str, Any]) -> Figure:
-    fig, (loss_ax, acc_ax, wrong_ax) = plt.subplots(1, 3, figsize=(18, 4.8))
+    fig, (loss_ax, acc_ax, wrong_ax) = plt.subplots(3, 1, figsize=(style.WIDTH, 10.5), layout="constrained")
     cases = results["cases"]
     several = len({r["label"] for r in results["runs"]}) > 1
     for i, record in enumerate(results["runs"]):
@@ -399,8 +444,8 @@ def training(results: dict[str, Any]) -> Figure:
         f"{label}: {s['perfect']} of {s['tried']} seeds" if several else f"{s['perfect']} of {s['tried']} seeds"
         for label, s in results["success"].items()
     )
-    fig.suptitle(f"adder, {results['params']} parameters: {reached} reached {cases:,}/{cases:,}")
-    fig.tight_layout()
+    title = f"adder, {results['params']} parameters: {reached} reached {cases:,}/{cases:,}"
+    fig.suptitle(style.fill(title, style.WIDTH, 11), fontsize=11)
     return fig
 
 

@@ -53,7 +53,10 @@ def overshoot_clause(raw: float, corrected: float, start: float) -> str:
 
 
 def bias_correction(story: dict[str, Any]) -> Figure:
-    fig, (x_ax, step_ax, factor_ax) = plt.subplots(1, 3, figsize=(18, 5.8), layout="constrained")
+    # the iterate full width, the step size and the factors side by side below it
+    fig = plt.figure(figsize=(style.WIDTH, 9.5), layout="constrained")
+    grid = fig.add_gridspec(2, 2)
+    x_ax, step_ax, factor_ax = fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
     steps = np.arange(story["steps"] + 1)
     for name, run in story["runs"].items():
         color = style.optimizer_color(name)
@@ -69,7 +72,7 @@ def bias_correction(story: dict[str, Any]) -> Figure:
                 (far, x[far]),
                 textcoords="offset points",
                 xytext=(45, -8 if story["start"] > 0 else 8),
-                fontsize=8,
+                fontsize=style.SMALL,
                 color=color,
                 arrowprops=dict(arrowstyle="->", color=color, lw=1),
             )
@@ -90,14 +93,14 @@ def bias_correction(story: dict[str, Any]) -> Figure:
         color=style.MUTED,
         lw=1.2,
         ls="--",
-        label="(1 − β1ᵗ)/√(1 − β2ᵗ): uncorrected step for a constant g",
+        label="(1 − β1ᵗ)/√(1 − β2ᵗ): the uncorrected\nstep for a constant g",
     )
     step_ax.axhline(1, color=style.INK, lw=0.8, ls=":", alpha=0.6)
     step_ax.set_xscale("log")
     step_ax.set_xlabel("step t (log scale)")
     step_ax.set_ylabel("|x_t − x_{t−1}| / η")
     step_ax.set_title("Step size in units of η", fontsize=10.5)
-    step_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8)
+    step_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2))
 
     factor_ax.plot(
         t,
@@ -113,16 +116,18 @@ def bias_correction(story: dict[str, Any]) -> Figure:
         lw=1.6,
         label=f"1 − β2ᵗ, shrinks v (β2 = {story['beta2']:g})",
     )
-    factor_ax.legend(loc="lower right", fontsize=8)
+    factor_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2))
     for mark in (1, 10, 100, 1000):
         if mark <= story["steps"]:
             value = story["second_moment_correction"][mark - 1]
-            factor_ax.annotate(f"{value:.3g}", (mark, value), textcoords="offset points", xytext=(3, -11), fontsize=7.5)
+            factor_ax.annotate(
+                f"{value:.3g}", (mark, value), textcoords="offset points", xytext=(3, -11), fontsize=style.SMALL
+            )
     factor_ax.set_xscale("log")
     factor_ax.set_yscale("log")
     factor_ax.set_xlabel("step t (log scale)")
     factor_ax.set_ylabel("the factor m and v are shrunk by")
     factor_ax.set_title("What bias correction divides out", fontsize=10.5)
 
-    fig.suptitle(bias_title(story), fontsize=11.5, fontweight="bold")
+    fig.suptitle(style.fill(bias_title(story).replace("\n", " "), style.WIDTH, 11.5), fontsize=11.5, fontweight="bold")
     return fig

@@ -13,7 +13,6 @@ reached its edge (never for a diverged run that got there only by blowing up), a
 from __future__ import annotations
 
 import math
-import textwrap
 from typing import TYPE_CHECKING, Any
 
 import matplotlib.pyplot as plt
@@ -43,7 +42,7 @@ def _title(runs: list[RunResults], what: str, edge: float) -> str:
         *([f"never reached {edge:g}× its threshold: {', '.join(short)}"] if short else []),
         *([", ".join(diverged)] if diverged else []),
     ]
-    return "\n".join([f"{what} against each run's threshold", *textwrap.wrap("; ".join(clauses), 110)])
+    return "\n".join([f"{what} against each run's threshold", "; ".join(clauses)])  # broken to width by the figure
 
 
 def _ratio(x: Any) -> str:
@@ -95,12 +94,12 @@ def _panel(results: Results, preconditioned: bool) -> Figure:
     fig, (top, bottom) = plt.subplots(
         2,
         1,
-        figsize=(9, 7),
+        figsize=(style.WIDTH, 7.5),
         sharex=True,
         height_ratios=[3, 2],
         layout="constrained",  # room for title and legend
     )
-    fig.suptitle(_title(chosen, what, results["edge"]), fontsize=10)
+    fig.suptitle(style.fill(_title(chosen, what, results["edge"]), style.WIDTH, 10.5), fontsize=10.5)
     if not chosen:
         style.nothing_to_show(top, "no run of this kind in these results")
         style.nothing_to_show(bottom, "")
@@ -125,7 +124,7 @@ def _panel(results: Results, preconditioned: bool) -> Figure:
                     xycoords=("axes fraction", "data"),
                     xytext=(3, 0),
                     textcoords="offset points",
-                    fontsize=7.5,
+                    fontsize=style.SMALL,
                     color=color,
                     va="center",
                 )
@@ -139,13 +138,14 @@ def _panel(results: Results, preconditioned: bool) -> Figure:
     top.set_ylabel("preconditioned sharpness λ₁(P⁻¹H)" if preconditioned else "sharpness λ₁(H)")
     style.log_scale(top, "y", *sharp_values)
     # above the panel, clear of the curves and the dashed thresholds
-    top.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(len(chosen), 4), frameon=False, fontsize=8)
+    # above the panel's right end: its left end holds the axis's offset ("1e−17") where the values are tiny
+    top.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=min(len(chosen), 3), frameon=False)
     top.text(
         0.01,
         0.01,
         f"thin line: where a run first reached {results['edge']:g}× its threshold; dotted: where it diverged",
         transform=top.transAxes,
-        fontsize=7,
+        fontsize=style.SMALL,
         color="0.4",
         va="bottom",
     )

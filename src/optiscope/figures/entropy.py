@@ -31,42 +31,33 @@ def _curves(result: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 
 def _lr_line(ax, lr: float) -> None:
     ax.axvline(lr, color=style.MUTED, lw=0.8, ls=":")
-    ax.text(lr, 0.02, " lr", transform=ax.get_xaxis_transform(), fontsize=7, color=style.MUTED)
+    ax.text(lr, 0.02, " lr", transform=ax.get_xaxis_transform(), fontsize=style.SMALL, color=style.MUTED)
 
 
 def per_run(results: dict[str, Any]) -> Figure:
-    optimizers = list(results["optimizers"].items())
-    cols = max(len(o["runs"]) for _, o in optimizers)
-    fig, axes = plt.subplots(
-        len(optimizers), cols, figsize=(3.6 * cols, 2.9 * len(optimizers)), squeeze=False, layout="constrained"
-    )
-    for row, (name, opt) in enumerate(optimizers):
-        for col in range(cols):
-            ax = axes[row, col]
-            if col >= len(opt["runs"]):
-                ax.axis("off")
-                continue
-            eta, true, linear, quadratic = _curves(opt["runs"][col])
-            ax.plot(eta, true, "o-", color=TRUE, lw=1.6, ms=4, label="true ΔH")
-            ax.plot(eta, linear, "s--", color=LINEAR, lw=1.2, ms=3, label="linear η·∇H·v")
-            ax.plot(eta, quadratic, "^:", color=QUADRATIC, lw=1.2, ms=3, label="+ ½η²·vᵀ∇²H v")
-            ax.set_xscale("log")
-            _lr_line(ax, opt["lr"])
-            ax.set_title(f"{name}, run {col}", fontsize=9.5)
-            if col == 0:
-                ax.set_ylabel("ΔH (nats/token)")
-            if row == len(optimizers) - 1:
-                ax.set_xlabel("step size η")
+    runs = [(name, opt, i) for name, opt in results["optimizers"].items() for i in range(len(opt["runs"]))]
+    fig, axes = style.panels(len(runs), 2.9)
+    for ax, (name, opt, i) in zip(axes.flat, runs, strict=False):
+        eta, true, linear, quadratic = _curves(opt["runs"][i])
+        ax.plot(eta, true, "o-", color=TRUE, lw=1.6, ms=4, label="true ΔH")
+        ax.plot(eta, linear, "s--", color=LINEAR, lw=1.2, ms=3, label="linear η·∇H·v")
+        ax.plot(eta, quadratic, "^:", color=QUADRATIC, lw=1.2, ms=3, label="+ ½η²·vᵀ∇²H v")
+        ax.set_xscale("log")
+        _lr_line(ax, opt["lr"])
+        ax.set_title(f"{name}, run {i}", fontsize=10)
+        ax.set_ylabel("ΔH (nats/token)")
+        ax.set_xlabel("step size η")
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.suptitle(f"Entropy change after one step θ → θ + ηv ({results['mode']} contexts)", fontsize=11)
-    axes[0, 0].legend(handles, labels, loc="best", fontsize=7)  # the figure's legend had run into its title
+    title = f"Entropy change after one step θ → θ + ηv ({results['mode']} contexts)"
+    fig.suptitle(style.fill(title, style.WIDTH, 11), fontsize=11)
+    fig.legend(handles, labels, loc="outside lower center", ncol=3)
     return fig
 
 
 def aggregate(results: dict[str, Any]) -> Figure:
     optimizers = list(results["optimizers"].items())
-    fig, axes = plt.subplots(1, len(optimizers), figsize=(4.4 * len(optimizers), 3.8), squeeze=False)
-    for ax, (name, opt) in zip(axes[0], optimizers, strict=True):
+    fig, axes = style.panels(len(optimizers), 3.4)
+    for ax, (name, opt) in zip(axes.flat, optimizers, strict=False):
         a = opt["aggregate"]
         eta = style.positive(a["eta"])
         ax.errorbar(
@@ -84,17 +75,17 @@ def aggregate(results: dict[str, Any]) -> Figure:
         _lr_line(ax, opt["lr"])
         ax.set_title(f"{name}: {len(opt['runs'])} runs, E = {opt['runs'][0]['E']}", fontsize=10)
         ax.set_xlabel("step size η")
-    axes[0, 0].set_ylabel("ΔH (nats/token)")
-    axes[0, 0].legend()
+        ax.set_ylabel("ΔH (nats/token)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=3)
     fig.suptitle("Entropy change vs step size, averaged over runs", fontsize=11)
-    fig.tight_layout()
     return fig
 
 
 def loglog(results: dict[str, Any]) -> Figure:
     optimizers = list(results["optimizers"].items())
-    fig, axes = plt.subplots(1, len(optimizers), figsize=(4.4 * len(optimizers), 3.9), squeeze=False)
-    for ax, (name, opt) in zip(axes[0], optimizers, strict=True):
+    fig, axes = style.panels(len(optimizers), 3.6)
+    for ax, (name, opt) in zip(axes.flat, optimizers, strict=False):
         colors = plt.get_cmap("tab10")
         lines = []
         for i, (result, fit) in enumerate(zip(opt["runs"], opt["fits"], strict=True)):
@@ -105,18 +96,18 @@ def loglog(results: dict[str, Any]) -> Figure:
             lines.append(f"run {i}: slope {fit['slope']:.2f}, R² {fit['r2']:.3f}")
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("step size η")
+        ax.set_ylabel("|ΔH_true|")
         style.note(ax, "\n".join(lines), (0.03, 0.97))
-    axes[0, 0].set_ylabel("|ΔH_true|")
-    fig.suptitle("|ΔH_true| vs η: a slope of 1 means the change is linear in the step size", fontsize=11)
-    fig.tight_layout()
+    title = "|ΔH_true| vs η: a slope of 1 means the change is linear in the step size"
+    fig.suptitle(style.fill(title, style.WIDTH, 11), fontsize=11)
     return fig
 
 
 def subsets(results: dict[str, Any]) -> Figure:
     optimizers = list(results["optimizers"].items())
-    fig, axes = plt.subplots(1, len(optimizers), figsize=(4.6 * len(optimizers), 3.8), squeeze=False)
+    fig, axes = style.panels(len(optimizers), 3.6)
     colors = plt.get_cmap("tab10")
-    for ax, (name, opt) in zip(axes[0], optimizers, strict=True):
+    for ax, (name, opt) in zip(axes.flat, optimizers, strict=False):
         per_run = [style.finite(r["subsets"]["errors"]) for r in opt["runs"]]
         per_run = [e[np.isfinite(e)] for e in per_run]
         pooled = np.concatenate(per_run) if per_run else np.zeros(0)
@@ -129,19 +120,20 @@ def subsets(results: dict[str, Any]) -> Figure:
             lines.append(f"run {i}: {result['subsets']['mean']:+.3f} ± {result['subsets']['std']:.3f}")
         ax.axvline(0, color=style.INK, lw=0.8)
         s = opt["runs"][0]["subsets"]
-        ax.set_title(f"{name}: η = {s['eta']:.2e}, {s['count']} subsets of {s['size']} per run", fontsize=9.5)
-        ax.set_xlabel("(linear − true) / |true|   (clipped to the axis)")
+        title = f"{name}: η = {s['eta']:.2e}, {s['count']} subsets of {s['size']} per run"
+        ax.set_title(style.fill(title, style.column(axes.shape[1]), 10), fontsize=10)
+        ax.set_xlabel("(linear − true) / |true|, clipped to the axis")
+        ax.set_ylabel("subsets")
         style.note(ax, "mean ± std\n" + "\n".join(lines), (0.97, 0.97), ha="right")
-    axes[0, 0].set_ylabel("subsets")
-    fig.suptitle("Relative error of the linear prediction on random subsets of the evaluation sequences", fontsize=11)
-    fig.tight_layout()
+    title = "Relative error of the linear prediction on random subsets of the evaluation sequences"
+    fig.suptitle(style.fill(title, style.WIDTH, 11), fontsize=11)
     return fig
 
 
 def entropy_vs_loss(results: dict[str, Any]) -> Figure:
     """Both first-order changes of the real step (η = lr), and the true changes up to it."""
     optimizers = list(results["optimizers"].items())
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.6))
+    fig, (left, right) = plt.subplots(2, 1, figsize=(style.WIDTH, 8.6), layout="constrained")
     x = np.arange(len(optimizers))
     steps = [opt["real_step"] for _, opt in optimizers]
     colors = style.run_colors(results["optimizers"])
@@ -190,7 +182,6 @@ def entropy_vs_loss(results: dict[str, Any]) -> Figure:
     right.set_ylabel("true ΔH (entropy)")
     right.set_title("True changes for η up to the real step (dots: η = lr)", fontsize=10)
     right.legend()
-    fig.tight_layout()
     return fig
 
 

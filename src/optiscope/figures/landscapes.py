@@ -55,7 +55,7 @@ def plot_contours(ax, surface: dict[str, Any]) -> None:
         ax.plot(path[:, 0], path[:, 1], color=color, lw=1.3, alpha=0.9)
         ax.plot(*path[-1], marker="o", ms=4, color=color)
     ax.plot(*surface["start"], marker="o", ms=7, color=style.INK, zorder=6)
-    ax.annotate("start", surface["start"], textcoords="offset points", xytext=(6, 6), fontsize=8)
+    ax.annotate("start", surface["start"], textcoords="offset points", xytext=(6, 6), fontsize=style.SMALL)
     for minimum in surface["minima"]:
         ax.plot(*minimum, marker="*", ms=13, color="gold", markeredgecolor=style.INK, zorder=6)
     x_min, x_max, y_min, y_max = surface["extent"]
@@ -83,7 +83,7 @@ def plot_gap_curves(ax, surface: dict[str, Any], tolerance: float, budget: int) 
     if all(run["gap_curve"] is None for run in surface["runs"].values()):
         style.note(ax, "every run diverged at every η: no curve to draw", (0.5, 0.5), ha="center", va="center")
     ax.axhline(tolerance, color=style.GOOD, lw=0.9, ls="--")
-    ax.text(1, tolerance, f" tolerance {tolerance:g}", color=style.GOOD, fontsize=7.5, va="bottom")
+    ax.text(1, tolerance, f" tolerance {tolerance:g}", color=style.GOOD, fontsize=style.SMALL, va="bottom")
     ax.axvline(budget, color=style.MUTED, lw=0.8, ls=":")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -94,26 +94,28 @@ def plot_gap_curves(ax, surface: dict[str, Any], tolerance: float, budget: int) 
 
 def landscapes(results: dict[str, Any]) -> Figure:
     names = list(results["surfaces"])
+    # a surface per row, its paths beside its f − f* curves: more surfaces make the figure taller, never wider
     fig, axes = plt.subplots(
-        2, len(names), figsize=(6.2 * len(names), 11), gridspec_kw={"height_ratios": [1.25, 1]}, layout="constrained"
+        len(names), 2, figsize=(style.WIDTH, 5.2 * len(names)), squeeze=False, layout="constrained"
     )
-    for column, name in enumerate(names):
+    half = style.column(2)
+    for row, name in enumerate(names):
         surface = results["surfaces"][name]
-        plot_contours(axes[0, column], surface)
+        plot_contours(axes[row, 0], surface)
         winners = surface["fastest"]
         verdict = f"fastest: {', '.join(winners)}" if winners else "no optimizer reached the tolerance"
-        axes[0, column].set_title(f"{SURFACE_TITLES.get(name, name)}: {surface['formula']}\n{verdict}", fontsize=10.5)
-        plot_gap_curves(axes[1, column], surface, results["tolerance"], results["steps"])
-        axes[1, column].set_title("f − f* at each optimizer's best η (colours as in the paths above)", fontsize=10)
-        if axes[1, column].get_legend_handles_labels()[1]:
-            axes[1, column].legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=7.5)
+        title = f"{SURFACE_TITLES.get(name, name)}: {surface['formula']}\n{verdict}"
+        axes[row, 0].set_title(style.fill(title, half, 10.5), fontsize=10.5)
+        plot_gap_curves(axes[row, 1], surface, results["tolerance"], results["steps"])
+        axes[row, 1].set_title(style.fill("f − f* at each optimizer's best η (colours of the paths)", half, 10))
+        if axes[row, 1].get_legend_handles_labels()[1]:
+            axes[row, 1].legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     grid = ", ".join(f"{lr:g}" for lr in results["lrs"])
-    fig.suptitle(
+    title = (
         f"Optimizer paths at each one's best learning rate from the grid {grid}"
-        f" (budget {results['steps']} steps; a path ends where f − f* ≤ {results['tolerance']:g})",
-        fontsize=12.5,
-        fontweight="bold",
+        f" (budget {results['steps']} steps; a path ends where f − f* ≤ {results['tolerance']:g})"
     )
+    fig.suptitle(style.fill(title, style.WIDTH, 12), fontsize=12, fontweight="bold")
     return fig
 
 
@@ -129,21 +131,19 @@ def convergence_table(results: dict[str, Any]) -> Figure:
     names = list(surfaces)
     optimizers = list(next(iter(surfaces.values()))["runs"])
     settings = [surfaces[names[0]]["runs"][o]["setting"] for o in optimizers]
-    # the optimizer column is a quarter of the figure: about this many characters of 9-point text per line
-    width = int(0.25 * 6.2 * len(names) * 72 / 6)
-    described = [style.wrap_name(f"{o}: {s}", width) for o, s in zip(optimizers, settings, strict=True)]
-    extra = max(d.count("\n") for d in described) * 0.2  # each wrapped line makes the table's rows taller
-    fig = plt.figure(figsize=(6.2 * len(names), 2.0 + (1.0 + extra) * len(optimizers)), layout="constrained")
-    grid = fig.add_gridspec(2, len(names), height_ratios=[1 + 2 * extra, 1.15])
-
-    table_ax = fig.add_subplot(grid[0, :])
-    table_ax.axis("off")
+    # the optimizer's column a third of the width, the surfaces' the rest; each cell's text broken to fit its column
+    widths = [1 / 3] + [2 / 3 / len(names)] * len(names)
+    inner = [0.75 * w * style.WIDTH for w in widths]  # inches of text a cell holds: matplotlib pads a tenth each side
+    described = [
+        style.wrap_name(f"{o}: {s}", int(inner[0] * 72 / (0.62 * style.SMALL)))
+        for o, s in zip(optimizers, settings, strict=True)
+    ]
     cells, colors = [], []
     for optimizer in optimizers:
         row, row_colors = [], []
         for name in names:
             run = surfaces[name]["runs"][optimizer]
-            row.append(outcome(run, results["steps"]))
+            row.append(style.fill(outcome(run, results["steps"]), inner[1]))
             if optimizer in surfaces[name]["fastest"]:
                 row_colors.append("#d7eedf")
             elif run["reached_at"] is None:
@@ -152,39 +152,55 @@ def convergence_table(results: dict[str, Any]) -> Figure:
                 row_colors.append("white")
         cells.append(row)
         colors.append(row_colors)
+    header = [
+        "optimizer",
+        *(style.fill(f"{SURFACE_TITLES.get(n, n)}: {surfaces[n]['formula']}", inner[1]) for n in names),
+    ]
+    lines = max(
+        text.count("\n") + 1
+        for row in [header, *zip(described, *zip(*cells, strict=True), strict=True)]
+        for text in row
+    )  # every row as tall as the tallest (the table spreads its rows evenly)
+    table_height = 0.24 * lines * (len(optimizers) + 1) + 0.6  # the title above it takes a share of its row
+    heat_height = 1.2 + 0.3 * len(optimizers)
+    fig = plt.figure(figsize=(style.WIDTH, 0.8 + table_height + heat_height * len(names)), layout="constrained")
+    grid = fig.add_gridspec(1 + len(names), 1, height_ratios=[table_height] + [heat_height] * len(names))
+
+    table_ax = fig.add_subplot(grid[0])
+    table_ax.axis("off")
     table = table_ax.table(
         cellText=[[d, *row] for d, row in zip(described, cells, strict=True)],
         cellColours=[["white", *row] for row in colors],
-        colLabels=["optimizer", *(f"{SURFACE_TITLES.get(n, n)}: {surfaces[n]['formula']}" for n in names)],
-        colWidths=[0.25] + [0.75 / len(names)] * len(names),
+        colLabels=header,
+        colWidths=widths,
         cellLoc="center",
         bbox=[0, 0, 1, 1],
     )
     table.auto_set_font_size(False)
-    table.set_fontsize(9)
-    table_ax.set_title(
+    table.set_fontsize(style.SMALL)
+    title = (
         f"Steps until f − f* ≤ {results['tolerance']:g} at each optimizer's best η "
-        "(green: fastest; red: not reached at any η)",
-        fontsize=11,
+        "(green: fastest; red: not reached at any η)"
     )
+    table_ax.set_title(style.fill(title, style.WIDTH, 11), fontsize=11)
 
-    for column, name in enumerate(names):
-        ax = fig.add_subplot(grid[1, column])
+    for row, name in enumerate(names, 1):
+        ax = fig.add_subplot(grid[row])
         lrs = sorted({entry["lr"] for run in surfaces[name]["runs"].values() for entry in run["grid"]})
         steps = np.full((len(optimizers), len(lrs)), np.nan)
-        for row, optimizer in enumerate(optimizers):
+        for i, optimizer in enumerate(optimizers):
             for entry in surfaces[name]["runs"][optimizer]["grid"]:
                 j = lrs.index(entry["lr"])
-                steps[row, j] = entry["reached_at"] if entry["reached_at"] is not None else np.nan
-                ax.text(j, row, grid_cell(entry), ha="center", va="center", fontsize=7)
+                steps[i, j] = entry["reached_at"] if entry["reached_at"] is not None else np.nan
+                ax.text(j, i, grid_cell(entry), ha="center", va="center", fontsize=style.SMALL)
         ax.imshow(np.log10(steps), cmap="YlGn_r", aspect="auto", vmin=0, vmax=np.log10(results["steps"]))
         ax.set_xticks(range(len(lrs)))
-        ax.set_xticklabels([f"{lr:g}" for lr in lrs], fontsize=7.5)
+        ax.set_xticklabels([f"{lr:g}" for lr in lrs])
         ax.set_yticks(range(len(optimizers)))
-        ax.set_yticklabels(optimizers, fontsize=8)
+        ax.set_yticklabels(optimizers)
         ax.set_xlabel("learning rate η")
         ax.grid(False)
-        ax.set_title(f"{SURFACE_TITLES.get(name, name)}: steps per η\n(—: not reached, div.: diverged)", fontsize=9.5)
+        ax.set_title(f"{SURFACE_TITLES.get(name, name)}: steps per η (—: not reached, div.: diverged)", fontsize=10)
     return fig
 
 

@@ -33,7 +33,7 @@ def status_note(run: RunResults) -> str:
 
 
 def losses(results: Results) -> Figure:
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, axes = plt.subplots(2, 1, figsize=(style.WIDTH, 8.4), layout="constrained")
     starts = []
     colors = style.run_colors(results["runs"])
     for label, run in results["runs"].items():
@@ -68,27 +68,17 @@ def losses(results: Results) -> Figure:
     axes[1].set_title("… against training time")
     axes[0].legend(loc="upper right")
     corpus = results["corpus"]
-    fig.suptitle(
+    title = (
         f"{results['model']['parameters'] / 1e6:.2f}M-parameter GPT on {corpus['tokenizer']}-level text "
-        f"({corpus['train_tokens']:,} training tokens, vocabulary {corpus['vocab_size']})",
-        fontsize=11,
+        f"({corpus['train_tokens']:,} training tokens, vocabulary {corpus['vocab_size']})"
     )
-    fig.tight_layout()
+    fig.suptitle(style.fill(title, style.WIDTH, 11), fontsize=11)
     return fig
-
-
-def _grid(n: int, width: float, height: float, **kwargs: Any) -> tuple[Figure, np.ndarray]:
-    cols = min(3, max(n, 1))
-    rows = max(math.ceil(n / cols), 1)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, **kwargs)
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    return fig, axes
 
 
 def update_ratios(results: Results) -> Figure:
     items = list(results["runs"].items())
-    fig, axes = _grid(len(items), 4.6, 3.4, sharey=True)
+    fig, axes = style.panels(len(items), 3.2, 1.6, sharey=True)
     # one colour per layer in every panel (and in the report): the layers of all runs, in the model's order
     layer_colors = {
         layer: style.CATEGORICAL[i % len(style.CATEGORICAL)]
@@ -107,15 +97,14 @@ def update_ratios(results: Results) -> Figure:
                 **style.lone_marker(ratios["step"]),
             )
         style.log_scale(ax, "y", *ratios["layers"].values())
-        ax.set_title(f"{label}{status_note(run)}", fontsize=10)
+        ax.set_title(style.fill(f"{label}{status_note(run)}", style.column(axes.shape[1]), 10), fontsize=10)
         ax.set_xlabel("step")
         if ax in axes[:, 0]:
             ax.set_ylabel("u / w per step")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if labels:
-        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8)
-    fig.suptitle(update_ratio_title(results), fontsize=11)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4))
+    fig.suptitle(style.fill(update_ratio_title(results), style.WIDTH, 11), fontsize=11)
     return fig
 
 
@@ -158,7 +147,7 @@ def embedding_title(results: Results) -> str:
 
 def embedding_rows(results: Results) -> Figure:
     items = list(results["runs"].items())
-    fig, axes = _grid(len(items), 4.6, 3.8)
+    fig, axes = style.panels(len(items), 3.5)
     colors = style.run_colors(results["runs"])
     for ax, (label, run) in zip(axes.flat, items, strict=False):
         rows = run["embedding_rows"]
@@ -172,9 +161,9 @@ def embedding_rows(results: Results) -> Figure:
         ax.set_yscale("log")
         ax.set_xlabel("token count in the training text")
         ax.set_ylabel("mean ‖Δ row‖ per measured step")
-        ax.set_title(f"{label}: Spearman ρ = {rows['spearman']:+.2f}{status_note(run)}", fontsize=10)
-    fig.suptitle(embedding_title(results), fontsize=11)
-    fig.tight_layout()
+        title = f"{label}: Spearman ρ = {rows['spearman']:+.2f}{status_note(run)}"
+        ax.set_title(style.fill(title, style.column(axes.shape[1]), 10), fontsize=10)
+    fig.suptitle(style.fill(embedding_title(results), style.WIDTH, 11), fontsize=11)
     return fig
 
 
@@ -203,7 +192,7 @@ def summary(results: Results) -> Figure:
         rows.append(
             [
                 label,
-                (run["status"] + status_note(run)).strip(),
+                "ok" if run["status"] == "ok" else status_note(run).strip(" ()"),
                 f"{f['steps']}",
                 style.fmt(f["val_loss"], ".3f"),
                 style.fmt(f["perplexity"], ".2f"),
@@ -213,28 +202,33 @@ def summary(results: Results) -> Figure:
     lines: list[tuple[str, dict[str, Any]]] = [
         ("Greedy samples (temperature 0) at the last evaluation; ⏎ marks a newline", {"fontweight": "bold"})
     ]
+    per_line = int(style.WIDTH * 72 / (0.6 * style.SMALL)) - 6  # monospace: 0.6 em a character; 4 of indent
     for label, run in items:
         if run["samples"]:
             last = run["samples"][-1]
             lines.append((f"{label} (step {last['step']})", {"fontweight": "bold"}))
             for s in last["samples"]:
                 text = (s["prompt"] + " ▸ " + s["output"]).replace("\n", "⏎").replace("$", r"\$")
-                text = text if len(text) <= 140 else text[:139] + "…"  # spaces kept: they are output too
-                lines.append(("    " + text, {"family": "monospace"}))
+                text = text if len(text) <= 2 * per_line else text[: 2 * per_line - 1] + "…"
+                # cut, not wrapped at spaces: the spaces are the model's output too
+                lines += [
+                    ("    " + text[i : i + per_line], {"family": "monospace"}) for i in range(0, len(text), per_line)
+                ]
     table_h, line_h = 0.27 * (len(rows) + 1), 0.24
-    fig = plt.figure(figsize=(13, 0.8 + table_h + line_h * len(lines)))
+    fig = plt.figure(figsize=(style.WIDTH, 1.0 + table_h + line_h * len(lines)))
     height = fig.get_figheight()
     table_ax = fig.add_axes((0.01, 1 - (0.55 + table_h) / height, 0.98, table_h / height))
     table_ax.axis("off")
     table = table_ax.table(cellText=rows, colLabels=header, loc="upper center", cellLoc="left", colLoc="left")
     table.auto_set_font_size(False)
     table.set_fontsize(9)
+    table.auto_set_column_width(range(len(header)))  # each column as wide as its text: a status is longer
     table.scale(1, 1.3)
     y = 1 - (0.75 + table_h) / height
     for text, kwargs in lines:
-        fig.text(0.01, y, text, fontsize=8.5, va="top", **kwargs)
+        fig.text(0.01, y, text, fontsize=style.SMALL, va="top", **kwargs)
         y -= line_h / height
-    fig.suptitle(summary_title(results), fontsize=11, y=1 - 0.1 / height)
+    fig.suptitle(style.fill(summary_title(results), style.WIDTH, 11), fontsize=11, y=1 - 0.1 / height, va="top")
     return fig
 
 

@@ -69,7 +69,7 @@ def plot_trajectories(ax, results: dict[str, Any], name: str, label: str) -> Non
     ax.set_title(trajectory_title(results, name, label), fontsize=10.5)
     ax.set_xlabel("training step")
     ax.set_ylabel("learned weight w")
-    ax.legend(loc="upper center", ncol=4, fontsize=7.5)
+    ax.legend(loc="upper center", ncol=4)
     if run["diverged_at"] is None and np.isfinite(style.finite(run["final_weight"])[results["rarest"]]):
         annotate_rarest(ax, results, name, colors[results["rarest"]], steps[-1], bottom, top)
 
@@ -84,8 +84,8 @@ def annotate_rarest(ax, results: dict[str, Any], name: str, color, last_step: in
         f"rarest token: w = {w:.3f} after {results['steps']} steps\n"
         f"({results['occurrences'][rarest]:.0f} occurrences in {results['steps'] * results['batch_size']} draws)",
         xy=(last_step, w),
-        xytext=(last_step * 0.58, text_y),
-        fontsize=8,
+        xytext=(last_step * 0.5, text_y),
+        fontsize=style.SMALL,
         color=color,
         va="center",
         arrowprops=dict(arrowstyle="->", color=color, lw=1.1),
@@ -97,24 +97,23 @@ def annotate_rarest(ax, results: dict[str, Any], name: str, color, last_step: in
 def sgd_vs_adam(results: dict[str, Any]) -> Figure:
     missing = [name for name in ("sgd", "adam") if name not in results["pair"]]
     if missing:
-        fig, ax = plt.subplots(figsize=(8, 4))
+        fig, ax = plt.subplots(figsize=(style.WIDTH, 4))
         style.nothing_to_show(ax, f"SGD vs Adam: no {' and no '.join(missing)} run (--optimizers)")
         return fig
-    fig = plt.figure(figsize=(16, 11))
-    grid = fig.add_gridspec(2, 3, hspace=0.42, wspace=0.3)
-    plot_trajectories(fig.add_subplot(grid[0, :2]), results, results["pair"]["sgd"], "SGD")
-    plot_final_errors(fig.add_subplot(grid[0, 2]), results)
-    plot_trajectories(fig.add_subplot(grid[1, :2]), results, results["pair"]["adam"], "Adam")
-    plot_effective_lr(fig.add_subplot(grid[1, 2]), results)
+    # one column: the two trajectories full width, the errors and Adam's effective LR side by side below
+    fig = plt.figure(figsize=(style.WIDTH, 12), layout="constrained")
+    grid = fig.add_gridspec(3, 2, height_ratios=[1, 1, 1.25])
+    plot_trajectories(fig.add_subplot(grid[0, :]), results, results["pair"]["sgd"], "SGD")
+    plot_trajectories(fig.add_subplot(grid[1, :]), results, results["pair"]["adam"], "Adam")
+    plot_final_errors(fig.add_subplot(grid[2, 0]), results)
+    plot_effective_lr(fig.add_subplot(grid[2, 1]), results)
     sgd, adam = (results["optimizers"][results["pair"][n]] for n in ("sgd", "adam"))
     same = f"same η = {sgd['lr']:g}" if sgd["lr"] == adam["lr"] else f"η = {sgd['lr']:g} and {adam['lr']:g}"
-    fig.suptitle(
+    title = (
         f"SGD vs Adam on rare tokens: same data, {same}, {results['steps']} steps of "
-        f"{results['batch_size']} token draws — {comparison(results)}",
-        fontsize=13,
-        fontweight="bold",
-        y=0.965,
+        f"{results['batch_size']} token draws — {comparison(results)}"
     )
+    fig.suptitle(style.fill(title, style.WIDTH, 12), fontsize=12, fontweight="bold")
     return fig
 
 
@@ -138,26 +137,20 @@ def plot_final_errors(ax, results: dict[str, Any]) -> None:
         errors = style.finite(run["final_error"] if run["final_error"] is not None else [np.nan] * len(x))
         bars = ax.bar(x + offset, errors, width, color=style.optimizer_color(name), alpha=0.9, label=label)
         texts = [f"{e:.2f}" if np.isfinite(e) else "" for e in errors]
-        ax.bar_label(bars, labels=texts, fontsize=6.5, padding=1.5, color=style.MUTED)
-    ax.axhline(results["learned_within"], color=style.MUTED, lw=0.8, ls=":")
-    ax.text(
-        len(x) - 0.5,
-        results["learned_within"],
-        f"{results['learned_within']:g}",
-        fontsize=7,
-        color=style.MUTED,
-        ha="right",
-        va="bottom",
+        # upright, the labels of neighbouring bars ran into each other at a legible size
+        ax.bar_label(bars, labels=texts, fontsize=style.SMALL, padding=2, color=style.MUTED, rotation=90)
+    # in the legend: a label at the line ran into the bars' own
+    ax.axhline(
+        results["learned_within"], color=style.MUTED, lw=0.8, ls=":", label=f"learned: ≤ {results['learned_within']:g}"
     )
     ax.set_xticks(x)
     ax.set_xticklabels([f"{k + 1}\n{p:.2g}" for k, p in enumerate(results["frequencies"])])
-    ax.tick_params(axis="x", labelsize=7.5)
     ax.set_xlabel("token, and its frequency p")
     ax.set_ylabel("final |w − w*|")
     ax.set_title("Final weight error (lower is better)", fontsize=10.5)
     ax.legend(loc="upper left")
     top = np.nanmax(np.concatenate([style.finite(r["final_error"] or []) for r in (sgd, adam)] + [[1.0]]))
-    ax.set_ylim(0, top * 1.08)
+    ax.set_ylim(0, top * 1.25)  # room for the upright labels above the tallest bar
 
 
 def plot_effective_lr(ax, results: dict[str, Any]) -> None:
@@ -181,19 +174,21 @@ def plot_effective_lr(ax, results: dict[str, Any]) -> None:
     )
     for k, token in enumerate(results["tokens"]):
         if shown[k]:
-            ax.annotate(token, (frequencies[k], effective[k]), textcoords="offset points", xytext=(7, 4), fontsize=7.5)
+            ax.annotate(
+                token, (frequencies[k], effective[k]), textcoords="offset points", xytext=(7, 4), fontsize=style.SMALL
+            )
     fit = adam["effective_lr_fit"]
     span = np.geomspace(np.nanmin(frequencies[shown]), np.nanmax(frequencies[shown]), 50)
     if fit is not None and np.isfinite(fit["slope"]) and np.isfinite(fit["intercept"]):
         ax.plot(span, np.exp(fit["intercept"]) * span ** fit["slope"], color=style.MUTED, lw=1, alpha=0.6)
     ax.axhline(adam["lr"], color=style.INK, lw=1, ls="--", alpha=0.5)
-    ax.text(span[0], adam["lr"] * 1.25, f"nominal η = {adam['lr']:g}", fontsize=8, color=style.INK)
+    ax.text(span[0], adam["lr"] * 1.25, f"nominal η = {adam['lr']:g}", fontsize=style.SMALL, color=style.INK)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(min(adam["lr"], np.nanmin(effective[shown])) / 3, max(adam["lr"], np.nanmax(effective[shown])) * 4)
     ax.set_xlim(span[0] / 2.5, span[-1] * 3)
     ax.set_xlabel("token frequency p (log scale)")
-    ax.set_ylabel("Adam's effective LR η/(√v̂ + ε) at the end (log)")
+    ax.set_ylabel("effective LR η/(√v̂ + ε) at the end (log)")
     if fit is not None:
         fitted = fit.get("tokens", len(frequencies))
         over = f" over the {fitted} tokens seen" if fitted < len(frequencies) else ""
@@ -207,14 +202,12 @@ def plot_effective_lr(ax, results: dict[str, Any]) -> None:
             if np.isfinite(fit["ratio"])
             else "the rarest token was never seen"
         )
-        ax.set_title(f"Adam's effective LR: {ratio}\n{slope}", fontsize=10.5)
+        ax.set_title(style.fill(f"Adam's effective LR: {ratio}; {slope}", style.column(2), 10), fontsize=10)
 
 
 # ------------------------------------------------------------------------------- every optimizer
 def optimizers(results: dict[str, Any]) -> Figure:
-    fig, (errors_ax, rarest_ax) = plt.subplots(
-        1, 2, figsize=(15, 6.6), gridspec_kw={"width_ratios": [1.1, 1]}, layout="constrained"
-    )
+    fig, (errors_ax, rarest_ax) = plt.subplots(2, 1, figsize=(style.WIDTH, 10.5), layout="constrained")
     frequencies = np.asarray(results["frequencies"])
     order = np.argsort(frequencies)
     within = results["learned_within"]
@@ -262,19 +255,17 @@ def optimizers(results: dict[str, Any]) -> Figure:
     rarest_ax.legend(
         *errors_ax.get_legend_handles_labels(),
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.1),
-        ncol=len(results["optimizers"]),
+        bbox_to_anchor=(0.5, -0.13),
+        ncol=min(len(results["optimizers"]), 5),
     )
     settings = "; ".join(f"{name} = {run['setting']}" for name, run in results["optimizers"].items())
     named = {run["optimizer"] for run in results["optimizers"].values()}
     notes = "".join(f"\n{name}: {note}" for name, note in results["notes"].items() if name in named)
-    fig.suptitle(
-        f"Rare tokens, every optimizer: same data stream, {results['steps']} steps, "
-        f"{at.replace('every optimizer ', '')}",
-        fontsize=13,
-        fontweight="bold",
+    title = f"Rare tokens, every optimizer: same data stream, {results['steps']} steps, " + at.replace(
+        "every optimizer ", ""
     )
-    fig.supxlabel(settings + notes, fontsize=7.5, color=style.MUTED)
+    fig.suptitle(style.fill(title, style.WIDTH, 12), fontsize=12, fontweight="bold")
+    fig.supxlabel(style.fill(settings + notes, style.WIDTH), fontsize=style.SMALL, color=style.MUTED)
     return fig
 
 
@@ -321,7 +312,7 @@ def plot_sweep_errors(ax, results: dict[str, Any], name: str, label: str) -> Non
             f"shaded: diverged, from η = {first:g}",
             transform=ax.transAxes,
             color=style.BAD,
-            fontsize=8,
+            fontsize=style.SMALL,
             ha="right",
             va="top",
         )
@@ -332,7 +323,7 @@ def plot_sweep_errors(ax, results: dict[str, Any], name: str, label: str) -> Non
         0.97,
         " nominal η",
         transform=ax.get_xaxis_transform(),
-        fontsize=7.5,
+        fontsize=style.SMALL,
         color=style.MUTED,
         va="top",
         clip_on=True,
@@ -343,7 +334,7 @@ def plot_sweep_errors(ax, results: dict[str, Any], name: str, label: str) -> Non
     why = {} if alive else {"empty": "diverged at every swept η: no error to draw"}
     style.log_scale(ax, "y", *alive, **why)
     ax.set_xlabel("learning rate η (log scale)")
-    ax.set_ylabel("RMS of w − w* over the last quarter (log)")
+    ax.set_ylabel("RMS of w − w*, last quarter (log)")
     ax.set_title(f"{label}: error per token against η", fontsize=10.5)
 
 
@@ -364,14 +355,16 @@ def plot_tradeoff(ax, results: dict[str, Any]) -> None:
         ax.plot(jitter, rare_error, color=color, lw=1.6, marker="o", ms=4, label=label)
         for lr, x, y in zip(lrs, rare_error, jitter, strict=True):
             if np.isfinite(x) and np.isfinite(y):
-                ax.annotate(f"{lr:g}", (y, x), textcoords="offset points", xytext=(4, 3), fontsize=6.5, color=color)
+                ax.annotate(
+                    f"{lr:g}", (y, x), textcoords="offset points", xytext=(4, 3), fontsize=style.SMALL, color=color
+                )
     ax.axhline(results["learned_within"], color=style.MUTED, lw=0.8, ls=":")
     ax.text(
         0.99,
         results["learned_within"],
         f"learned: RMS ≤ {results['learned_within']:g}",
         transform=ax.get_yaxis_transform(),
-        fontsize=7.5,
+        fontsize=style.SMALL,
         color=style.MUTED,
         ha="right",
         va="bottom",
@@ -388,7 +381,10 @@ def plot_tradeoff(ax, results: dict[str, Any]) -> None:
 
 
 def lr_sweep(results: dict[str, Any]) -> Figure:
-    fig, axes = plt.subplots(1, 3, figsize=(18, 6.2), layout="constrained")
+    # the two optimizers' errors side by side (one y scale), the trade-off full width below them
+    fig = plt.figure(figsize=(style.WIDTH, 9.5), layout="constrained")
+    grid = fig.add_gridspec(2, 2)
+    axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])]
     plot_sweep_errors(axes[0], results, "sgd", "SGD")
     plot_sweep_errors(axes[1], results, "adam", "Adam")
     plot_tradeoff(axes[2], results)
@@ -399,8 +395,8 @@ def lr_sweep(results: dict[str, Any]) -> Figure:
     # one legend for both panels, which share the tokens' colours (the SGD panel had none)
     handles, labels = axes[0].get_legend_handles_labels()
     if labels:
-        fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
-    fig.suptitle(sweep_title(results), fontsize=12, fontweight="bold")
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 3))
+    fig.suptitle(style.fill(sweep_title(results), style.WIDTH, 12), fontsize=12, fontweight="bold")
     return fig
 
 

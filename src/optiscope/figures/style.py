@@ -27,6 +27,7 @@ import hashlib
 import io
 import math
 import re
+import textwrap
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -43,6 +44,12 @@ from matplotlib.table import Table  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 from ..runs import atomic_write_bytes  # noqa: E402
+
+#: A figure is at most this wide, in inches (``DPI`` pixels each), and no text of it is smaller than ``SMALL`` points:
+#: then the docs' text column (about 690 px at a 1,400 px window) shows every text of it at 9 px or more
+#: (``LEGIBLE_PX``), and the report, wider, more. A figure with more panels grows downwards, never wider.
+WIDTH = 8.6
+SMALL = 8.5
 
 BACKGROUND = "#fbfbf9"
 INK = "#1c1c1c"
@@ -71,7 +78,7 @@ RC = {
     "savefig.facecolor": BACKGROUND,
     "axes.edgecolor": "#9a9a9a",
     "axes.labelcolor": INK,
-    "axes.titlesize": 11,
+    "axes.titlesize": 10.5,
     "axes.titleweight": "bold",
     "axes.labelsize": 9.5,
     "axes.spines.top": False,
@@ -81,9 +88,9 @@ RC = {
     "grid.linewidth": 0.7,
     "xtick.color": INK,
     "ytick.color": INK,
-    "xtick.labelsize": 8.5,
-    "ytick.labelsize": 8.5,
-    "legend.fontsize": 8,
+    "xtick.labelsize": SMALL,
+    "ytick.labelsize": SMALL,
+    "legend.fontsize": SMALL,
     "legend.frameon": False,
     "text.color": INK,
     "font.family": "DejaVu Sans",
@@ -261,7 +268,7 @@ def note(ax, text: str, xy: tuple[float, float], color: str = INK, **kwargs) -> 
         *xy,
         text,
         transform=ax.transAxes,
-        fontsize=8,
+        fontsize=SMALL,
         color=color,
         va=kwargs.pop("va", "top"),
         ha=kwargs.pop("ha", "left"),
@@ -306,7 +313,7 @@ def log_scale(ax, axis: str, *data, empty: str = "no positive values to show on 
         transform=ax.transAxes,
         ha="center",
         va="center",
-        fontsize=8,
+        fontsize=SMALL,
         color=MUTED,
     )
     return False
@@ -361,6 +368,31 @@ def wrap_name(name: str, width: int = 12) -> str:
             lines.append("")
         lines[-1] += part
     return "\n".join(line.rstrip() for line in lines)
+
+
+def panels(n: int, height: float, extra: float = 1.0, **kwargs) -> tuple[Figure, np.ndarray]:
+    """A figure of ``n`` panels, two to a row (more make it taller, never wider), each ``height`` inches tall, with
+    ``extra`` inches for titles and legends; the panels as a 2-D array, those past ``n`` switched off."""
+    cols = min(2, max(n, 1))
+    rows = max(math.ceil(n / cols), 1)
+    size = (WIDTH, height * rows + extra)
+    fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False, layout="constrained", **kwargs)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return fig, axes
+
+
+def column(columns: int) -> float:
+    """The width, in inches, a panel's title may take in a figure of ``columns`` panels side by side (its axis
+    labels take the rest)."""
+    return WIDTH / columns * 0.85
+
+
+def fill(text: str, width: float, size: float = SMALL) -> str:
+    """``text`` broken at spaces into lines that fit ``width`` inches at ``size`` points (a title or note over a
+    panel of that width: matplotlib wraps only at the figure's edge); existing line breaks are kept."""
+    per_line = max(12, int(width * 72 / (0.62 * size)))  # DejaVu Sans: about 0.6 em a character, bold a little more
+    return "\n".join(textwrap.fill(line, per_line, break_on_hyphens=False) for line in text.split("\n"))
 
 
 def fmt(x, spec: str = ".3g", missing: str = "—") -> str:

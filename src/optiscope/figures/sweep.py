@@ -31,7 +31,7 @@ def _title(results: dict[str, Any]) -> str:
 
 
 def sensitivity(results: dict[str, Any]) -> Figure:
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(style.WIDTH, 5.5), layout="constrained")
     lrs, values = [], []
     colors = style.run_colors(results["optimizers"])
     for name, tuned in results["optimizers"].items():
@@ -61,17 +61,17 @@ def sensitivity(results: dict[str, Any]) -> Figure:
         style.log_scale(ax, "x", lrs)
     ax.set_xlabel("learning rate η")
     ax.set_ylabel(results["objective"]["description"])
-    ax.legend(fontsize=8)
+    ax.legend()
     legend = "× : a trial that diverged, crashed or never got there"
     if "fresh_seeds" in results:
         legend = "points, lines: the tuning seeds; ◆: the fresh seeds' mean at the tuned η; " + legend
-    ax.set_title(_title(results) + "\n" + legend, fontsize=9)
+    ax.set_title(style.fill(_title(results) + "\n" + legend, style.column(1), 10), fontsize=10)
     return fig
 
 
 def tuned(results: dict[str, Any]) -> Figure:
     names = [n for n, t in results["optimizers"].items() if t["tuned_lr"] is not None]
-    fig, ax = plt.subplots(figsize=_width(names))
+    fig, ax = plt.subplots(figsize=(style.WIDTH, 5.0), layout="constrained")
     if not names:
         style.nothing_to_show(ax, "no optimizer has a tuned learning rate (every trial failed)")
         return fig
@@ -86,19 +86,19 @@ def tuned(results: dict[str, Any]) -> Figure:
             err = [[mean - low], [high - mean]] if np.isfinite(low) and np.isfinite(high) else None
             ax.errorbar([i + 0.15], [mean], yerr=err, fmt="s", color=color, capsize=4)
     labels = [f"{style.wrap_name(n)}\nη = {results['optimizers'][n]['tuned_lr']:g}" for n in names]
-    ax.set_xticks(range(len(names)), labels, fontsize=8)
+    ax.set_xticks(range(len(names)), labels)
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel(results["objective"]["description"])
     one_seed = all(len(results["optimizers"][n]["values"]) < 2 for n in names)
     shown = "one seed: no spread, no interval" if one_seed else "mean with Student's t 95% interval"
     seeds = "fresh seeds (which chose nothing)" if "fresh_seeds" in results else "seeds"
-    ax.set_title(_title(results) + f"\n{seeds} as points; {shown}", fontsize=9)
+    ax.set_title(style.fill(_title(results) + f"\n{seeds} as points; {shown}", style.column(1), 10), fontsize=10)
     return fig
 
 
 def steps_to_target(results: dict[str, Any]) -> Figure:
     found = results.get("steps_to_target")
-    fig, ax = plt.subplots(figsize=_width(found["optimizers"] if found else ()))
+    fig, ax = plt.subplots(figsize=(style.WIDTH, 5.0), layout="constrained")
     if not found:
         style.nothing_to_show(ax, "no curve of several points (evaluations in training) to read steps to a target from")
         return fig
@@ -122,27 +122,22 @@ def steps_to_target(results: dict[str, Any]) -> Figure:
                 transform=ax.get_xaxis_transform(),
                 ha="center",
                 va="top",
-                fontsize=8,
+                fontsize=style.SMALL,
                 color=style.BAD,
             )
-    ax.set_xticks(range(len(names)), [style.wrap_name(n) for n in names], fontsize=8)
+    ax.set_xticks(range(len(names)), [style.wrap_name(n) for n in names])
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylabel("steps")
     reaches = "≥" if results["objective"].get("direction") == "max" else "≤"
     over = "fresh seeds" if "fresh_seeds" in results else "seeds"
-    ax.set_title(
+    title = (
         f"steps until {results['objective'].get('curve', 'the curve')} {reaches} {found['target']:.4g} "
         f"(the worst tuned mean of {results['objective']['description']}), "
         f"at each tuned η\nbars: the mean curve over the {over}; points: each one's own curve\n"
-        f"{(results.get('comparison') or {}).get('verdict', '')}",
-        fontsize=9,
+        f"{(results.get('comparison') or {}).get('verdict', '')}"
     )
+    ax.set_title(style.fill(title, style.column(1), 10), fontsize=10)
     return fig
-
-
-def _width(names) -> tuple[float, float]:
-    """A figure with a column per optimizer: about an inch for each, 7 inches at least."""
-    return max(7.0, 1.05 * len(names) + 1.0), 4.5
 
 
 FIGURES = {

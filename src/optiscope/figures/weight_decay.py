@@ -55,7 +55,8 @@ def stats_text(stats: dict[str, float]) -> str:
 
 
 def weight_decay(story: dict[str, Any]) -> Figure:
-    fig, axes = plt.subplots(2, 2, figsize=(15, 11.5), layout="constrained")
+    fig, axes = plt.subplots(2, 2, figsize=(style.WIDTH, 10), layout="constrained")
+    half = style.column(2)
     group = np.asarray(story["group"])
     scales = story["group_scales"]
     colors = style.ramp(len(scales))
@@ -81,7 +82,7 @@ def weight_decay(story: dict[str, Any]) -> Figure:
         ax.set_title(f"{LABELS.get(name, name)}: final weights", fontsize=10.5)
         ax.set_xlabel("weight value")
         ax.set_ylabel("count")
-        ax.legend(loc="upper left", fontsize=7.5)
+        ax.legend(loc="upper left")
         style.note(ax, stats_text(story["runs"][name]["stats"]), (0.98, 0.97), ha="right")
     top = max(ax.get_ylim()[1] for ax in axes[0])
     for ax in axes[0]:
@@ -104,7 +105,7 @@ def weight_decay(story: dict[str, Any]) -> Figure:
                 textcoords="offset points",
                 xytext=(0, -11 if below else 5),
                 ha="center",
-                fontsize=7.5,
+                fontsize=style.SMALL,
                 color=style.optimizer_color(name),
             )
     for j in range(1, len(scales)):
@@ -113,8 +114,9 @@ def weight_decay(story: dict[str, Any]) -> Figure:
     decay_ax.set_xticks([index[group == j].mean() for j in range(len(scales))])
     decay_ax.set_xticklabels([f"group s = {s:g}" for s in scales])
     decay_ax.set_ylabel("fraction of θ removed per step (log)")
-    decay_ax.set_title("Effective decay per parameter: ηλ (AdamW) vs ηλ/(√v̂ + ε) (Adam+L2)", fontsize=10.5)
-    decay_ax.legend(loc="upper right", fontsize=7.5)
+    title = "Effective decay per parameter: ηλ (AdamW) vs ηλ/(√v̂ + ε) (Adam+L2)"
+    decay_ax.set_title(style.fill(title, half, 10.5), fontsize=10.5)
+    decay_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12))
 
     fit_ax = axes[1, 1]
     optimum = np.asarray(story["l2_optimum"])
@@ -134,14 +136,15 @@ def weight_decay(story: dict[str, Any]) -> Figure:
     fit_ax.plot(line, line, color=style.INK, lw=0.8, ls="--", label="final = L2 optimum")
     fit_ax.set_xlabel("L2 optimum s²/(s² + λ) · w*")
     fit_ax.set_ylabel("final weight")
-    fit_ax.set_title("Where each method ends, against the L2-regularised optimum", fontsize=10.5)
-    fit_ax.legend(loc="upper left", fontsize=7.5)
+    fit_ax.set_title(style.fill("Where each method ends, against the L2-regularised optimum", half, 10.5))
+    fit_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12))
 
-    fig.suptitle(
+    head = (
         f"AdamW vs Adam+L2: λ = {story['weight_decay']:g}, η = {story['lr']:g}, {story['steps']} steps, "
         f"{len(group)} weights in {len(scales)} groups whose features (and gradients) are scaled by "
-        f"{', '.join(f'{s:g}' for s in scales)}\n" + "\n".join(claim_lines(story)),
-        fontsize=10.5,
-        fontweight="bold",
+        f"{', '.join(f'{s:g}' for s in scales)}"
+    )
+    fig.suptitle(
+        style.fill("\n".join([head, *claim_lines(story)]), style.WIDTH, 10.5), fontsize=10.5, fontweight="bold"
     )
     return fig

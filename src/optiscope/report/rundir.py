@@ -202,7 +202,8 @@ def read_metrics(path: Path, problems: list[str] | None = None) -> list[dict[str
         else:
             bad += 1
     if bad:
-        problems.append(f"{path.name}: {bad} line(s) that are not monitor records were skipped")
+        said = "line that is not a monitor record was" if bad == 1 else "lines that are not monitor records were"
+        problems.append(f"{path.name}: {bad} {said} skipped")
     return records
 
 
