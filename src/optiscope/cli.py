@@ -263,10 +263,10 @@ def cmd_plot(args: argparse.Namespace, console: Console) -> int:
     return report_figures(figures.draw_run(args.dir, read_results(args.dir)), args.dir, console)
 
 
-#: What the demo says as it starts the experiments that take most of its time, so that a long wait is expected:
-#: their share of the experiments' time in ``make demo`` (CPU seconds of each quick run on the 2-core development
-#: machine, docs/getting-started.md; lm trains five small GPTs, entropy trains one and probes it).
-DEMO_SLOW = {"lm": "the demo's longest: about half of its time", "entropy": "about a fifth of the demo's time"}
+#: What the demo says as it starts the experiments that take most of its time, so that a long wait is expected: their
+#: share of the experiments' CPU time in ``make demo`` from a fresh clone (one thread; lm 52 s and adder 53 s of 187 s:
+#: lm trains five small GPTs, adder one tiny transformer for 4,000 steps; next, entropy 33 s), as getting-started says.
+DEMO_SLOW = dict.fromkeys(("lm", "adder"), "one of the demo's two slow ones: about a quarter of its time")
 
 #: seconds the demo may be silent, writing to a file or a pipe (``make demo`` into a CI log), before it says which
 #: experiment is still running: a log that stops for minutes looks like a job that hangs

@@ -26,7 +26,7 @@ def test_a_half_written_last_line_is_left_out_and_said(tmp_path):
     problems = []
     assert read_metrics(path, problems) == records
     assert any("last line is incomplete" in p for p in problems)
-    assert any("1 line(s)" in p for p in problems)
+    assert any("1 line that is not a monitor record" in p for p in problems)
 
 
 def test_unknown_experiment_and_missing_results_are_named(tmp_path):

@@ -416,11 +416,12 @@ def status_text(run: RunDir, name: str | None = None) -> str:
         diverged, crashed, total, what = failed_runs(run.results)
         # runs of a finished study that diverged (Adam at SGD's η, landscapes' largest η) are among its findings,
         # said plainly; a crash is no run's outcome (the machine's, or a bug)
-        some = "".join(
-            f', <span class="{kind}">{html.escape(f"{count} of {total} {what} {how}")}</span>'
+        some = "; ".join(
+            f'<span class="{kind}">{html.escape(f"{count} of {total} {what} {how}")}</span>'
             for count, how, kind in ((diverged, "diverged", "finding"), (crashed, "crashed", "status-bad"))
             if count and status == "ok"
         )
+        some = f", {some}" if some else ""
         took = run.results.get("wall_seconds")
         extra = f" in {took:.0f} s" if isinstance(took, int | float) else ""
         extra += " since it was resumed" if extra and run.results.get("resumed") else ""
