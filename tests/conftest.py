@@ -82,7 +82,7 @@ def demo(tmp_path_factory) -> Demo:
     """``make demo`` once per session, as the Makefile runs it (``python -m optiscope demo``) into a pipe, from a
     shell whose PATH lacks the environment's ``bin`` (one that has not activated it): every experiment's quick
     run, their figures and the report page, shared by the tests of the demo's output, its headlines, its figures
-    in the report and Getting started's shell steps (about a minute on 2 cores)."""
+    in the report and Getting started's shell steps (about three minutes of one core)."""
     out = tmp_path_factory.mktemp("demo") / "demo"
     own_bin = str(Path(sys.prefix, "bin").resolve())
     path = os.pathsep.join(
