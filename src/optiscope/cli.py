@@ -486,7 +486,10 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         spread = fresh_seeds(t)
         edge = "" if t["interior"] else " (at an end of the grid that was run: its optimum may lie beyond)"
         chose = f"; the {len(results['seeds'])} tuning seed(s) that chose it: {t['tuning_mean']:.4g}"
-        console.print(f"  {name}: tuned lr {t['tuned_lr']:g}{edge}, fresh seeds {spread}{chose}", highlight=False)
+        centre = f" (grid centred on its suggestion {t['centre_lr']:.3g})" if config.lr_from == "suggest" else ""
+        console.print(
+            f"  {name}: tuned lr {t['tuned_lr']:g}{edge}{centre}, fresh seeds {spread}{chose}", highlight=False
+        )
     for name in (name for name in results["optimizers"] if name not in results["ranking"]):
         # every trial at +∞: say what each of them did (diverged, crashed, or ran and missed the target)
         console.print(

@@ -126,7 +126,7 @@ def sweepable() -> list[str]:
     Examples:
         >>> from optiscope import experiments
         >>> experiments.sweepable()
-        ['rare-tokens', 'landscapes', 'lm', 'adder']
+        ['rare-tokens', 'landscapes', 'lm', 'adder', 'mlp']
 
     Notes:
         It imports every experiment's module to look (``entropy`` and ``edge-of-stability`` declare none).

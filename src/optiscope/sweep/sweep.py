@@ -66,7 +66,7 @@ class SweepConfig:
 
     Args:
         experiment: an experiment that declares objectives (``experiments.sweepable()``: ``rare-tokens``,
-            ``landscapes``, ``lm``, ``adder``).
+            ``landscapes``, ``lm``, ``adder``, ``mlp``).
         optimizers: optimizer specs, each once (``optim.build_optimizer``'s: a recipe name, a registered recipe or a
             dotted path to a ``torch.optim.Optimizer`` subclass), e.g. ``("adamw", "muon+adamw",
             "torch.optim.NAdam@1e-3")``. ``name@η`` says where its automatic grid starts (the centre η₀), for an
