@@ -623,6 +623,15 @@ def stage_report(out: Path) -> None:
             if name.startswith(f"{task}-{batch}-"):
                 zs.append(f"{name.split('-', 2)[2]} {(mean - truth['tuned_mean']) / truth['seed_std']:.1f}")
         print(f"- {key}: mean {mean:.4g} (η {free['lr']:g}); z: " + ", ".join(zs))
+    print("\n## What it cost\n")
+    for kind in ("truth", "from-suggest"):
+        records = [r for d in sorted((out / kind).glob("*")) for r in runs.read_jsonl(d / "trials.jsonl")]
+        hours = sum(r["wall_seconds"] for r in records) / 3600
+        print(f"- {kind} sweeps: {len(records)} trials, {hours:.1f} hours of trial time")
+    for cache in ("extra.jsonl", "free.jsonl"):
+        records = runs.read_jsonl(out / cache) if (out / cache).is_file() else []
+        hours = sum(r["wall_seconds"] for r in records) / 3600
+        print(f"- {cache}: {len(records)} trials, {hours:.1f} hours of trial time")
     path = out / "from-suggest.jsonl"
     if path.is_file():
         print("\n## --lr-from suggest against the full sweep\n")

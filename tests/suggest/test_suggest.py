@@ -1,5 +1,5 @@
-"""suggest_lr on quadratics whose edge and optimum are known in closed form, the caller's model and random state
-left exactly as they were, and each bad input refused in one line."""
+"""suggest_lr leaves the caller's model and random state exactly as they were, falls back where an optimizer has no
+threshold and says so, replays a one-shot iterator, stays within its steps, and refuses each bad input in one line."""
 
 import math
 import random

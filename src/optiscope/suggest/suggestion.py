@@ -19,7 +19,7 @@ class LRSuggestion:
 
     What [`suggest_lr`][optiscope.suggest.suggest_lr] returns. ``lr`` = σ · ``edge``, where ``edge`` is the η at
     which the measured (preconditioned) sharpness reaches the optimizer's stability threshold c/η and σ the
-    method's factor, fitted on the calibration tasks of the evaluation (``docs/suggest-lr-evaluation.md``); a
+    method's factor, fitted on the calibration tasks of the evaluation (``docs/experiments/suggest-lr.md``); a
     fallback (an optimizer without a known threshold) says so in ``method`` and ``notes``.
 
     Args:
