@@ -622,7 +622,7 @@ def stage_report(out: Path) -> None:
         for name, truth in truths.items():
             if name.startswith(f"{task}-{batch}-"):
                 zs.append(f"{name.split('-', 2)[2]} {(mean - truth['tuned_mean']) / truth['seed_std']:.1f}")
-        print(f"- {key}: mean {mean:.4g} (η {free['lr']:g}); z: " + ", ".join(zs))
+        print(f"- {key}: mean {mean:.4g} (η {free['lr']:g}); z: " + (", ".join(zs) or "no tuned case to compare"))
     print("\n## What it cost\n")
     for kind in ("truth", "from-suggest"):
         records = [r for d in sorted((out / kind).glob("*")) for r in runs.read_jsonl(d / "trials.jsonl")]
