@@ -48,6 +48,7 @@ EXPERIMENTS = {
     "entropy": (["--quick"], ["entropy_delta_vs_eta_aggregate", "entropy_loglog"]),
     "adder": (["--threads", "1"], ["adder_explainer", "adder_training"]),
     "edge-of-stability": (["--threads", "1"], ["sharpness", "preconditioned"]),
+    "mlp": (["--threads", "1"], ["mlp_curves"]),
 }
 
 # the zoo page's runs: name -> (the command after `optiscope`, without --out; figures to keep)

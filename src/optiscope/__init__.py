@@ -21,6 +21,8 @@ EXPORTS = {
     "stability_threshold": "curvature",
     "update_direction": "probe",
     "probe_step": "probe",
+    "suggest_lr": "suggest",
+    "LRSuggestion": "suggest",
 }
 __all__ = list(EXPORTS)
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:  # for type checkers and the API reference, which read the sou
     from .monitor import Curvature, Monitor  # noqa: F401
     from .optim import RECIPES, build_optimizer  # noqa: F401
     from .probe import probe_step, update_direction  # noqa: F401
+    from .suggest import LRSuggestion, suggest_lr  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

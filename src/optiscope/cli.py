@@ -1,5 +1,6 @@
 """The ``optiscope`` command: ``list``, ``run <name> --out DIR [--quick]``, ``plot DIR``, ``demo``,
-``sweep <name> --optimizers a,b --out DIR``, ``report DIR [DIR ...] [--out FILE] | --watch DIR``.
+``sweep <name> --optimizers a,b --out DIR``, ``suggest-lr <name> --optimizers a,b --out DIR``,
+``report DIR [DIR ...] [--out FILE] | --watch DIR``.
 
 Every experiment's options come from its ``Config`` dataclass, so ``optiscope run <name> --help``
 always lists exactly what the experiment accepts, with its defaults.
@@ -37,6 +38,7 @@ from rich.table import Table
 from . import __version__, contracts, experiments, figures, optim, runs, sweep
 from .errors import ConfigError, UserError
 from .optim.recipes import register_table
+from .suggest.methods import METHODS
 from .sweep.sweep import OWNS as SWEEP_OWNS
 from .sweep.sweep import RESERVED as SWEEP_RESERVED
 from .train.distributed import leave_job
@@ -191,7 +193,7 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The experiment's options among the parsed arguments of ``run`` or ``sweep`` (not the run
     directory's, nor the sweep's own)."""
     lifecycle = ("command", "name", "out", "quick", "resume", "force", "recipes")
-    own = SWEEP_OPTIONS if args.command == "sweep" else ()
+    own = {"sweep": SWEEP_OPTIONS, "suggest-lr": SUGGEST_OPTIONS}.get(args.command, ())
     return {k: v for k, v in vars(args).items() if k not in lifecycle and k not in own}
 
 
@@ -446,7 +448,20 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 
 
 #: The sweep's own options (parsed into these names; every other option goes to each trial).
-SWEEP_OPTIONS = ("optimizers", "seeds", "lrs", "workers", "backend", "address", "objective")
+SWEEP_OPTIONS = (
+    "optimizers",
+    "seeds",
+    "lrs",
+    "workers",
+    "backend",
+    "address",
+    "objective",
+    "factor",
+    "lr_from",
+    "budget",
+)
+#: suggest-lr's own options (every other option goes to the experiment's configuration).
+SUGGEST_OPTIONS = ("budget", "method")
 
 
 def parse_lrs(text: str) -> tuple[float, ...] | None:
@@ -476,6 +491,9 @@ def sweep_config(args: argparse.Namespace) -> sweep.SweepConfig:
         workers=args.workers,
         backend=args.backend,
         address=args.address,
+        factor=args.factor,
+        lr_from=args.lr_from,
+        budget=args.budget,
     )
 
 
@@ -507,7 +525,10 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         spread = fresh_seeds(t)
         edge = "" if t["interior"] else " (at an end of the grid that was run: its optimum may lie beyond)"
         chose = f"; the {len(results['seeds'])} tuning seed(s) that chose it: {t['tuning_mean']:.4g}"
-        console.print(f"  {name}: tuned lr {t['tuned_lr']:g}{edge}, fresh seeds {spread}{chose}", highlight=False)
+        centre = f" (grid centred on its suggestion {t['centre_lr']:.3g})" if config.lr_from == "suggest" else ""
+        console.print(
+            f"  {name}: tuned lr {t['tuned_lr']:g}{edge}{centre}, fresh seeds {spread}{chose}", highlight=False
+        )
     for name in (name for name in results["optimizers"] if name not in results["ranking"]):
         # every trial at +∞: say what each of them did (diverged, crashed, or ran and missed the target)
         console.print(
@@ -591,6 +612,20 @@ def add_sweep_parser(sub: Any) -> None:
             metavar="NAME",
             help="which declared objective to tune for (default: the first)",
         )
+        p.add_argument(
+            "--factor",
+            type=float,
+            default=sweep.sweep.grid.FACTOR,
+            metavar="FLOAT",
+            help="ratio between neighbouring lrs of the automatic grid, e.g. 1.414 for a fine one (default: √10)",
+        )
+        p.add_argument(
+            "--lr-from",
+            default="usual",
+            metavar="usual|suggest",
+            help="centre each automatic grid on the experiment's usual lr or on suggest-lr's (default: usual)",
+        )
+        add_budget_argument(p)
         p.add_argument("--workers", type=int, default=1, metavar="INT", help="trials run at a time (default: 1)")
         p.add_argument(
             "--backend", default="local", metavar="NAME", help="local (a process pool) or ray (default: local)"
@@ -604,6 +639,81 @@ def add_sweep_parser(sub: Any) -> None:
         p.add_argument("--resume", action="store_true", help="continue the sweep in --out, keeping finished trials")
         p.add_argument("--force", action="store_true", help="replace the sweep in --out")
         add_config_arguments(p, module, skip=(*SWEEP_RESERVED, *SWEEP_OPTIONS))
+
+
+def add_budget_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=experiments.DEFAULT_BUDGET,
+        metavar="FLOAT",
+        help="share of a run's steps × batch a suggestion may spend (default: 0.05)",
+    )
+
+
+def add_suggest_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "suggest-lr",
+        help="a learning rate per optimizer before any sweep: optiscope suggest-lr <name> --optimizers a,b --out DIR",
+    )
+    names = parser.add_subparsers(dest="name", metavar="name")
+    names.required = True
+    for name in experiments.suggestable():
+        module = experiments.load(name)
+        p = names.add_parser(
+            name, help=module.SUMMARY, description=f"Suggest learning rates for {name}: {module.SUMMARY}"
+        )
+        p.add_argument("--out", required=True, type=out_dir, metavar="DIR", help="where suggestion.json is written")
+        p.add_argument("--quick", action="store_true", help="probe the experiment's quick configuration")
+        p.add_argument("--force", action="store_true", help="replace the suggestion.json in --out")
+        add_budget_argument(p)
+        p.add_argument(
+            "--method",
+            default=next(iter(METHODS)),
+            metavar="NAME",
+            help=f"how the probe reads the lr: {', '.join(METHODS)} (default: {next(iter(METHODS))})",
+        )
+        add_recipes_argument(p)
+        add_config_arguments(p, module, skip=("seeds",))
+
+
+#: The file ``suggest-lr`` writes into --out.
+SUGGESTION = "suggestion.json"
+
+
+def cmd_suggest(args: argparse.Namespace, console: Console) -> int:
+    """Suggest a learning rate for each optimizer of the experiment's configuration and write them to
+    ``--out/suggestion.json`` (atomically; an existing one only with --force)."""
+    load_recipes(args)
+    path = args.out / SUGGESTION
+    if path.exists() and not args.force:
+        raise UserError(f"{path} exists; pass --force to replace it, or choose another --out")
+    if args.out.exists() and not args.out.is_dir():
+        raise UserError(f"--out {args.out} is a file; give a directory for suggestion.json")
+    overrides = config_overrides(args)
+    if "optimizers" in overrides:  # a suggestion needs no lr: one that has no usual lr here is not refused for it
+        named = [item.strip() for item in overrides["optimizers"].split(",")]
+        overrides["optimizers"] = ",".join(item if "@" in item or not item else f"{item}@1" for item in named)
+    config = experiments.build_config(experiments.load(args.name), args.quick, overrides)
+    found = experiments.suggest(args.name, config, args.budget, args.method)
+    for name, s in found.items():
+        console.print(
+            f"  {name}: lr {s.lr:.3g} (band {s.low:.3g} … {s.high:.3g}), {s.steps_used:g} of {s.steps} passes, "
+            f"{s.method}" + (f" ({s.threshold})" if s.threshold else ""),
+            highlight=False,
+        )
+    document = {
+        "experiment": args.name,
+        "optiscope": __version__,
+        "quick": args.quick,
+        "budget": args.budget,
+        "config": experiments.config_dict(config),
+        "optimizers": {name: s.to_dict() for name, s in found.items()},
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs.atomic_write_json(path, document)
+    console.print(f"[bold]suggest-lr {args.name}[/bold]: {path}", highlight=False)
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -654,7 +764,7 @@ def make_parser() -> argparse.ArgumentParser:
         description="A PyTorch laboratory for optimizers: run an experiment, get data and figures.",
     )
     parser.add_argument("--version", action="version", version=f"optiscope {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{list,run,plot,demo,sweep,report}")
+    sub = parser.add_subparsers(dest="command", metavar="{list,run,plot,demo,sweep,suggest-lr,report}")
     sub.required = True
     sub.add_parser("list", help="list the experiments")
     run = sub.add_parser("run", help="run an experiment: optiscope run <name> --out DIR [--quick]")
@@ -694,6 +804,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     page.add_argument("--watch", action="store_true", help="serve the page on 127.0.0.1, refreshing as the run writes")
     add_sweep_parser(sub)
+    add_suggest_parser(sub)
     return parser
 
 
@@ -731,9 +842,12 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(soft_wrap=True)
     parser = make_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    named = argv[1] if len(argv) > 1 and argv[0] in ("run", "sweep") and not argv[1].startswith("-") else None
-    if named is not None and named not in experiments.EXPERIMENTS:  # one line, not argparse's usage block
-        valid = sorted(experiments.sweepable() if argv[0] == "sweep" else experiments.EXPERIMENTS)
+    commands = ("run", "sweep", "suggest-lr")
+    named = argv[1] if len(argv) > 1 and argv[0] in commands and not argv[1].startswith("-") else None
+    offered = experiments.suggestable() if argv[:1] == ["suggest-lr"] else experiments.EXPERIMENTS
+    if named is not None and named not in offered:  # one line, not argparse's usage block
+        listed = {"sweep": experiments.sweepable, "suggest-lr": experiments.suggestable}
+        valid = sorted(listed.get(argv[0], lambda: experiments.EXPERIMENTS)())
         known = ", ".join(valid) or "none declares an objective"
         _error_once_per_machine(f"{argv[0]}: unknown experiment {named!r}; valid: {known}")
         return EXIT_BAD_INPUT
@@ -766,6 +880,7 @@ def run_command(args: argparse.Namespace, argv: list[str], console: Console) -> 
         "demo": lambda: cmd_demo(args, console),
         "report": lambda: cmd_report(args, console),
         "sweep": lambda: cmd_sweep(args, console),
+        "suggest-lr": lambda: cmd_suggest(args, console),
     }[args.command]
     try:
         with terminate_as_interrupt():

@@ -28,3 +28,18 @@ class ConfigError(UserError, ValueError):
         >>> issubclass(experiments.ConfigError, ValueError)
         True
     """
+
+
+class SuggestionError(UserError, ValueError):
+    """Input from which no learning rate can be suggested; the message names it and what would do.
+
+    A ``UserError`` (bad input: the command line prints it as one line and exits 2) and a ``ValueError``.
+    [`suggest_lr`][optiscope.suggest.suggest_lr] raises it for batches that give none, an optimizer whose groups
+    hold no lr, a loss that is not finite at the first probe step, and too few steps for one measurement (the
+    message says the least that works).
+
+    Examples:
+        >>> from optiscope.errors import SuggestionError
+        >>> issubclass(SuggestionError, ValueError)
+        True
+    """

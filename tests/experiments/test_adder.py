@@ -184,3 +184,15 @@ def test_explain_reads_the_model():
     assert torch.equal(torch.tensor(ex["token_vectors"]), model.token.digits().detach())
     assert len(ex["norm_gains"]) == 3 and len(ex["norm_gains"][0]) == 11
     assert sum(ex["component_totals"].values()) == ex["params"] and len(ex["routing"]) == cfg.n_heads
+
+
+def test_the_first_step_of_the_run_is_the_trainees(tmp_path, small_scorer):
+    """The loss of seed 1's first step (the monitor's record at step 1) is the trainee's loss on its first batch at
+    its weights: suggest-lr probes the model, the batches and the order this experiment trains on."""
+    cfg = E.Config(**dict(TINY, steps=3, warmup_steps=1, eval_every=3, log_every=1, params_budget=100))
+    first = train(cfg, tmp_path, small_scorer)["train"]["loss"][0]
+    trainee = E.trainee(cfg, ADAMW)
+    with torch.no_grad():
+        assert float(trainee.loss_fn(trainee.model, next(iter(trainee.batches)))) == pytest.approx(first, rel=1e-6)
+    assert (trainee.steps, trainee.batch_size, trainee.weight_decay) == (3, cfg.batch_size, cfg.weight_decay)
+    assert E.OBJECTIVES["train_loss"].read({"runs": [{"train": {"loss": [2.0, 1.5]}}]}) == 1.5

@@ -233,3 +233,17 @@ def test_curvature_every_must_be_a_multiple_of_log_every_and_within_the_run():
         lm.Config(log_every=10, curvature_every=15)
     with pytest.raises(lm.ConfigError, match="--curvature-every=100 exceeds --steps=40: nothing would be measured"):
         lm.Config(steps=40, log_every=10, curvature_every=100)
+
+
+def test_the_first_step_of_the_run_is_the_trainees(text, tmp_path):
+    """The loss of the run's first step (the monitor's record at step 1) is the trainee's loss on its first batch at
+    its weights: suggest-lr probes the GPT, the batches and the order this experiment trains on."""
+    options = ["--optimizers", "adamw", "--steps", "4", "--log-every", "1"]
+    assert run_cli(tmp_path / "run", text, *options) == 0
+    first = runs.read_json(tmp_path / "run" / "results.json")["runs"]["adamw"]["train"]["loss"][0]
+    parsed = cli.make_parser().parse_args(["run", "lm", "--out", "x", "--text", str(text), *TINY, *options])
+    config = build_config(lm, False, cli.config_overrides(parsed))
+    trainee = lm.trainee(config, lm.runs_of(config)[0])
+    with torch.no_grad():
+        assert float(trainee.loss_fn(trainee.model, next(iter(trainee.batches)))) == pytest.approx(first, rel=1e-6)
+    assert (trainee.steps, trainee.batch_size, trainee.decay_vectors) == (4, 4, False)

@@ -30,6 +30,10 @@ COMMANDS = {
         *("--optimizers", "sgd@0.5,momentum@0.35,adam@0.01", "--steps", "30", "--measure-every", "5"),
         *("--examples", "32", "--width", "16", "--quiet"),
     ],
+    "mlp": [
+        *("--optimizers", "momentum,adamw,sgd@1e30", "--steps", "20", "--examples", "64", "--val-examples", "32"),
+        *("--width", "16", "--eval-every", "10", "--log-every", "5", "--quiet"),
+    ],
 }
 
 

@@ -95,6 +95,7 @@ MEASURED = {
         "runs.*.equilibrium",
         "runs.*.max_ratio",
     ],
+    "mlp": ["runs.*.train.loss.*", "runs.*.eval.val_loss.*", "runs.*.eval.accuracy.*", "runs.*.final.*"],
 }
 
 
@@ -141,6 +142,8 @@ def single_run(name, r):
         r["success"] = {best["label"]: {"perfect": 0, "tried": 1, "rate": 0.0}}
     elif name == "edge-of-stability":
         r["runs"] = r["runs"][:1]
+    elif name == "mlp":
+        r["runs"] = dict(list(r["runs"].items())[:1])
 
 
 def single_step(name, r):
@@ -172,6 +175,10 @@ def single_step(name, r):
         for run in r["runs"]:
             for key in ("step", "sharpness", "ratio", "loss", "hvps"):
                 run[key] = run[key][:1]
+    elif name == "mlp":
+        for run in r["runs"].values():
+            for series in ("train", "eval"):
+                run[series] = {k: v[:1] for k, v in run[series].items()}
 
 
 def diverge(name, r, step, which):
@@ -215,6 +222,12 @@ def diverge(name, r, step, which):
         keep = [i for i, s in enumerate(run["step"]) if s <= step]
         for key in ("step", "sharpness", "ratio", "loss", "hvps"):
             run[key] = [run[key][i] for i in keep]
+    elif name == "mlp":
+        run = r["runs"][list(r["runs"])[which % len(r["runs"])]]
+        run.update(status="diverged", divergence=divergence)
+        for series in ("train", "eval"):
+            keep = [i for i, s in enumerate(run[series]["step"]) if s <= step]
+            run[series] = {k: [v[i] for i in keep] for k, v in run[series].items()}
 
 
 @pytest.fixture(autouse=True)

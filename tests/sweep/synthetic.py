@@ -48,6 +48,7 @@ class Config:
     slow_above: float = math.inf
     started: str = ""
     sleep_while: str = ""
+    curvature: float = 20.0
     quiet: bool = field(default=False, metadata={"affects_results": False})
 
     def __post_init__(self) -> None:
@@ -128,6 +129,18 @@ OBJECTIVES = {
         curve=lambda results: (only_run(results["runs"])["curve"]["step"], only_run(results["runs"])["curve"]["value"]),
     )
 }
+
+
+def trainee(config, spec):
+    """A run to probe for ``--lr-from suggest``: ½·curvature·w² from w = 1, whose edge for SGD is 2/curvature."""
+    from torch import nn
+
+    from optiscope.experiments import Trainee
+
+    model = nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    return Trainee(model, lambda m, c: 0.5 * c * m.weight.sum() ** 2, [torch.tensor(config.curvature)], 400, 1)
 
 
 def without_wall_times(results: dict) -> dict:

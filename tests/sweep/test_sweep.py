@@ -4,12 +4,14 @@ an uninterrupted one without re-running finished trials."""
 
 import json
 import math
+import re
 
 import pytest
 
 from optiscope import experiments, figures, runs
 from optiscope.errors import ConfigError
 from optiscope.sweep import SweepConfig, backends, run_sweep, what_trials_did
+from optiscope.sweep.grid import auto_lr as grid_lr
 
 from .synthetic import without_wall_times
 
@@ -254,3 +256,49 @@ def test_a_resume_whose_trials_refuse_leaves_the_sweeps_config_as_it_was(synthet
     with pytest.raises(ConfigError, match="corpus file corpus.txt does not exist"):
         run_sweep(config(seeds=2), tmp_path / "s", resume=True)
     assert (tmp_path / "s" / "config.json").read_bytes() == before
+
+
+def test_lr_from_suggest_centres_each_grid_on_its_suggestion_and_resume_reads_it_back(synthetic, tmp_path):
+    """The synthetic run's probe is ½·20·w², whose SGD edge is 2/20 = 0.1 (the oracle: the closed form); the grid of
+    ratio √2 is centred on σ·0.1, and a resume takes the centre from suggestion.json, not from a new probe."""
+    sweep = config(optimizers=("sgd",), seeds=1, lr_from="suggest", factor=math.sqrt(2), options={"sgd_optimum": 0.05})
+    results = run_sweep(sweep, tmp_path / "s")
+    saved = runs.read_json(tmp_path / "s" / "suggestion.json")["optimizers"]["sgd"]
+    assert saved["edge"] == pytest.approx(0.1, rel=1e-3)
+    tuned = results["optimizers"]["sgd"]
+    assert tuned["centre_lr"] == saved["lr"]
+    grid = {grid_lr(saved["lr"], k, math.sqrt(2)) for k in range(-30, 31)}
+    assert {t["lr"] for t in results["trials"]} <= grid
+    assert abs(math.log(tuned["tuned_lr"] / 0.05)) <= math.log(math.sqrt(2)) / 2 + 1e-9  # the known optimum
+    config_json = runs.read_json(tmp_path / "s" / "config.json")["config"]
+    assert config_json["lr_from"] == "suggest" and config_json["factor"] == pytest.approx(math.sqrt(2))
+
+
+def test_a_resumed_suggested_sweep_keeps_the_centre_it_wrote(synthetic, tmp_path):
+    sweep = config(optimizers=("sgd",), seeds=1, lr_from="suggest", options={"sgd_optimum": 0.05})
+    path = tmp_path / "s"
+    run_sweep(sweep, path)
+    stored = runs.read_json(path / "suggestion.json")
+    stored["optimizers"]["sgd"]["lr"] = 0.5  # as if another machine's probe had said so
+    runs.atomic_write_json(path / "suggestion.json", stored)
+    (path / "results.json").unlink()
+    results = run_sweep(sweep, path, resume=True)
+    assert results["optimizers"]["sgd"]["centre_lr"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        ({"factor": 1.0}, "--factor 1.0 must be a number from 1.05 to 100"),
+        ({"lr_from": "best"}, "--lr-from 'best'; valid: usual, suggest"),
+        ({"budget": 0.0}, "--budget 0.0 must be a share"),
+        ({"lrs": (0.1, 0.2), "factor": 2.0}, "--factor shapes the automatic grid; --lrs is a fixed one"),
+        ({"lrs": (0.1, 0.2), "lr_from": "suggest"}, "--lr-from suggest shapes the automatic grid"),
+        ({"optimizers": ("sgd@0.1",), "lr_from": "suggest"}, "with --lr-from suggest give sgd"),
+    ],
+    ids=["factor", "lr-from", "budget", "factor-and-lrs", "suggest-and-lrs", "suggest-and-at"],
+)
+def test_grid_options_are_checked(synthetic, tmp_path, overrides, said):
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        run_sweep(config(**overrides), tmp_path / "s")
+    assert not (tmp_path / "s").exists()

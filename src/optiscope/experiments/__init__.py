@@ -16,7 +16,8 @@ An experiment module defines
 Optional: ``OWNS`` (more files or folders the run owns besides ``runs.OWNED``); ``OBJECTIVES`` (name ->
 ``Objective``, the first the default: what ``optiscope sweep`` tunes a learning rate for, read from the
 results of a run of one optimizer); ``DEFAULT_LR`` (where a sweep's grid is centred when ``runs_of`` of a
-lone optimizer gives no learning rate).
+lone optimizer gives no learning rate); ``trainee(config, spec) -> Trainee`` (the model, loss, batches and
+optimizer a run of ``spec`` would train: what ``optiscope suggest-lr`` and ``sweep --lr-from suggest`` probe).
 """
 
 from __future__ import annotations
@@ -27,17 +28,22 @@ import importlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import Tensor, nn
 
 from .. import __version__, runs
 from ..checks import is_count, non_negative, positive
 from ..errors import ConfigError
 from ..optim.recipes import registered
 from .objective import Objective, only_run
+
+if TYPE_CHECKING:
+    from ..suggest import LRSuggestion
 
 __all__ = [
     "load",
@@ -48,6 +54,9 @@ __all__ = [
     "Objective",
     "only_run",
     "ConfigError",
+    "Trainee",
+    "suggestable",
+    "suggest",
 ]
 
 EXPERIMENTS: dict[str, str] = {
@@ -57,6 +66,7 @@ EXPERIMENTS: dict[str, str] = {
     "entropy": "optiscope.experiments.entropy",
     "adder": "optiscope.experiments.adder",
     "edge-of-stability": "optiscope.experiments.edge_of_stability",
+    "mlp": "optiscope.experiments.mlp",
 }
 
 
@@ -117,7 +127,7 @@ def sweepable() -> list[str]:
     Examples:
         >>> from optiscope import experiments
         >>> experiments.sweepable()
-        ['rare-tokens', 'landscapes', 'lm', 'adder']
+        ['rare-tokens', 'landscapes', 'lm', 'adder', 'mlp']
 
     Notes:
         It imports every experiment's module to look (``entropy`` and ``edge-of-stability`` declare none).
@@ -362,3 +372,121 @@ def execute(
         if then is not None:
             then(results)
     return results
+
+
+# ------------------------------------------------------------------------------------ learning-rate suggestions
+#: The share of a run's steps × batch a learning-rate suggestion may spend, by default (the issue's 5 %).
+DEFAULT_BUDGET = 0.05
+
+
+@dataclass(frozen=True)
+class Trainee:
+    """What a run of one optimizer would train, for a learning-rate suggestion to probe before it starts.
+
+    An experiment that trains declares ``trainee(config, spec) -> Trainee`` in its module: the model as the run
+    starts it, the run's loss and batches (in the run's order), and the λ and groups the run builds its optimizer
+    with (``optim.build_optimizer(spec.optimizer, model, lr, weight_decay, decay_vectors=...)``); the probe runs
+    on a copy and leaves the model as it was. ``steps`` × ``batch_size`` is the run's size, of which a suggestion
+    spends a share (``suggest``'s ``budget``).
+
+    Args:
+        model: the model at the run's initial weights.
+        loss_fn: ``loss_fn(model, batch) -> scalar tensor``, the run's training loss.
+        batches: the run's training batches, in its order (as many as the run takes).
+        steps: the run's optimizer steps.
+        batch_size: examples per batch.
+        weight_decay: λ of the recipes that decay, as the run gives it.
+        decay_vectors: whether λ reaches parameters of fewer than two dimensions (``build_optimizer``'s).
+
+    Examples:
+        >>> from optiscope import experiments
+        >>> mlp = experiments.load("mlp")
+        >>> config = experiments.build_config(mlp, True, {"optimizers": "adamw"})
+        >>> trainee = mlp.trainee(config, mlp.runs_of(config)[0])
+        >>> trainee.steps, trainee.batch_size, trainee.weight_decay
+        (300, 32, 0.01)
+    """
+
+    model: nn.Module
+    loss_fn: Callable[[nn.Module, Any], Tensor]
+    batches: Iterable[Any]
+    steps: int
+    batch_size: int
+    weight_decay: float = 0.0
+    decay_vectors: bool = True
+
+
+def suggestable() -> list[str]:
+    """The experiments whose runs a learning-rate suggestion can probe (they declare ``trainee``).
+
+    Returns:
+        Their names, in the order ``optiscope list`` gives them.
+
+    Examples:
+        >>> from optiscope import experiments
+        >>> experiments.suggestable()
+        ['lm', 'adder', 'mlp']
+    """
+    return [name for name in EXPERIMENTS if callable(getattr(load(name), "trainee", None))]
+
+
+def suggest(
+    name: str, config: Any, budget: float = DEFAULT_BUDGET, method: str = "sharpness"
+) -> dict[str, LRSuggestion]:
+    """A learning-rate suggestion for each optimizer of ``config``, probed on the experiment's own run.
+
+    For each run ``optimizer[@lr]`` of ``config``, [`suggest_lr`][optiscope.suggest.suggest_lr] probes a copy of the
+    model that run would train, on its loss and its batches, with its optimizer, within ``budget`` × the run's
+    steps (in forward+backward passes on one batch: a Hessian-vector product counts as two).
+
+    Args:
+        name: an experiment that declares ``trainee`` (``suggestable()``: ``lm``, ``adder``, ``mlp``).
+        config: its ``Config`` (``build_config``); each run's ``@lr`` is not used.
+        budget: the share of a run's steps × batch a suggestion may spend, in (0, 1].
+        method: ``suggest_lr``'s method (``suggest.METHODS``).
+
+    Returns:
+        Optimizer name -> [`LRSuggestion`][optiscope.suggest.LRSuggestion], in the runs' order.
+
+    Raises:
+        ConfigError: ``name`` declares no ``trainee`` (the message names those that do), ``budget`` is not in
+            (0, 1], or ``method`` is none of ``suggest.METHODS``.
+        SuggestionError: a suggestion cannot be made: the budget is below what one measurement needs (the
+            message says the least), an optimizer without an lr, or a loss that is not finite at the first step.
+
+    Examples:
+        >>> from optiscope import experiments
+        >>> mlp = experiments.load("mlp")
+        >>> config = experiments.build_config(mlp, True, {"optimizers": "adamw"})
+        >>> suggestion = experiments.suggest("mlp", config, budget=0.1)["adamw"]
+        >>> 1e-5 < suggestion.lr < 1, suggestion.steps_used <= 30
+        (True, True)
+    """
+    from ..suggest import suggest_lr
+    from ..suggest.methods import METHODS  # the probes' package imports torch's autograd machinery: only when asked
+
+    module = load(name)
+    if not callable(getattr(module, "trainee", None)):
+        raise ConfigError(
+            f"{name} has no run to probe for a learning rate; experiments that do: {', '.join(suggestable())}"
+        )
+    if not (isinstance(budget, int | float) and not isinstance(budget, bool) and 0 < budget <= 1):
+        raise ConfigError(f"--budget {budget!r} must be a share of a run's steps in (0, 1], e.g. 0.05")
+    if method not in METHODS:
+        raise ConfigError(f"--method {method!r}; valid: {', '.join(METHODS)}")
+    found = {}
+    for spec in module.runs_of(config):
+        trainee = module.trainee(config, spec)
+        steps = max(1, int(budget * trainee.steps))
+        with torch_threads(getattr(config, "threads", 1)):
+            found[spec.optimizer] = suggest_lr(
+                trainee.model,
+                spec.optimizer,
+                trainee.loss_fn,
+                trainee.batches,
+                steps=steps,
+                weight_decay=trainee.weight_decay,
+                decay_vectors=trainee.decay_vectors,
+                method=method,
+            )
+    return found

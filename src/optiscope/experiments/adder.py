@@ -41,6 +41,7 @@ from . import (
     NO_EFFECT,
     ConfigError,
     Objective,
+    Trainee,
     flag,
     only_run,
     optimizers_help,
@@ -207,7 +208,18 @@ OBJECTIVES = {
         "min",
         lambda results: results["cases"] - only_run(results["runs"])["correct"],
     ),
+    # fresh additions every step: the training loss of the last steps is the loss on unseen additions
+    "train_loss": Objective(
+        "mean training loss of the last --log-every steps",
+        "min",
+        lambda results: last(only_run(results["runs"])["train"]["loss"]),
+    ),
 }
+
+
+def last(values: list[float]) -> float | None:
+    """The last of ``values``; None when there is none (a run stopped before its first record)."""
+    return values[-1] if values else None
 
 
 # --------------------------------------------------------------------------------------- schedules
@@ -223,6 +235,11 @@ def carry_fraction(cfg: Config, step: int) -> float:
     """Share of planted-carry-chain examples at ``step``: carry_start fading linearly to carry_end."""
     left = max(0.0, 1 - (step - 1) / cfg.carry_steps) if cfg.carry_steps else 0.0
     return cfg.carry_end + (cfg.carry_start - cfg.carry_end) * left
+
+
+def batch_at(cfg: Config, step: int, data: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch of step ``step`` (1-based), drawn from ``data``: its digit cap and carry-chain share."""
+    return training_batch(cfg.batch_size, max_digits(cfg, step), carry_fraction(cfg, step), data)
 
 
 # -------------------------------------------------------------------------------------------- loss
@@ -249,8 +266,7 @@ class Addition(train.Task):
         self.best_path = checkpoint_path(run_dir, label, seed, "-best")
 
     def batch(self, step: int, data: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        cfg = self.config
-        return training_batch(cfg.batch_size, max_digits(cfg, step), carry_fraction(cfg, step), data)
+        return batch_at(self.config, step, data)
 
     def loss(self, net: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return loss_on(net, *batch)
@@ -317,6 +333,24 @@ def train_seed(
     )
     task = Addition(config, model_cfg, scorer, Path(run_dir), spec.label, seed)
     return train.train(run, task, plan, checkpoint_path(run_dir, spec.label, seed), progress=progress)
+
+
+def trainee(config: Config, spec: RunSpec) -> Trainee:
+    """What a learning-rate suggestion probes for ``spec``'s optimizer: the model, loss and batches of its first seed's
+    run (its model, drawn from the seed; its batches, in order)."""
+    seed = config.seed_list[0]
+    _, model_cfg = preset_for_budget(config.params_budget)  # before the seed: it builds every preset to size it
+    torch.manual_seed(seed)
+    model = AdderModel(model_cfg)
+    data = torch.Generator().manual_seed(1_000_003 * seed)
+    return Trainee(
+        model=model,
+        loss_fn=lambda net, batch: loss_on(net, *batch),
+        batches=(batch_at(config, step, data) for step in range(1, config.steps + 1)),
+        steps=config.steps,
+        batch_size=config.batch_size,
+        weight_decay=config.weight_decay,
+    )
 
 
 # ------------------------------------------------------------------------------------------ explain

@@ -44,14 +44,14 @@ from ..train.progress import Progress
 from . import (
     NO_EFFECT,
     ConfigError,
-    Objective,
-    only_run,
+    Trainee,
     optimizers_help,
     require,
     require_counts,
     require_non_negative,
     require_positive,
 )
+from .objective import VALIDATION_LOSS
 from .ranking import Ranking, rank
 
 SUMMARY = "A small GPT on real text with each optimizer: loss curves, u/w per layer, rare-token rows, divergence"
@@ -272,22 +272,9 @@ class Results(TypedDict):
     ranking: NotRequired[Ranking]  # the runs by final validation loss, those that diverged left out
 
 
-def validation_curve(results: dict[str, Any]) -> tuple[list[int], list[float]]:
-    evaluations = only_run(results["runs"])["eval"]
-    return evaluations["step"], evaluations["val_loss"]
-
-
 #: What ``optiscope sweep lm`` tunes for: the last evaluation's validation loss (its curve gives the
 #: steps each tuned optimizer needs to reach a common target loss).
-OBJECTIVES = {
-    "val_loss": Objective(
-        "final validation loss",
-        "min",
-        lambda results: only_run(results["runs"])["final"]["val_loss"],
-        curve=validation_curve,
-        curve_label="validation loss",
-    ),
-}
+OBJECTIVES = {"val_loss": VALIDATION_LOSS}
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -525,6 +512,24 @@ def curvature_config(config: Config, data: Corpus, device: torch.device) -> Curv
         return None
     batch = curvature_batch(config, data, device)
     return Curvature(batch, next_token_loss, every=config.curvature_every, directions=DIRECTIONS)
+
+
+def trainee(config: Config, spec: RunSpec) -> Trainee:
+    """What a learning-rate suggestion probes for ``spec``'s optimizer: the run's initial GPT (on the CPU), its loss and
+    its batches, in the run's order."""
+    data = load_data(config)
+    torch.manual_seed(config.seed)
+    model = GPT(model_config(config, data.tokenizer.vocab_size))
+    order = torch.Generator().manual_seed(config.seed)
+    return Trainee(
+        model=model,
+        loss_fn=next_token_loss,
+        batches=(sample_batch(data.train, config.block_size, config.batch_size, order) for _ in range(config.steps)),
+        steps=config.steps,
+        batch_size=config.batch_size,
+        weight_decay=config.weight_decay,
+        decay_vectors=False,
+    )
 
 
 def next_token_loss(net: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:

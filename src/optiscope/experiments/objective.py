@@ -110,3 +110,20 @@ def only_run(runs: dict[str, Any] | list[Any]) -> Any:
     if len(items) != 1:
         raise ConfigError(f"an objective is read from a run of one optimizer; these results hold {len(items)} runs")
     return items[0]
+
+
+def validation_curve(results: dict[str, Any]) -> tuple[list[int], list[float]]:
+    """(steps, validation losses) of a run of one optimizer whose evaluations are ``eval.step``/``eval.val_loss``."""
+    evaluations = only_run(results["runs"])["eval"]
+    return evaluations["step"], evaluations["val_loss"]
+
+
+#: The last evaluation's validation loss (``final.val_loss``), with its curve: what ``optiscope sweep`` tunes ``lm``
+#: and ``mlp`` for (the curve gives the steps each tuned optimizer needs to reach a common target loss).
+VALIDATION_LOSS = Objective(
+    "final validation loss",
+    "min",
+    lambda results: only_run(results["runs"])["final"]["val_loss"],
+    curve=validation_curve,
+    curve_label="validation loss",
+)

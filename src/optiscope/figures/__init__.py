@@ -27,6 +27,7 @@ DRAWERS: dict[str, str] = {
     "adder": "optiscope.figures.adder",
     "sweep": "optiscope.figures.sweep",
     "edge-of-stability": "optiscope.figures.edge_of_stability",
+    "mlp": "optiscope.figures.mlp",
 }
 
 

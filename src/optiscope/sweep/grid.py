@@ -36,9 +36,16 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 
 FACTOR = math.sqrt(10)
-#: How far the automatic grid may grow past its first three points on each side (√10^7: 3.5 decades).
+#: How far the automatic grid may grow past its first three points on each side, at ``FACTOR`` (√10^7: 3.5
+#: decades); a finer grid grows as far in decades (``reach``).
 MAX_EXTENSIONS = 6
 INITIAL = (-1, 0, 1)
+
+
+def reach(factor: float = FACTOR) -> int:
+    """The farthest position the automatic grid at ``factor`` may reach on each side: as many decades as
+    1 + ``MAX_EXTENSIONS`` positions at √10 (3.5), so a finer grid takes more, smaller steps (√2: 23)."""
+    return max(1 + MAX_EXTENSIONS, round((1 + MAX_EXTENSIONS) * math.log(FACTOR) / math.log(factor)))
 
 
 def auto_lr(centre: float, k: int, factor: float = FACTOR) -> float:

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import experiments, runs
-from ..checks import is_count
+from ..checks import is_count, is_number
 from ..errors import ConfigError
+from ..experiments import DEFAULT_BUDGET
 from ..optim.recipes import NoLearningRate, registered
 from . import grid
 from .backends import BACKENDS, open_backend
@@ -39,26 +40,33 @@ from .results import Results, summarise
 from .trial import REFUSED, TRIALS, Trial, trial_dir
 
 RECORDS = "trials.jsonl"
+#: The suggestions of a sweep with ``lr_from="suggest"``, written once and read back on resume.
+SUGGESTIONS = "suggestion.json"
 #: What a sweep directory holds besides a run's own files (``runs.OWNED``).
-OWNS = (TRIALS, RECORDS)
+OWNS = (TRIALS, RECORDS, SUGGESTIONS)
 #: Seeds per learning rate at most: far beyond any comparison's need (the grid of trials is held in memory).
 MAX_SEEDS = 10_000
 #: The sweep's own options (an experiment option of the same name is not offered to its trials).
 RESERVED = ("optimizers", "seed", "seeds", "quiet", "verbose")
+#: Where an automatic grid may be centred (``lr_from``).
+LR_FROM = ("usual", "suggest")
+#: The smallest and largest ratio between neighbouring η of the automatic grid.
+FACTORS = (1.05, 100.0)
 
 
 @dataclass
 class SweepConfig:
     """The settings of a sweep: which experiment, which optimizers, how many seeds, which learning rates.
 
-    Per optimizer the sweep tries learning rates η_k = η₀ · √10^k (rounded to three digits) around the
-    experiment's usual η₀ for it: k = −1, 0, 1 first, then further out while the best is at an end of the grid;
-    then ``seeds`` tuning seeds at the best η and its two neighbours, and ``seeds`` fresh seeds at the tuned η.
-    Every number the sweep reports for an optimizer comes from the fresh seeds.
+    Per optimizer the sweep tries learning rates η_k = η₀ · f^k (rounded to three digits; f = ``factor``, √10 by
+    default) around a centre η₀, the experiment's usual η for it or (``lr_from="suggest"``) its suggested one: k =
+    −1, 0, 1 first, then further out while the best is at an end of the grid; then ``seeds`` tuning seeds at the
+    best η and its two neighbours, and ``seeds`` fresh seeds at the tuned η. Every number the sweep reports for an
+    optimizer comes from the fresh seeds.
 
     Args:
         experiment: an experiment that declares objectives (``experiments.sweepable()``: ``rare-tokens``,
-            ``landscapes``, ``lm``, ``adder``).
+            ``landscapes``, ``lm``, ``adder``, ``mlp``).
         optimizers: optimizer specs, each once (``optim.build_optimizer``'s: a recipe name, a registered recipe or a
             dotted path to a ``torch.optim.Optimizer`` subclass), e.g. ``("adamw", "muon+adamw",
             "torch.optim.NAdam@1e-3")``. ``name@η`` says where its automatic grid starts (the centre η₀), for an
@@ -73,6 +81,14 @@ class SweepConfig:
             another), or the CPUs of a local Ray instance. It never changes a result.
         backend: ``"local"`` or ``"ray"`` (``pip install 'optiscope[ray]'``). It never changes a result.
         address: the Ray cluster's address, with ``backend="ray"`` only; None: a local Ray instance.
+        factor: f, the ratio between neighbouring η of the automatic grid: a number from 1.05 to 100 (√2 for a
+            fine grid; it grows as far in decades, 3.5, whatever f is). Not with ``lrs``.
+        lr_from: where each optimizer's automatic grid is centred: ``"usual"`` (the experiment's usual η, or
+            ``name@η``) or ``"suggest"`` (its [`suggest_lr`][optiscope.suggest.suggest_lr] on the experiment's own
+            model, loss and batches, within ``budget``; written to ``suggestion.json`` and read back on resume).
+            Not with ``lrs``.
+        budget: with ``lr_from="suggest"``, the share of a trial's steps × batch each suggestion may spend: a
+            number in (0, 1].
 
     Examples:
         >>> from optiscope.sweep import SweepConfig
@@ -99,6 +115,9 @@ class SweepConfig:
     workers: int = field(default=1, metadata={"affects_results": False})
     backend: str = field(default="local", metadata={"affects_results": False})
     address: str | None = field(default=None, metadata={"affects_results": False})
+    factor: float = grid.FACTOR
+    lr_from: str = "usual"
+    budget: float = DEFAULT_BUDGET
 
 
 @dataclass(frozen=True)
@@ -137,6 +156,17 @@ def check(config: SweepConfig) -> Plan:
         raise ConfigError(f"--lrs {config.lrs!r}: give auto or finite numbers > 0, e.g. 1e-3,3e-3,1e-2")
     if config.lrs is not None and len(set(config.lrs)) != len(config.lrs):
         raise ConfigError(f"--lrs {config.lrs!r} names a learning rate twice")
+    if not (is_number(config.factor) and FACTORS[0] <= config.factor <= FACTORS[1]):
+        raise ConfigError(
+            f"--factor {config.factor!r} must be a number from {FACTORS[0]} to {FACTORS[1]:g}, e.g. 1.414"
+        )
+    if config.lr_from not in LR_FROM:
+        raise ConfigError(f"--lr-from {config.lr_from!r}; valid: {', '.join(LR_FROM)}")
+    if not (is_number(config.budget) and 0 < config.budget <= 1):
+        raise ConfigError(f"--budget {config.budget!r} must be a share of a trial's steps in (0, 1], e.g. 0.05")
+    if config.lrs is not None and (config.factor != grid.FACTOR or config.lr_from != "usual"):
+        given = "--factor" if config.factor != grid.FACTOR else "--lr-from suggest"
+        raise ConfigError(f"{given} shapes the automatic grid; --lrs is a fixed one: give one or the other")
     if isinstance(config.optimizers, str) or not all(isinstance(n, str) for n in config.optimizers):
         raise ConfigError(f"optimizers={config.optimizers!r}: give a tuple of names, e.g. ('adamw', 'muon+adamw')")
     spaced = [n for n in config.optimizers if n.strip() and n != n.strip()]
@@ -155,10 +185,15 @@ def check(config: SweepConfig) -> Plan:
         raise ConfigError(f"the sweep sets {', '.join(reserved)} itself; leave them out")
     centres, seed0 = {}, None
     for item, name in zip(items, names, strict=True):
-        if "@" in item and config.lrs is not None:
-            raise ConfigError(f"--optimizers {item!r}: @η says where an automatic grid starts; with --lrs give {name}")
-        # with --lrs the trials run at its learning rates: the first stands in for an optimizer without a usual one
+        if "@" in item and (config.lrs is not None or config.lr_from == "suggest"):
+            other = "--lrs" if config.lrs is not None else "--lr-from suggest"
+            raise ConfigError(
+                f"--optimizers {item!r}: @η says where an automatic grid starts; with {other} give {name}"
+            )
+        # with --lrs the trials run at its learning rates: the first stands in for an optimizer without a usual one;
+        # a suggested centre replaces the usual one (one is named here only for the options' sake)
         run = item if config.lrs is None else f"{name}@{config.lrs[0]:g}"
+        run = f"{name}@1" if config.lr_from == "suggest" else run
         try:
             settings = experiments.build_config(module, config.quick, {**config.options, "optimizers": run})
         except NoLearningRate:
@@ -180,15 +215,19 @@ def check(config: SweepConfig) -> Plan:
 
 def settings(config: SweepConfig, plan: Plan) -> dict[str, Any]:
     """config.json's content: every option, the grid's factor and the user's recipes (what each name ran) included;
-    a sweep without them records none (its config.json is as before: a sweep of an earlier version resumes)."""
+    a sweep without them records none, nor a usual centre's ``lr_from`` and ``budget`` (its config.json is as
+    before: a sweep of an earlier version resumes)."""
     recipes = {"recipes": plan.recipes} if plan.recipes else {}
-    return runs.to_jsonable({**dataclasses.asdict(config), "factor": None if config.lrs else grid.FACTOR, **recipes})
+    stored = dataclasses.asdict(config)
+    if config.lr_from == "usual":
+        del stored["lr_from"], stored["budget"]
+    return runs.to_jsonable({**stored, "factor": None if config.lrs else config.factor, **recipes})
 
 
 def lr_at(config: SweepConfig, plan: Plan, optimizer: str, k: int) -> float:
     if config.lrs:
         return sorted(config.lrs)[k]
-    return grid.auto_lr(plan.centres[optimizer], k)
+    return grid.auto_lr(plan.centres[optimizer], k, config.factor)
 
 
 def grid_shape(config: SweepConfig) -> tuple[tuple[int, int], tuple[int, ...]]:
@@ -196,8 +235,31 @@ def grid_shape(config: SweepConfig) -> tuple[tuple[int, int], tuple[int, ...]]:
     if config.lrs:
         n = len(config.lrs)
         return (0, n - 1), tuple(range(n))
-    reach = 1 + grid.MAX_EXTENSIONS
+    reach = grid.reach(config.factor)
     return (-reach, reach), grid.INITIAL
+
+
+def suggested_centres(config: SweepConfig, plan: Plan, path: Path) -> Plan:
+    """``plan`` with each optimizer's centre its suggested η (``lr_from="suggest"``): read from the sweep's
+    ``suggestion.json`` when it holds them (a resume: the same grid whatever the machine), else computed on the
+    experiment's own model, loss and batches and written there first."""
+    stored = runs.read_json(path / SUGGESTIONS) if (path / SUGGESTIONS).is_file() else {}
+    missing = [name for name in plan.names if name not in stored.get("optimizers", {})]
+    if missing:
+        module = experiments.load(config.experiment)
+        found = experiments.suggest(
+            config.experiment,
+            experiments.build_config(
+                module, config.quick, {**config.options, "optimizers": ",".join(f"{n}@1" for n in missing)}
+            ),
+            config.budget,
+        )
+        stored = {
+            "budget": config.budget,
+            "optimizers": {**stored.get("optimizers", {}), **{n: s.to_dict() for n, s in found.items()}},
+        }
+        runs.atomic_write_json(path / SUGGESTIONS, stored)
+    return dataclasses.replace(plan, centres={n: stored["optimizers"][n]["lr"] for n in plan.names})
 
 
 def pending(config: SweepConfig, plan: Plan, out: Path, records: dict[tuple, dict[str, Any]]) -> list[Trial]:
@@ -317,6 +379,8 @@ def run_sweep(
         open_backend(config.backend, config.workers, config.address) as backend,
     ):
         path = run_dir.path
+        if config.lr_from == "suggest":
+            plan = suggested_centres(config, plan, path)
         records = {(r["optimizer"], r["lr"], r["seed"]): r for r in runs.read_jsonl(path / RECORDS)}
         # a trial that crashed in an earlier invocation is planned again: a crash is no result of the
         # optimizer (memory that ran out, a machine lost), and its run directory continues from its checkpoints
@@ -345,7 +409,7 @@ def run_sweep(
             "direction": declared.direction,
             "curve": declared.curve_label or declared.description,
         }
-        factor = None if config.lrs else grid.FACTOR
+        factor = None if config.lrs else config.factor
         results = summarise(
             config.experiment,
             list(records.values()),
