@@ -1,0 +1,264 @@
+r"""Early warning of loss spikes and divergence: signals the monitor can compute on every step, on the device.
+
+Notation of the seeds: step t has gradient g (as the optimizer steps with it, after clipping), the update
+u = θₜ − θₜ₋₁, the weights w = θₜ, Adam's moments m, v with v̂ = v/(1 − β₂ᵗ), m̂ = m/(1 − β₁ᵗ), and ε.
+
+Per-step signals read only what the monitor already holds (g, u, w, the optimizer's state, the loss) and return
+tensors on the parameters' device: no host read, so that the monitor can leave them there and read a verdict
+only every k steps. Curvature signals need Hessian-vector products (≈ 2 forward and backward passes each) and are
+taken every k steps by ``optiscope.curvature``; ``Signals`` holds their last value in between.
+
+Per tensor (``squared_norms``, ``adam_lag``, ``adam_step_size``; each one or two passes over the parameters):
+
+- Adam's lag (Molybog et al. 2023; Bai et al., arXiv 2506.04805): ρ = mean g²/(√v̂ₜ₋₁ + ε)², the squared gradient
+  against the second moment *before* the step takes it in. ρ ≈ 1 while v tracks g²; ρ ≪ 1 while v decays on a
+  vanishing gradient (which raises the preconditioned curvature P⁻¹H, Bai et al.), ρ ≫ 1 when a gradient arrives
+  that v has not seen: the step that follows is larger than any the moments prepared for (Molybog et al.).
+- Adam's step size s = mean (m̂/(√v̂ + ε))², the squared RMS of the step before η.
+- u/w, the relative size of the step.
+
+``Signals`` turns them, step by step, into dimensionless scores (each a tensor of the batch shape):
+
+- ``loss_z``, ``grad_norm_z``: z-scores of the loss and the gradient norm against exponential moving averages
+  (α = 0.97, ZClip's recurrences: arXiv 2504.02507), the value entering the averages clipped at z = 2.5;
+- ``update_ratio_growth``: maxᵢ log(u/w)ᵢ − EMA(log(u/w)ᵢ) over tensors i;
+- ``lag``: maxᵢ log ρᵢ; ``lag_growth``: maxᵢ log ρᵢ − EMA(log ρᵢ); ``decay``: −minᵢ EMA(log ρᵢ), how far v has been
+  outrunning g² (Bai et al.'s regime);
+- ``step_size``: maxᵢ log sᵢ; ``step_growth``: maxᵢ log sᵢ − EMA(log sᵢ);
+- ``secant``: an EMA (α = 0.9) of the secant curvature along the last update against the stability threshold,
+  ⟨gₜ − gₜ₋₁, uₜ₋₁⟩ / ⟨uₜ₋₁, P uₜ₋₁⟩ · ηₜ₋₁ / c (c = 2(1 + β₁)/(1 − β₁) for Adam, 2(1 + β) for heavy ball): the
+  curvature along the update from two gradients of different batches, without a Hessian-vector product;
+- ``curvature_update``, ``curvature_gradient``, ``sharpness``: the last measured ratios to the threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+#: ZClip's smoothing and threshold (arXiv 2504.02507), used by every z-score here
+ALPHA = 0.97
+Z_CLIP = 2.5
+#: steps whose plain mean and variance start each average (ZClip's warm-up)
+WARMUP = 25
+SECANT_ALPHA = 0.9
+#: the scores ``Signals.update`` returns, in order
+SCORES = (
+    "loss_z",
+    "grad_norm_z",
+    "update_ratio_growth",
+    "lag",
+    "lag_growth",
+    "decay",
+    "step_size",
+    "step_growth",
+    "secant",
+    "curvature_update",
+    "curvature_gradient",
+    "sharpness",
+)
+
+
+def squared_norms(tensors: Sequence[Tensor]) -> Tensor:
+    """‖xᵢ‖² of each tensor, as one float32 vector on their device (no host read).
+
+    One pass over the tensors (``torch._foreach_norm``), accumulated in float32 at least.
+    """
+    if not tensors:
+        return torch.zeros(0)
+    norms = torch._foreach_norm(list(tensors), 2, dtype=torch.float32)
+    return torch.stack(norms) ** 2
+
+
+def adam_lag(
+    grads: Sequence[Tensor], second_moments: Sequence[Tensor], bias_corrections: Sequence[float], eps: float
+) -> Tensor:
+    """ρᵢ = mean of g²/(√v̂ + ε)² over the entries of each tensor i, v̂ = v/(1 − β₂ᵗ⁻¹) its second moment before
+    the step, as one float32 vector on the device.
+
+    Two passes over the parameters and two parameter-sized temporaries, freed on return.
+    """
+    denominators = torch._foreach_div(list(second_moments), list(bias_corrections))
+    torch._foreach_sqrt_(denominators)
+    torch._foreach_add_(denominators, eps)
+    ratios = torch._foreach_div(list(grads), denominators)
+    return squared_norms(ratios) / _sizes(grads)
+
+
+def adam_step_size(
+    first_moments: Sequence[Tensor],
+    second_moments: Sequence[Tensor],
+    bias_corrections1: Sequence[float],
+    bias_corrections2: Sequence[float],
+    eps: float,
+) -> Tensor:
+    """sᵢ = mean of (m̂/(√v̂ + ε))² over the entries of each tensor i after the step, as one float32 vector."""
+    denominators = torch._foreach_div(list(second_moments), list(bias_corrections2))
+    torch._foreach_sqrt_(denominators)
+    torch._foreach_add_(denominators, eps)
+    steps = torch._foreach_div(list(first_moments), list(bias_corrections1))
+    torch._foreach_div_(steps, denominators)
+    return squared_norms(steps) / _sizes(first_moments)
+
+
+def _sizes(tensors: Sequence[Tensor]) -> Tensor:
+    return torch.tensor([float(t.numel()) for t in tensors], device=tensors[0].device if tensors else None)
+
+
+class Average:
+    """An exponential moving average and variance of x (any shape), ZClip's way, on x's device.
+
+    The first ``WARMUP`` finite values give the plain mean and variance; after them
+    μ ← αμ + (1 − α)x̃ and σ² ← ασ² + (1 − α)(x̃ − μ)², x̃ = min(x, μ + 2.5σ) (a spike does not inflate the
+    averages it is judged against). A non-finite x leaves them as they are.
+    """
+
+    def __init__(self, alpha: float = ALPHA) -> None:
+        self.alpha = alpha
+        self.mean: Tensor | None = None
+        self.var: Tensor | None = None
+        self.count: Tensor | None = None
+
+    def ready(self) -> Tensor:
+        """Where the average has seen its ``WARMUP`` values (a bool tensor)."""
+        assert self.count is not None
+        return self.count >= WARMUP
+
+    def z(self, x: Tensor) -> Tensor:
+        """(x − μ)/σ against the averages so far; 0 where not ready or x is not finite."""
+        self._start(x)
+        z = (x - self.mean) / torch.sqrt(self.var).clamp_min(1e-12)
+        return torch.where(self.ready() & torch.isfinite(x), z, torch.zeros_like(z))
+
+    def add(self, x: Tensor) -> None:
+        """Take x into the averages."""
+        self._start(x)
+        finite = torch.isfinite(x)
+        x0 = torch.where(finite, x, self.mean)
+        # the warm-up: Welford's running mean and (population) variance
+        n = self.count + 1
+        delta = x0 - self.mean
+        warm_mean = self.mean + delta / n
+        warm_var = self.var + (delta * (x0 - warm_mean) - self.var) / n
+        # after it: ZClip's clipped exponential averages
+        clipped = torch.minimum(x0, self.mean + Z_CLIP * torch.sqrt(self.var))
+        ema_mean = self.alpha * self.mean + (1 - self.alpha) * clipped
+        ema_var = self.alpha * self.var + (1 - self.alpha) * (clipped - ema_mean) ** 2
+        ready = self.ready()
+        self.mean = torch.where(finite, torch.where(ready, ema_mean, warm_mean), self.mean)
+        self.var = torch.where(finite, torch.where(ready, ema_var, warm_var), self.var)
+        self.count = torch.where(finite, self.count + 1, self.count)
+
+    def _start(self, x: Tensor) -> None:
+        if self.mean is None:
+            self.mean = torch.zeros_like(x, dtype=torch.float32)
+            self.var = torch.zeros_like(x, dtype=torch.float32)
+            self.count = torch.zeros_like(x, dtype=torch.int64)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"alpha": self.alpha, "mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.alpha, self.mean, self.var, self.count = state["alpha"], state["mean"], state["var"], state["count"]
+
+
+class Signals:
+    """The early-warning scores of one run, step by step, kept on the device (``SCORES``).
+
+    Feed ``update`` once per optimizer step with what the monitor holds; inputs may carry leading batch dimensions
+    (several runs at once), per-tensor inputs a last dimension over the parameter tensors.
+    """
+
+    def __init__(self) -> None:
+        self.loss, self.grad_norm = Average(), Average()
+        self.update_ratio, self.lag_average, self.step_average = Average(), Average(), Average()
+        self.secant_average: Tensor | None = None
+        self.previous: dict[str, Tensor] | None = None  # last step's ⟨g, u⟩, ⟨u, P u⟩ sums and η / c
+        self.curvature: dict[str, Tensor] = {}
+
+    def update(
+        self,
+        *,
+        loss: Tensor,
+        grad_norm: Tensor,
+        u2: Tensor,
+        w2: Tensor,
+        gu: Tensor,
+        gu_prev: Tensor,
+        upu: Tensor,
+        lr_over_threshold: Tensor,
+        lag: Tensor | None = None,
+        step2: Tensor | None = None,
+    ) -> dict[str, Tensor]:
+        """This step's scores, from its quantities (per tensor: last dimension).
+
+        Args:
+            loss: Lₜ, the step's loss.
+            grad_norm: ‖g‖ over all parameters (before clipping where the loop clips).
+            u2, w2: ‖u‖², ‖θₜ‖² per tensor.
+            gu, gu_prev: ⟨gₜ, uₜ⟩ and ⟨gₜ, uₜ₋₁⟩ per tensor.
+            upu: ⟨uₜ, P uₜ⟩ per tensor (P = diag(√v̂ + ε) for Adam, the identity for SGD).
+            lr_over_threshold: η/c, so that a curvature c_P times it is the ratio to the threshold c/η.
+            lag: Adam's ρ per tensor before the step (``adam_lag``); None without Adam's state.
+            step2: Adam's step size s per tensor (``adam_step_size``); None without Adam's state.
+
+        Returns:
+            ``{name: tensor}`` for each of ``SCORES``, NaN where a signal has no input.
+        """
+        nan = torch.full_like(loss, math.nan, dtype=torch.float32)
+        scores = {
+            "loss_z": self.loss.z(loss),
+            "grad_norm_z": self.grad_norm.z(grad_norm),
+            "update_ratio_growth": _growth(self.update_ratio, 0.5 * torch.log(u2 / w2)),
+        }
+        self.loss.add(loss)
+        self.grad_norm.add(grad_norm)
+        if lag is not None:
+            log_lag = torch.log(lag)
+            scores["lag"] = _max(log_lag)
+            scores["lag_growth"] = _growth(self.lag_average, log_lag)
+            scores["decay"] = torch.where(self.lag_average.ready().all(-1), -_min(self.lag_average.mean), nan)
+        if step2 is not None:
+            log_step = torch.log(step2)
+            scores["step_size"] = _max(log_step)
+            scores["step_growth"] = _growth(self.step_average, log_step)
+        sums = {"gu": gu.sum(-1), "gu_prev": gu_prev.sum(-1), "upu": upu.sum(-1), "scale": lr_over_threshold}
+        if self.previous is not None:
+            secant = (sums["gu_prev"] - self.previous["gu"]) / self.previous["upu"] * self.previous["scale"]
+            secant = torch.where(torch.isfinite(secant), secant, torch.zeros_like(secant))
+            self.secant_average = (
+                secant
+                if self.secant_average is None
+                else SECANT_ALPHA * self.secant_average + (1 - SECANT_ALPHA) * secant
+            )
+        self.previous = sums
+        scores["secant"] = nan if self.secant_average is None else self.secant_average
+        for name in ("curvature_update", "curvature_gradient", "sharpness"):
+            scores[name] = self.curvature.get(name, nan)
+        return {name: scores.get(name, nan).float() for name in SCORES}
+
+    def measured(self, **ratios: Tensor) -> None:
+        """The curvature measured this step, as ratios to the threshold: ``curvature_update``,
+        ``curvature_gradient``, ``sharpness``; held until the next measurement."""
+        self.curvature.update(ratios)
+
+
+def _max(x: Tensor) -> Tensor:
+    return torch.where(torch.isfinite(x), x, torch.full_like(x, -math.inf)).amax(-1)
+
+
+def _min(x: Tensor) -> Tensor:
+    return torch.where(torch.isfinite(x), x, torch.full_like(x, math.inf)).amin(-1)
+
+
+def _growth(average: Average, x: Tensor) -> Tensor:
+    """maxᵢ xᵢ − EMA(xᵢ) over the last dimension, where the average is ready (NaN before), then x taken in."""
+    ready = average.ready() if average.count is not None else torch.zeros_like(x, dtype=torch.bool)
+    growth = torch.where(ready, x - average.mean if average.mean is not None else x, torch.full_like(x, -math.inf))
+    average.add(x)
+    out = _max(growth)
+    return torch.where(torch.isfinite(out), out, torch.full_like(out, math.nan))
