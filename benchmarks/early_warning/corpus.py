@@ -55,7 +55,7 @@ from optiscope.data.tokenizers import CharTokenizer  # noqa: E402
 from optiscope.experiments.adder import PRESETS, loss_on  # noqa: E402
 from optiscope.models import GPT, GPTConfig  # noqa: E402
 from optiscope.models.adder import AdderModel  # noqa: E402
-from optiscope.monitor.warning import adam_lag, squared_norms  # noqa: E402
+from optiscope.monitor.warning import adam_step_size, preconditioned, squared_norms  # noqa: E402
 
 CLIP = 1.0
 WARMUP_FRACTION = 0.1
@@ -227,6 +227,7 @@ def train(spec: Spec, intervention: Intervention | None = None) -> dict[str, Any
     params = [p for g in opt.param_groups for p in g["params"]]
     names = {id(p): n for n, p in model.named_parameters()}
     steps, width = task.steps, len(params)
+    sizes = torch.tensor([float(p.numel()) for p in params])
     out: dict[str, Any] = {k: np.full((steps, width), np.nan, dtype=np.float32) for k in RAW}
     for k in ("loss", "lr", "grad_norm"):
         out[k] = np.full(steps, np.nan)
@@ -267,11 +268,9 @@ def train(spec: Spec, intervention: Intervention | None = None) -> dict[str, Any
             row["upu"] = row["u2"]
         else:
             m, v, bc1, bc2, eps = after
-            denominators = [(vi / b).sqrt_().add_(eps) for vi, b in zip(v, bc2, strict=True)]
+            denominators = torch._foreach_add(torch._foreach_sqrt(torch._foreach_div(v, bc2)), eps)  # √v̂ + ε
             row["upu"] = dots(u, torch._foreach_mul(u, denominators))
-            steps_before_lr = torch._foreach_div(torch._foreach_div(m, bc1), denominators)
-            sizes = torch.tensor([float(p.numel()) for p in params])
-            row["step2"] = squared_norms(steps_before_lr) / sizes
+            row["step2"] = adam_step_size(m, v, bc1, bc2, eps)
             row["v_mean"] = torch.stack([vi.sum() / b for vi, b in zip(v, bc2, strict=True)]) / sizes
         for k, values in row.items():
             out[k][step - 1] = values.numpy()
@@ -284,10 +283,11 @@ def train(spec: Spec, intervention: Intervention | None = None) -> dict[str, Any
 
 
 def lag_terms(grads: list[Tensor], v: list[Tensor], bc2: list[float], eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, max) of g²/(√v̂ + ε)² per tensor, v̂ before the step."""
-    mean = adam_lag(grads, v, bc2, eps)
-    peak = [(g / ((vi / b).sqrt() + eps)).square().max() for g, vi, b in zip(grads, v, bc2, strict=True)]
-    return mean.numpy(), torch.stack(peak).numpy()
+    """(mean, max) of g²/(√v̂ + ε)² per tensor, v̂ before the step (``warning.adam_lag`` and its max)."""
+    ratios = preconditioned(grads, v, bc2, eps)
+    sizes = torch.tensor([float(g.numel()) for g in grads])
+    peak = torch.stack(torch._foreach_norm(ratios, math.inf)) ** 2
+    return (squared_norms(ratios) / sizes).numpy(), peak.numpy()
 
 
 def measure_curvature(

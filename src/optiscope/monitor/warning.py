@@ -74,19 +74,27 @@ def squared_norms(tensors: Sequence[Tensor]) -> Tensor:
     return torch.stack(norms) ** 2
 
 
+def preconditioned(
+    tensors: Sequence[Tensor], second_moments: Sequence[Tensor], bias_corrections: Sequence[float], eps: float
+) -> list[Tensor]:
+    """x/(√v̂ + ε) for each tensor x, v̂ = v/(1 − β₂ᵗ) its second moment: new tensors, one pass to build."""
+    denominators = torch._foreach_div(list(second_moments), list(bias_corrections))
+    torch._foreach_sqrt_(denominators)
+    torch._foreach_add_(denominators, eps)
+    torch._foreach_div_(denominators, list(tensors))  # (√v̂ + ε)/x, inverted below: one temporary list
+    torch._foreach_reciprocal_(denominators)
+    return denominators
+
+
 def adam_lag(
     grads: Sequence[Tensor], second_moments: Sequence[Tensor], bias_corrections: Sequence[float], eps: float
 ) -> Tensor:
     """ρᵢ = mean of g²/(√v̂ + ε)² over the entries of each tensor i, v̂ = v/(1 − β₂ᵗ⁻¹) its second moment before
     the step, as one float32 vector on the device.
 
-    Two passes over the parameters and two parameter-sized temporaries, freed on return.
+    Two passes over the parameters and one parameter-sized temporary, freed on return.
     """
-    denominators = torch._foreach_div(list(second_moments), list(bias_corrections))
-    torch._foreach_sqrt_(denominators)
-    torch._foreach_add_(denominators, eps)
-    ratios = torch._foreach_div(list(grads), denominators)
-    return squared_norms(ratios) / _sizes(grads)
+    return squared_norms(preconditioned(grads, second_moments, bias_corrections, eps)) / _sizes(grads)
 
 
 def adam_step_size(
@@ -97,11 +105,8 @@ def adam_step_size(
     eps: float,
 ) -> Tensor:
     """sᵢ = mean of (m̂/(√v̂ + ε))² over the entries of each tensor i after the step, as one float32 vector."""
-    denominators = torch._foreach_div(list(second_moments), list(bias_corrections2))
-    torch._foreach_sqrt_(denominators)
-    torch._foreach_add_(denominators, eps)
-    steps = torch._foreach_div(list(first_moments), list(bias_corrections1))
-    torch._foreach_div_(steps, denominators)
+    steps = preconditioned(first_moments, second_moments, bias_corrections2, eps)
+    torch._foreach_div_(steps, list(bias_corrections1))
     return squared_norms(steps) / _sizes(first_moments)
 
 
