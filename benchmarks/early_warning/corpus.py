@@ -119,8 +119,8 @@ def mlp_task() -> tuple[nn.Module, Callable, Callable]:
 
 TASKS = {
     "lm": Task(300, (0.1, 0.5, 1.0), (0.5, 1.5, 3.0), lm_task),
-    "adder": Task(1000, (3e-3, 1e-2, 3e-2), (0.1, 0.3, 1.0), adder_task),
-    "mlp": Task(1200, (3e-3, 1e-2, 3e-2), (0.1, 0.3, 1.0), mlp_task),
+    "adder": Task(800, (3e-3, 1e-2, 3e-2), (0.1, 0.3, 1.0), adder_task),
+    "mlp": Task(1000, (3e-3, 1e-2, 3e-2), (0.1, 0.3, 1.0), mlp_task),
 }
 
 
