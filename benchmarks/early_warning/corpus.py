@@ -60,6 +60,8 @@ from optiscope.monitor.warning import adam_step_size, preconditioned, squared_no
 CLIP = 1.0
 WARMUP_FRACTION = 0.1
 CURVATURE_EVERY = 20  # steps between curvature measurements (on the fixed batch)
+#: the curvature ratios the corpus keeps, by the name ``warning.Signals`` gives each
+CURVATURE_NAMES = ("curvature_update", "curvature_gradient", "sharpness")
 SHARPNESS_HVPS = 3  # Lanczos products per measurement, warm-started from the last top eigenvector
 COOLDOWN = 20  # the intervention halves the learning rate at most once per this many steps
 BETA2S = (0.95, 0.999)
@@ -183,13 +185,14 @@ def lr_at(spec: Spec, step: int, steps: int) -> float:
 
 class Intervention:
     """What the ``--intervene`` runs do on a warning: halve every group's learning rate, at most once per
-    ``COOLDOWN`` steps. ``warn(step, quantities)`` is the warner (``evaluate.Warner.online``)."""
+    ``COOLDOWN`` steps. ``warn(step, quantities, curvature)`` is the warner (``evaluate.Warner.online``); phase 2
+    puts ``Monitor(..., early_warning=True, on_warning="reduce_lr")`` in its place."""
 
-    def __init__(self, warn: Callable[[int, dict[str, Any]], bool]) -> None:
+    def __init__(self, warn: Callable[[int, dict[str, Any], dict[str, float] | None], bool]) -> None:
         self.warn, self.factor, self.last, self.steps = warn, 1.0, -math.inf, []
 
-    def after(self, step: int, quantities: dict[str, Any]) -> None:
-        if self.warn(step, quantities) and step - self.last >= COOLDOWN:
+    def after(self, step: int, quantities: dict[str, Any], curvature: dict[str, float] | None) -> None:
+        if self.warn(step, quantities, curvature) and step - self.last >= COOLDOWN:
             self.factor, self.last = self.factor / 2, step
             self.steps.append(step)
 
@@ -216,8 +219,10 @@ def dots(a: list[Tensor], b: list[Tensor]) -> Tensor:
     return torch.stack([torch.dot(x.reshape(-1).float(), y.reshape(-1).float()) for x, y in zip(a, b, strict=True)])
 
 
-def train(spec: Spec, intervention: Intervention | None = None) -> dict[str, Any]:
-    """Trains one run, recording what ``RAW`` lists per step; returns the arrays of its ``.npz``."""
+def train(spec: Spec, warner: Any = None) -> dict[str, Any]:
+    """Trains one run, recording what ``RAW`` lists per step; returns the arrays of its ``.npz``. With a ``warner``
+    (``evaluate.Warner``) an ``Intervention`` acts on its warnings; the curvature is then measured only if the
+    warner's method reads it."""
     task = TASKS[spec.task]
     torch.manual_seed(spec.seed)
     model, draw, loss_fn = task.build()
@@ -226,6 +231,11 @@ def train(spec: Spec, intervention: Intervention | None = None) -> dict[str, Any
     opt = build_optimizer(spec, model)
     params = [p for g in opt.param_groups for p in g["params"]]
     names = {id(p): n for n, p in model.named_parameters()}
+    intervention, every = None, CURVATURE_EVERY
+    if warner is not None:
+        meta = {"optimizer": spec.optimizer, "numels": [p.numel() for p in params]}
+        intervention = Intervention(warner.online(meta))
+        every = CURVATURE_EVERY if warner.reads_curvature else 0
     steps, width = task.steps, len(params)
     sizes = torch.tensor([float(p.numel()) for p in params])
     out: dict[str, Any] = {k: np.full((steps, width), np.nan, dtype=np.float32) for k in RAW}
@@ -274,10 +284,14 @@ def train(spec: Spec, intervention: Intervention | None = None) -> dict[str, Any
             row["v_mean"] = torch.stack([vi.sum() / b for vi, b in zip(v, bc2, strict=True)]) / sizes
         for k, values in row.items():
             out[k][step - 1] = values.numpy()
-        if step % CURVATURE_EVERY == 0:
+        measured = None
+        if every and step % every == 0:
             vector = measure_curvature(model, loss_fn, curvature_batch, opt, u, params, vector, step, curvature)
+            if curvature["step"] and curvature["step"][-1] == step:
+                keys = ("update", "gradient", "sharpness")
+                measured = {name: curvature[k][-1] for name, k in zip(CURVATURE_NAMES, keys, strict=True)}
         if intervention is not None:
-            intervention.after(step, {k: out[k][step - 1] for k in (*RAW, "loss", "lr", "grad_norm")})
+            intervention.after(step, {k: out[k][step - 1] for k in (*RAW, "loss", "lr", "grad_norm")}, measured)
         previous_u = u
     return finish(out, curvature, spec, steps, names, params, start, intervention)
 
@@ -378,16 +392,16 @@ def read_run(path: Path) -> dict[str, Any]:
 
 
 def build_one(job: tuple[Spec, str, str | None]) -> str:
-    spec, out, warner = job
+    spec, out, warner_path = job
     torch.set_num_threads(1)
-    intervention = None
-    if warner is not None:
+    warner = None
+    if warner_path is not None:
         from evaluate import Warner  # the intervention's warner, fitted by the evaluation
 
-        intervention = Intervention(Warner.load(Path(warner)).online(spec))
+        warner = Warner.load(Path(warner_path))
     path = path_of(Path(out), spec)
     if not path.exists():
-        write_atomic(path, train(spec, intervention))
+        write_atomic(path, train(spec, warner))
     return spec.name
 
 

@@ -23,7 +23,8 @@ Per tensor (``squared_norms``, ``adam_lag``, ``adam_step_size``; each one or two
   (α = 0.97, ZClip's recurrences: arXiv 2504.02507), the value entering the averages clipped at z = 2.5;
 - ``update_ratio_growth``: maxᵢ log(u/w)ᵢ − EMA(log(u/w)ᵢ) over tensors i;
 - ``lag``: maxᵢ log ρᵢ; ``lag_growth``: maxᵢ log ρᵢ − EMA(log ρᵢ); ``decay``: −minᵢ EMA(log ρᵢ), how far v has been
-  outrunning g² (Bai et al.'s regime);
+  outrunning g² (Bai et al.'s regime); ``lag_sums``, ``lag_sums_growth``: the same from ‖g‖²/Σv̂ per tensor, which
+  needs no pass of its own (a norm of g and a sum of v);
 - ``step_size``: maxᵢ log sᵢ; ``step_growth``: maxᵢ log sᵢ − EMA(log sᵢ);
 - ``secant``: an EMA (α = 0.9) of the secant curvature along the last update against the stability threshold,
   ⟨gₜ − gₜ₋₁, uₜ₋₁⟩ / ⟨uₜ₋₁, P uₜ₋₁⟩ · ηₜ₋₁ / c (c = 2(1 + β₁)/(1 − β₁) for Adam, 2(1 + β) for heavy ball): the
@@ -54,6 +55,8 @@ SCORES = (
     "lag",
     "lag_growth",
     "decay",
+    "lag_sums",
+    "lag_sums_growth",
     "step_size",
     "step_growth",
     "secant",
@@ -172,79 +175,78 @@ class Average:
 
 
 class Signals:
-    """The early-warning scores of one run, step by step, kept on the device (``SCORES``).
+    """Early-warning scores of one run (or several: leading batch dimensions), step by step, on the device.
 
-    Feed ``update`` once per optimizer step with what the monitor holds; inputs may carry leading batch dimensions
-    (several runs at once), per-tensor inputs a last dimension over the parameter tensors.
+    Feed ``update`` once per optimizer step with what the monitor holds; per-tensor inputs have a last dimension
+    over the parameter tensors. Only the scores in ``names`` are computed, each from the inputs it needs.
+
+    Args:
+        names: the scores to compute, from ``SCORES``; all by default.
     """
 
-    def __init__(self) -> None:
-        self.loss, self.grad_norm = Average(), Average()
-        self.update_ratio, self.lag_average, self.step_average = Average(), Average(), Average()
+    def __init__(self, names: Sequence[str] = SCORES) -> None:
+        unknown = [n for n in names if n not in SCORES]
+        if unknown:
+            raise ValueError(f"Signals: unknown score {unknown[0]!r}; valid: {', '.join(SCORES)}")
+        self.names = tuple(names)
+        self.averages = {name: Average() for name in ("loss", "grad_norm", "update_ratio", "lag", "lag_sums", "step")}
         self.secant_average: Tensor | None = None
         self.previous: dict[str, Tensor] | None = None  # last step's ⟨g, u⟩, ⟨u, P u⟩ sums and η / c
         self.curvature: dict[str, Tensor] = {}
 
-    def update(
-        self,
-        *,
-        loss: Tensor,
-        grad_norm: Tensor,
-        u2: Tensor,
-        w2: Tensor,
-        gu: Tensor,
-        gu_prev: Tensor,
-        upu: Tensor,
-        lr_over_threshold: Tensor,
-        lag: Tensor | None = None,
-        step2: Tensor | None = None,
-    ) -> dict[str, Tensor]:
-        """This step's scores, from its quantities (per tensor: last dimension).
+    def update(self, loss: Tensor, **inputs: Tensor | None) -> dict[str, Tensor]:
+        """This step's scores from its quantities; an input a score needs that is None makes that score NaN.
 
         Args:
             loss: Lₜ, the step's loss.
-            grad_norm: ‖g‖ over all parameters (before clipping where the loop clips).
-            u2, w2: ‖u‖², ‖θₜ‖² per tensor.
-            gu, gu_prev: ⟨gₜ, uₜ⟩ and ⟨gₜ, uₜ₋₁⟩ per tensor.
-            upu: ⟨uₜ, P uₜ⟩ per tensor (P = diag(√v̂ + ε) for Adam, the identity for SGD).
-            lr_over_threshold: η/c, so that a curvature c_P times it is the ratio to the threshold c/η.
-            lag: Adam's ρ per tensor before the step (``adam_lag``); None without Adam's state.
-            step2: Adam's step size s per tensor (``adam_step_size``); None without Adam's state.
+            **inputs: ``grad_norm`` (‖g‖ over all parameters, before clipping where the loop clips); per tensor:
+                ``u2``, ``w2`` (‖u‖², ‖θₜ‖²), ``gu``, ``gu_prev`` (⟨gₜ, uₜ⟩, ⟨gₜ, uₜ₋₁⟩), ``upu`` (⟨uₜ, P uₜ⟩, P the
+                identity for SGD), ``lag`` (``adam_lag``), ``g2`` and ``v_sum`` (‖g‖² and Σv̂ before the step),
+                ``step2`` (``adam_step_size``); ``lr_over_threshold`` (η/c, c/η the stability threshold).
 
         Returns:
-            ``{name: tensor}`` for each of ``SCORES``, NaN where a signal has no input.
+            ``{name: tensor}`` for each of ``names``.
         """
+        want, out = set(self.names), {}
         nan = torch.full_like(loss, math.nan, dtype=torch.float32)
-        scores = {
-            "loss_z": self.loss.z(loss),
-            "grad_norm_z": self.grad_norm.z(grad_norm),
-            "update_ratio_growth": _growth(self.update_ratio, 0.5 * torch.log(u2 / w2)),
-        }
-        self.loss.add(loss)
-        self.grad_norm.add(grad_norm)
-        if lag is not None:
-            log_lag = torch.log(lag)
-            scores["lag"] = _max(log_lag)
-            scores["lag_growth"] = _growth(self.lag_average, log_lag)
-            scores["decay"] = torch.where(self.lag_average.ready().all(-1), -_min(self.lag_average.mean), nan)
-        if step2 is not None:
-            log_step = torch.log(step2)
-            scores["step_size"] = _max(log_step)
-            scores["step_growth"] = _growth(self.step_average, log_step)
-        sums = {"gu": gu.sum(-1), "gu_prev": gu_prev.sum(-1), "upu": upu.sum(-1), "scale": lr_over_threshold}
+        got = {k: v for k, v in inputs.items() if v is not None}
+        if "loss_z" in want:
+            out["loss_z"] = self.averages["loss"].z(loss)
+            self.averages["loss"].add(loss)
+        if "grad_norm_z" in want and "grad_norm" in got:
+            out["grad_norm_z"] = self.averages["grad_norm"].z(got["grad_norm"])
+            self.averages["grad_norm"].add(got["grad_norm"])
+        if "update_ratio_growth" in want and {"u2", "w2"} <= got.keys():
+            out["update_ratio_growth"] = _growth(self.averages["update_ratio"], 0.5 * torch.log(got["u2"] / got["w2"]))
+        if {"lag", "lag_growth", "decay"} & want and "lag" in got:
+            log_lag = torch.log(got["lag"])
+            out["lag"] = _max(log_lag)
+            out["lag_growth"] = _growth(self.averages["lag"], log_lag)
+            ready = self.averages["lag"].ready().all(-1)
+            out["decay"] = torch.where(ready, -_min(self.averages["lag"].mean), nan)
+        if {"lag_sums", "lag_sums_growth"} & want and {"g2", "v_sum"} <= got.keys():
+            log_lag = torch.log(got["g2"] / got["v_sum"])
+            out["lag_sums"] = _max(log_lag)
+            out["lag_sums_growth"] = _growth(self.averages["lag_sums"], log_lag)
+        if {"step_size", "step_growth"} & want and "step2" in got:
+            log_step = torch.log(got["step2"])
+            out["step_size"] = _max(log_step)
+            out["step_growth"] = _growth(self.averages["step"], log_step)
+        if "secant" in want and {"gu", "gu_prev", "upu", "lr_over_threshold"} <= got.keys():
+            out["secant"] = self._secant(got)
+        out.update({k: v for k, v in self.curvature.items() if k in want})
+        return {name: out.get(name, nan).float() for name in self.names}
+
+    def _secant(self, got: dict[str, Tensor]) -> Tensor:
+        sums = {"gu": got["gu"].sum(-1), "upu": got["upu"].sum(-1), "scale": got["lr_over_threshold"]}
         if self.previous is not None:
-            secant = (sums["gu_prev"] - self.previous["gu"]) / self.previous["upu"] * self.previous["scale"]
+            last = self.previous
+            secant = (got["gu_prev"].sum(-1) - last["gu"]) / last["upu"] * last["scale"]
             secant = torch.where(torch.isfinite(secant), secant, torch.zeros_like(secant))
-            self.secant_average = (
-                secant
-                if self.secant_average is None
-                else SECANT_ALPHA * self.secant_average + (1 - SECANT_ALPHA) * secant
-            )
+            average = self.secant_average
+            self.secant_average = secant if average is None else SECANT_ALPHA * average + (1 - SECANT_ALPHA) * secant
         self.previous = sums
-        scores["secant"] = nan if self.secant_average is None else self.secant_average
-        for name in ("curvature_update", "curvature_gradient", "sharpness"):
-            scores[name] = self.curvature.get(name, nan)
-        return {name: scores.get(name, nan).float() for name in SCORES}
+        return torch.full_like(sums["gu"], math.nan) if self.secant_average is None else self.secant_average
 
     def measured(self, **ratios: Tensor) -> None:
         """The curvature measured this step, as ratios to the threshold: ``curvature_update``,
