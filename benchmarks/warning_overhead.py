@@ -26,7 +26,7 @@ from optiscope.curvature import directional_curvature
 from optiscope.data.batches import sample_batch
 from optiscope.models.gpt import GPT, GPTConfig
 from optiscope.monitor import Monitor
-from optiscope.monitor.warning import Signals, adam_lag, adam_step_size, squared_norms
+from optiscope.monitor.warning import Signals, adam_lag, adam_moments, adam_step_size, squared_norms
 from optiscope.optim import AdamW
 
 
@@ -58,24 +58,12 @@ def main() -> None:
         step()
     signals = Signals()
 
-    def moments() -> tuple[list, list, list, list, float]:
-        state = [opt.state[p] for p in params]
-        beta1, beta2 = opt.param_groups[0]["betas"]
-        t = [float(s["step"]) for s in state]
-        return (
-            [s["exp_avg"] for s in state],
-            [s["exp_avg_sq"] for s in state],
-            [1 - beta1**k for k in t],
-            [1 - beta2**k for k in t],
-            opt.param_groups[0]["eps"],
-        )
-
     def lag() -> object:
-        _, v, _, bc2, eps = moments()
-        return adam_lag([p.grad for p in params], v, bc2, eps)
+        moments = adam_moments(opt, params)
+        return adam_lag([p.grad for p in params], moments.second, moments.bias_corrections2, moments.eps)
 
     def step_size() -> object:
-        return adam_step_size(*moments())
+        return adam_step_size(*adam_moments(opt, params))
 
     def update_ratio() -> object:  # the copy before the step, then u = θ′ − θ and the norms
         before = [p.detach().clone() for p in params]

@@ -55,7 +55,7 @@ from optiscope.data.tokenizers import CharTokenizer  # noqa: E402
 from optiscope.experiments.adder import PRESETS, loss_on  # noqa: E402
 from optiscope.models import GPT, GPTConfig  # noqa: E402
 from optiscope.models.adder import AdderModel  # noqa: E402
-from optiscope.monitor.warning import adam_step_size, preconditioned, squared_norms  # noqa: E402
+from optiscope.monitor.warning import adam_moments, adam_step_size, preconditioned, squared_norms  # noqa: E402
 
 CLIP = 1.0
 WARMUP_FRACTION = 0.1
@@ -197,24 +197,6 @@ class Intervention:
             self.steps.append(step)
 
 
-def adam_moments(
-    opt: torch.optim.Optimizer, params: list[Tensor]
-) -> tuple[list[Tensor], list[Tensor], list[float], list[float], float] | None:
-    """(m, v, 1 − β₁ᵗ, 1 − β₂ᵗ, ε) of each parameter from Adam's state; None before its first step or for SGD."""
-    state = [opt.state.get(p, {}) for p in params]
-    if not all("exp_avg_sq" in s for s in state):
-        return None
-    beta1, beta2 = opt.param_groups[0]["betas"]
-    t = [float(s["step"]) for s in state]
-    return (
-        [s["exp_avg"] for s in state],
-        [s["exp_avg_sq"] for s in state],
-        [1 - beta1**k for k in t],
-        [1 - beta2**k for k in t],
-        opt.param_groups[0]["eps"],
-    )
-
-
 def dots(a: list[Tensor], b: list[Tensor]) -> Tensor:
     return torch.stack([torch.dot(x.reshape(-1).float(), y.reshape(-1).float()) for x, y in zip(a, b, strict=True)])
 
@@ -260,8 +242,7 @@ def train(spec: Spec, warner: Any = None) -> dict[str, Any]:
         grads = [p.grad for p in params]
         before = adam_moments(opt, params)
         if before is not None:
-            _, v, _, bc2, eps = before
-            lag, lag_max = lag_terms(grads, v, bc2, eps)
+            lag, lag_max = lag_terms(grads, before.second, before.bias_corrections2, before.eps)
             out["lag"][step - 1], out["lag_max"][step - 1] = lag, lag_max
         old = [p.detach().clone() for p in params]
         opt.step()
@@ -277,10 +258,10 @@ def train(spec: Spec, warner: Any = None) -> dict[str, Any]:
         if after is None:
             row["upu"] = row["u2"]
         else:
-            m, v, bc1, bc2, eps = after
-            denominators = torch._foreach_add(torch._foreach_sqrt(torch._foreach_div(v, bc2)), eps)  # √v̂ + ε
+            v, bc2 = after.second, after.bias_corrections2
+            denominators = torch._foreach_add(torch._foreach_sqrt(torch._foreach_div(v, bc2)), after.eps)  # √v̂ + ε
             row["upu"] = dots(u, torch._foreach_mul(u, denominators))
-            row["step2"] = adam_step_size(m, v, bc1, bc2, eps)
+            row["step2"] = adam_step_size(*after)
             row["v_mean"] = torch.stack([vi.sum() / b for vi, b in zip(v, bc2, strict=True)]) / sizes
         for k, values in row.items():
             out[k][step - 1] = values.numpy()
@@ -296,7 +277,9 @@ def train(spec: Spec, warner: Any = None) -> dict[str, Any]:
     return finish(out, curvature, spec, steps, names, params, start, intervention)
 
 
-def lag_terms(grads: list[Tensor], v: list[Tensor], bc2: list[float], eps: float) -> tuple[np.ndarray, np.ndarray]:
+def lag_terms(
+    grads: list[Tensor], v: list[Tensor], bc2: list[float], eps: list[float]
+) -> tuple[np.ndarray, np.ndarray]:
     """(mean, max) of g²/(√v̂ + ε)² per tensor, v̂ before the step (``warning.adam_lag`` and its max)."""
     ratios = preconditioned(grads, v, bc2, eps)
     sizes = torch.tensor([float(g.numel()) for g in grads])

@@ -14,6 +14,7 @@ from optiscope.monitor.warning import (
     Average,
     Signals,
     adam_lag,
+    adam_moments,
     adam_step_size,
     squared_norms,
 )
@@ -50,8 +51,24 @@ def test_adam_step_size_is_the_step_torch_adam_takes():
         [1 - betas[1] ** t] * 3,
         eps,
     )
-    expected = [float(((p.detach() - b).double() ** 2).sum()) / (lr**2 * p.numel()) for p, b in zip(params, before)]
+    steps = [(p.detach() - b).double() for p, b in zip(params, before, strict=True)]
+    expected = [float((u**2).sum()) / (lr**2 * u.numel()) for u in steps]
     assert size.tolist() == pytest.approx(expected, rel=1e-4)
+
+
+def test_adam_moments_read_each_groups_betas_and_amsgrads_maximum():
+    a, b = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.Adam([{"params": [a]}, {"params": [b], "betas": (0.5, 0.9), "amsgrad": True, "eps": 1e-3}])
+    assert adam_moments(opt, [a, b]) is None  # not stepped yet
+    for scale in (1.0, 0.1):
+        a.grad, b.grad = scale * torch.ones(3), scale * torch.ones(2)
+        opt.step()
+    moments = adam_moments(opt, [a, b])
+    assert moments.bias_corrections1 == pytest.approx([1 - 0.9**2, 1 - 0.5**2])
+    assert moments.bias_corrections2 == pytest.approx([1 - 0.999**2, 1 - 0.9**2])
+    assert moments.eps == [1e-8, 1e-3]
+    assert moments.second[1] is opt.state[b]["max_exp_avg_sq"] and moments.first[0] is opt.state[a]["exp_avg"]
+    assert adam_moments(torch.optim.SGD([a], lr=0.1, momentum=0.9), [a]) is None
 
 
 def test_adam_lag_in_closed_form_and_against_float64():

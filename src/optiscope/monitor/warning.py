@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
+
+from ..optim.adam import adam_steps
 
 #: ZClip's smoothing and threshold (arXiv 2504.02507), used by every z-score here
 ALPHA = 0.97
@@ -78,19 +80,25 @@ def squared_norms(tensors: Sequence[Tensor]) -> Tensor:
 
 
 def preconditioned(
-    tensors: Sequence[Tensor], second_moments: Sequence[Tensor], bias_corrections: Sequence[float], eps: float
+    tensors: Sequence[Tensor],
+    second_moments: Sequence[Tensor],
+    bias_corrections: Sequence[float],
+    eps: float | Sequence[float],
 ) -> list[Tensor]:
     """x/(√v̂ + ε) for each tensor x, v̂ = v/(1 − β₂ᵗ) its second moment: new tensors, one pass to build."""
     denominators = torch._foreach_div(list(second_moments), list(bias_corrections))
     torch._foreach_sqrt_(denominators)
-    torch._foreach_add_(denominators, eps)
+    torch._foreach_add_(denominators, eps if isinstance(eps, float | int) else list(eps))
     torch._foreach_div_(denominators, list(tensors))  # (√v̂ + ε)/x, inverted below: one temporary list
     torch._foreach_reciprocal_(denominators)
     return denominators
 
 
 def adam_lag(
-    grads: Sequence[Tensor], second_moments: Sequence[Tensor], bias_corrections: Sequence[float], eps: float
+    grads: Sequence[Tensor],
+    second_moments: Sequence[Tensor],
+    bias_corrections: Sequence[float],
+    eps: float | Sequence[float],
 ) -> Tensor:
     """ρᵢ = mean of g²/(√v̂ + ε)² over the entries of each tensor i, v̂ = v/(1 − β₂ᵗ⁻¹) its second moment before
     the step, as one float32 vector on the device.
@@ -105,12 +113,45 @@ def adam_step_size(
     second_moments: Sequence[Tensor],
     bias_corrections1: Sequence[float],
     bias_corrections2: Sequence[float],
-    eps: float,
+    eps: float | Sequence[float],
 ) -> Tensor:
     """sᵢ = mean of (m̂/(√v̂ + ε))² over the entries of each tensor i after the step, as one float32 vector."""
     steps = preconditioned(first_moments, second_moments, bias_corrections2, eps)
     torch._foreach_div_(steps, list(bias_corrections1))
     return squared_norms(steps) / _sizes(first_moments)
+
+
+class AdamMoments(NamedTuple):
+    """Adam's state for a list of parameters: m, v and, per parameter, 1 − β₁ᵗ, 1 − β₂ᵗ and ε."""
+
+    first: list[Tensor]
+    second: list[Tensor]
+    bias_corrections1: list[float]
+    bias_corrections2: list[float]
+    eps: list[float]
+
+
+def adam_moments(optimizer: torch.optim.Optimizer, params: Sequence[Tensor]) -> AdamMoments | None:
+    """The Adam-style moments of ``params`` in ``optimizer``'s state (``exp_avg``, ``exp_avg_sq`` or with AMSGrad
+    ``max_exp_avg_sq``, ``step``, its groups' ``betas`` and ``eps``); None when one of them has none (not stepped
+    yet, or not an Adam-style optimizer).
+
+    Reads each parameter's step count (a host read where it is a device tensor: torch's capturable and fused Adam).
+    """
+    group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    out = AdamMoments([], [], [], [], [])
+    for p in params:
+        state, group = optimizer.state.get(p, {}), group_of.get(id(p))
+        t = adam_steps(state)
+        if t == 0 or group is None or "exp_avg" not in state or "betas" not in group:
+            return None
+        beta1, beta2 = group["betas"]
+        out.first.append(state["exp_avg"])
+        out.second.append(state["max_exp_avg_sq"] if group.get("amsgrad") else state["exp_avg_sq"])
+        out.bias_corrections1.append(1 - beta1**t)
+        out.bias_corrections2.append(1 - beta2**t)
+        out.eps.append(group["eps"])
+    return out
 
 
 def _sizes(tensors: Sequence[Tensor]) -> Tensor:
