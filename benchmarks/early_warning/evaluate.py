@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/commo
 import corpus as corpus_module  # noqa: E402
 import labels  # noqa: E402
 
-from common import Parser  # noqa: E402
+from common import Parser, whole_number  # noqa: E402
 from optiscope.monitor import warning  # noqa: E402
 from optiscope.monitor.warning import SCORES, Signals  # noqa: E402
 
@@ -208,6 +208,8 @@ def transformed(scores: np.ndarray) -> np.ndarray:
             x[:, i] = np.arcsinh(x[:, i])
         elif name.endswith("_z"):
             x[:, i] = np.clip(x[:, i], -50, 50)
+        elif name.endswith("_unrest"):
+            x[:, i] = np.log1p(x[:, i])
     missing = ~np.isfinite(x)
     return np.concatenate([np.where(missing, 0.0, x), missing.astype(float)], axis=1)
 
@@ -519,6 +521,10 @@ def evaluate(
         false = sum(int((k & r.scored & ~r.positive[n]).sum()) for k, r in zip(known, test, strict=True))
         outcomes = event_outcomes(test, known, n)
         leads = [o["lead"] for o in outcomes if o["lead"] is not None]
+        # the same at the threshold that would give ≤ 1 false alarm per 1,000 steps on the test runs themselves:
+        # how well the method ranks, apart from how well a threshold carries over from other tasks
+        own = threshold_for(test, scores, n)
+        own_outcomes = event_outcomes(test, [alarms(s, own, latency, every) for s in scores], n)
         out[n] = {
             "auroc": auroc(pooled, positive),
             "auprc": auprc(pooled, positive),
@@ -526,6 +532,7 @@ def evaluate(
             "threshold": tau,
             "events": len(outcomes),
             "recall": len(leads) / len(outcomes) if outcomes else math.nan,
+            "recall_own_threshold": _recall(own_outcomes),
             "recall_spikes": _recall([o for o in outcomes if o["kind"] == "spike"]),
             "recall_divergences": _recall([o for o in outcomes if o["kind"] == "divergence"]),
             "false_alarms_per_1000": 1000 * false / max(int(mask.sum()), 1),
@@ -565,12 +572,18 @@ def pooled(per_fold: dict[str, dict[int, dict[str, Any]]]) -> dict[int, dict[str
         out[n] = {
             "auroc": float(np.nanmean([p["auroc"] for p in parts])),
             "auprc": float(np.nanmean([p["auprc"] for p in parts])),
-            "recall": sum(p["recall"] * p["events"] for p in parts if p["events"]) / events if events else math.nan,
+            "recall": _weighted(parts, "recall", "events"),
+            "recall_own_threshold": _weighted(parts, "recall_own_threshold", "events"),
             "false_alarms_per_1000": sum(p["false_alarms_per_1000"] * p["steps"] for p in parts) / max(steps, 1),
             "median_lead": _weighted_median(detected),
             "events": events,
         }
     return out
+
+
+def _weighted(parts: list[dict[str, Any]], key: str, weight: str) -> float:
+    total = sum(p[weight] for p in parts if p[weight])
+    return sum(p[key] * p[weight] for p in parts if p[weight]) / total if total else math.nan
 
 
 def _weighted_median(pairs: list[tuple[float, float]]) -> float:
@@ -585,12 +598,14 @@ def _weighted_median(pairs: list[tuple[float, float]]) -> float:
     return pairs[-1][0]
 
 
-def run_protocol(runs: list[Run], split: str, names: list[str]) -> dict[str, Any]:
+def run_protocol(runs: list[Run], split: str, names: list[str], late: int = 0, every: int = 1) -> dict[str, Any]:
+    """Every method in ``names`` through ``folds``: per task and pooled; its warnings read every ``every`` steps,
+    ``late`` steps late."""
     results: dict[str, Any] = {}
     for name in names:
         per_fold = {}
         for task, fit, test in folds(runs, split):
-            per_fold[task] = evaluate(methods()[name](), fit, test)
+            per_fold[task] = evaluate(methods()[name](), fit, test, late, every)
         results[name] = {"tasks": per_fold, "pooled": pooled(per_fold)}
         p = results[name]["pooled"]
         print(
@@ -635,6 +650,60 @@ def results_table(results: dict[str, Any], part: str = "pooled") -> str:
     return "\n".join(lines).replace("nan", "—")
 
 
+def save_warners(runs: list[Run], name: str, horizon: int, directory: Path) -> None:
+    """For each task, ``name`` fitted on the other tasks' fitting seeds with its threshold at ``horizon``:
+    ``directory/<task>.json``, the warner ``corpus.py --intervene`` acts on for that task's held-out seeds."""
+    for task in sorted({r.task for r in runs}):
+        fit = [r for r in runs if r.task != task and r.seed in FIT_SEEDS]
+        Warner.fitted(name, fit, horizon).save(directory / f"{task}.json")
+        print(f"{directory / f'{task}.json'}: {name} fitted on {len(fit)} runs of the other tasks", flush=True)
+
+
+def final_loss(loss: np.ndarray, planned: int) -> float:
+    """The mean training loss over the last tenth of a run's planned steps; inf for a run that diverged."""
+    if len(loss) < planned or not np.all(np.isfinite(loss)):
+        return math.inf
+    return float(np.mean(loss[-max(1, planned // 10) :]))
+
+
+def intervention_table(treated: Path, controls: Path) -> tuple[str, dict[str, Any]]:
+    """Markdown and numbers: the runs ``corpus.py --intervene`` trained against the corpus runs of the same names
+    (same seed, data and start): spikes, divergences, warnings acted on and final losses, per task."""
+    rows, numbers = [], {}
+    head = (
+        "| task | runs | spikes: controls → with reduce_lr | divergences | runs with an action (actions) | "
+        "final loss: median ratio | runs no worse |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|"]
+    for path in sorted((treated / "runs").glob("*/*.npz")):
+        control = controls / "runs" / path.relative_to(treated / "runs")
+        if control.exists():
+            rows.append((corpus_module.read_run(path), corpus_module.read_run(control)))
+    for task in sorted({t["meta"]["task"] for t, _ in rows}):
+        pairs = [(t, c) for t, c in rows if t["meta"]["task"] == task]
+        count = {
+            side: {
+                kind: sum(e.kind == kind for run in runs for e in labels.events(run["loss"]))
+                for kind in ("spike", "divergence")
+            }
+            for side, runs in (("controls", [c for _, c in pairs]), ("treated", [t for t, _ in pairs]))
+        }
+        ratios = []
+        for t, c in pairs:
+            planned = t["meta"]["planned_steps"]
+            a, b = final_loss(t["loss"], planned), final_loss(c["loss"], planned)
+            ratios.append(a / b if math.isfinite(a) and math.isfinite(b) else (1.0 if a == b else a / b))
+        acted = [len(t["meta"]["interventions"] or []) for t, _ in pairs]
+        numbers[task] = {"runs": len(pairs), **count, "acted": acted, "final_loss_ratios": ratios}
+        lines.append(
+            f"| {task} | {len(pairs)} | {count['controls']['spike']} → {count['treated']['spike']} | "
+            f"{count['controls']['divergence']} → {count['treated']['divergence']} | "
+            f"{sum(a > 0 for a in acted)} ({sum(acted)}) | {float(np.median(ratios)):.3f} | "
+            f"{sum(r <= 1 for r in ratios)} of {len(ratios)} |"
+        )
+    return "\n".join(lines), numbers
+
+
 def main() -> None:
     parser = Parser(__doc__)
     parser.add_argument("--corpus", type=Path, required=True, help="the directory corpus.py built")
@@ -642,18 +711,36 @@ def main() -> None:
     parser.add_argument("--method", action="append", default=None, help="score only these methods (repeatable)")
     parser.add_argument("--json", type=Path, default=None, help="write every number here")
     parser.add_argument("--markdown", type=Path, default=None, help="write the corpus and result tables here")
+    parser.add_argument("--read-every", type=whole_number(1), default=1, help="warnings read every K steps")
+    parser.add_argument("--late", type=whole_number(0), default=0, help="warnings known L steps after the step")
+    parser.add_argument("--save-warners", type=Path, default=None, metavar="DIR", help="the first --method, fitted")
+    parser.add_argument("--horizon", type=int, default=20, choices=HORIZONS, help="the saved warners' horizon")
+    parser.add_argument(
+        "--intervention", type=Path, default=None, metavar="DIR", help="compare these runs with --corpus"
+    )
     args = parser.parse_args()
     if not (args.corpus / "runs").is_dir():
         parser.error(f"--corpus {args.corpus}: no runs/ inside; give the directory corpus.py --out built")
+    if args.save_warners is not None and not args.method:
+        parser.error("--save-warners needs --method NAME, the method to fit")
     names = args.method or list(methods())
     unknown = [n for n in names if n not in methods()]
     if unknown:
         parser.error(f"--method {unknown[0]!r}: give one of {', '.join(methods())}")
     torch.set_num_threads(1)
+    if args.intervention is not None:
+        table, numbers = intervention_table(args.intervention, args.corpus)
+        print(table)
+        if args.json:
+            args.json.write_text(json.dumps(numbers, indent=1, default=float) + "\n")
+        return
     seeds = FIT_SEEDS if args.split == "dev" else FIT_SEEDS + HELD_OUT_SEEDS
     runs = load(args.corpus, seeds)
+    if args.save_warners is not None:
+        save_warners(runs, names[0], args.horizon, args.save_warners)
+        return
     print(f"{len(runs)} runs, {sum(len(r.events) for r in runs)} events", flush=True)
-    results = run_protocol(runs, args.split, names)
+    results = run_protocol(runs, args.split, names, args.late, args.read_every)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=float) + "\n")
     if args.markdown:

@@ -21,6 +21,7 @@ Per tensor (``squared_norms``, ``adam_lag``, ``adam_step_size``; each one or two
 
 - ``loss_z``, ``grad_norm_z``: z-scores of the loss and the gradient norm against exponential moving averages
   (α = 0.97, ZClip's recurrences: arXiv 2504.02507), the value entering the averages clipped at z = 2.5;
+  ``loss_unrest``, ``grad_norm_unrest``: an EMA (α = 0.98) of max(z, 0)², how much they have jumped lately;
 - ``update_ratio_growth``: maxᵢ log(u/w)ᵢ − EMA(log(u/w)ᵢ) over tensors i;
 - ``lag``: maxᵢ log ρᵢ; ``lag_growth``: maxᵢ log ρᵢ − EMA(log ρᵢ); ``decay``: −minᵢ EMA(log ρᵢ), how far v has been
   outrunning g² (Bai et al.'s regime); ``lag_sums``, ``lag_sums_growth``: the same from ‖g‖²/Σv̂ per tensor, which
@@ -49,10 +50,14 @@ Z_CLIP = 2.5
 #: steps whose plain mean and variance start each average (ZClip's warm-up)
 WARMUP = 25
 SECANT_ALPHA = 0.9
+#: the memory of the unrest scores: an EMA over about 50 steps
+UNREST_ALPHA = 0.98
 #: the scores ``Signals.update`` returns, in order
 SCORES = (
     "loss_z",
     "grad_norm_z",
+    "loss_unrest",
+    "grad_norm_unrest",
     "update_ratio_growth",
     "lag",
     "lag_growth",
@@ -232,6 +237,7 @@ class Signals:
         self.names = tuple(names)
         self.averages = {name: Average() for name in ("loss", "grad_norm", "update_ratio", "lag", "lag_sums", "step")}
         self.secant_average: Tensor | None = None
+        self.unrest: dict[str, Tensor] = {}
         self.previous: dict[str, Tensor] | None = None  # last step's ⟨g, u⟩, ⟨u, P u⟩ sums and η / c
         self.curvature: dict[str, Tensor] = {}
 
@@ -251,12 +257,14 @@ class Signals:
         want, out = set(self.names), {}
         nan = torch.full_like(loss, math.nan, dtype=torch.float32)
         got = {k: v for k, v in inputs.items() if v is not None}
-        if "loss_z" in want:
+        if {"loss_z", "loss_unrest"} & want:
             out["loss_z"] = self.averages["loss"].z(loss)
             self.averages["loss"].add(loss)
-        if "grad_norm_z" in want and "grad_norm" in got:
+            out["loss_unrest"] = self._unrest("loss", out["loss_z"])
+        if {"grad_norm_z", "grad_norm_unrest"} & want and "grad_norm" in got:
             out["grad_norm_z"] = self.averages["grad_norm"].z(got["grad_norm"])
             self.averages["grad_norm"].add(got["grad_norm"])
+            out["grad_norm_unrest"] = self._unrest("grad_norm", out["grad_norm_z"])
         if "update_ratio_growth" in want and {"u2", "w2"} <= got.keys():
             out["update_ratio_growth"] = _growth(self.averages["update_ratio"], 0.5 * torch.log(got["u2"] / got["w2"]))
         if {"lag", "lag_growth", "decay"} & want and "lag" in got:
@@ -277,6 +285,13 @@ class Signals:
             out["secant"] = self._secant(got)
         out.update({k: v for k, v in self.curvature.items() if k in want})
         return {name: out.get(name, nan).float() for name in self.names}
+
+    def _unrest(self, name: str, z: Tensor) -> Tensor:
+        """EMA (``UNREST_ALPHA``) of max(z, 0)²: how much the value has been jumping lately, spikes included."""
+        jump = torch.clamp(z, min=0) ** 2
+        last = self.unrest.get(name)
+        self.unrest[name] = jump if last is None else UNREST_ALPHA * last + (1 - UNREST_ALPHA) * jump
+        return self.unrest[name]
 
     def _secant(self, got: dict[str, Tensor]) -> Tensor:
         sums = {"gu": got["gu"].sum(-1), "upu": got["upu"].sum(-1), "scale": got["lr_over_threshold"]}
