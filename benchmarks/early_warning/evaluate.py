@@ -208,7 +208,7 @@ def transformed(scores: np.ndarray) -> np.ndarray:
             x[:, i] = np.arcsinh(x[:, i])
         elif name.endswith("_z"):
             x[:, i] = np.clip(x[:, i], -50, 50)
-        elif name.endswith("_unrest"):
+        elif name.endswith(("_unrest", "_cusum")):
             x[:, i] = np.log1p(x[:, i])
     missing = ~np.isfinite(x)
     return np.concatenate([np.where(missing, 0.0, x), missing.astype(float)], axis=1)

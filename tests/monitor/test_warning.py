@@ -120,6 +120,28 @@ def test_average_follows_zclips_recurrences_and_skips_non_finite_values():
     assert zs[50] > 10
 
 
+def test_loss_cusum_and_unrest_follow_their_recurrences_on_zclips_z_scores():
+    """Sₜ = max(0, Sₜ₋₁ + zₜ − 0.5) and Uₜ = 0.98 Uₜ₋₁ + 0.02 max(zₜ, 0)² (U₁ = max(z₁, 0)²), z ZClip's: a loss that
+    creeps up by a third of its noise each step builds a CUSUM that the noise alone does not."""
+    rng = np.random.default_rng(2)
+    losses = list(2 + 0.1 * rng.standard_normal(60)) + [2 + 0.03 * k for k in range(1, 21)]
+    signals, cusum, unrest = Signals(["loss_cusum", "loss_unrest"]), [], []
+    for x in losses:
+        out = signals.update(torch.tensor(x))
+        cusum.append(float(out["loss_cusum"]))
+        unrest.append(float(out["loss_unrest"]))
+    s, u, expected_s, expected_u = 0.0, None, [], []
+    for z in zclip_reference(losses):
+        s = max(0.0, s + z - 0.5)
+        jump = max(z, 0.0) ** 2
+        u = jump if u is None else 0.98 * u + 0.02 * jump
+        expected_s.append(s)
+        expected_u.append(u)
+    assert cusum == pytest.approx(expected_s, rel=1e-3, abs=1e-3)
+    assert unrest == pytest.approx(expected_u, rel=1e-3, abs=1e-4)
+    assert max(cusum[:60]) < cusum[-1]
+
+
 def test_secant_curvature_of_gradient_descent_on_a_quadratic_is_its_curvature():
     """On L = ½hθ² every gradient difference along the update is h·u exactly: the secant score tends to hη/c."""
     h, lr, c = 3.0, 0.1, 2.0

@@ -22,6 +22,7 @@ Per tensor (``squared_norms``, ``adam_lag``, ``adam_step_size``; each one or two
 - ``loss_z``, ``grad_norm_z``: z-scores of the loss and the gradient norm against exponential moving averages
   (α = 0.97, ZClip's recurrences: arXiv 2504.02507), the value entering the averages clipped at z = 2.5;
   ``loss_unrest``, ``grad_norm_unrest``: an EMA (α = 0.98) of max(z, 0)², how much they have jumped lately;
+  ``loss_cusum``: Page's CUSUM of the loss's z-score, Sₜ = max(0, Sₜ₋₁ + zₜ − 0.5), a rise sustained over steps;
 - ``update_ratio_growth``: maxᵢ log(u/w)ᵢ − EMA(log(u/w)ᵢ) over tensors i;
 - ``lag``: maxᵢ log ρᵢ; ``lag_growth``: maxᵢ log ρᵢ − EMA(log ρᵢ); ``decay``: −minᵢ EMA(log ρᵢ), how far v has been
   outrunning g² (Bai et al.'s regime); ``lag_sums``, ``lag_sums_growth``: the same from ‖g‖²/Σv̂ per tensor, which
@@ -52,12 +53,15 @@ WARMUP = 25
 SECANT_ALPHA = 0.9
 #: the memory of the unrest scores: an EMA over about 50 steps
 UNREST_ALPHA = 0.98
+#: the drift, in standard deviations per step, that the loss's CUSUM allows before it accumulates
+CUSUM_SLACK = 0.5
 #: the scores ``Signals.update`` returns, in order
 SCORES = (
     "loss_z",
     "grad_norm_z",
     "loss_unrest",
     "grad_norm_unrest",
+    "loss_cusum",
     "update_ratio_growth",
     "lag",
     "lag_growth",
@@ -238,6 +242,7 @@ class Signals:
         self.averages = {name: Average() for name in ("loss", "grad_norm", "update_ratio", "lag", "lag_sums", "step")}
         self.secant_average: Tensor | None = None
         self.unrest: dict[str, Tensor] = {}
+        self.cusum: Tensor | None = None
         self.previous: dict[str, Tensor] | None = None  # last step's ⟨g, u⟩, ⟨u, P u⟩ sums and η / c
         self.curvature: dict[str, Tensor] = {}
 
@@ -257,10 +262,13 @@ class Signals:
         want, out = set(self.names), {}
         nan = torch.full_like(loss, math.nan, dtype=torch.float32)
         got = {k: v for k, v in inputs.items() if v is not None}
-        if {"loss_z", "loss_unrest"} & want:
+        if {"loss_z", "loss_unrest", "loss_cusum"} & want:
             out["loss_z"] = self.averages["loss"].z(loss)
             self.averages["loss"].add(loss)
             out["loss_unrest"] = self._unrest("loss", out["loss_z"])
+            last = self.cusum if self.cusum is not None else torch.zeros_like(out["loss_z"])
+            self.cusum = torch.clamp(last + out["loss_z"] - CUSUM_SLACK, min=0)
+            out["loss_cusum"] = self.cusum
         if {"grad_norm_z", "grad_norm_unrest"} & want and "grad_norm" in got:
             out["grad_norm_z"] = self.averages["grad_norm"].z(got["grad_norm"])
             self.averages["grad_norm"].add(got["grad_norm"])
