@@ -571,11 +571,12 @@ def test_a_fit_that_raises_leaves_no_hook_on_the_optimizer(tmp_path):
     x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
     module, callback = RaisesAtStep(True), OptiscopeCallback(out_dir=tmp_path, every=1)
+    trainer = quiet_trainer(tmp_path, 10, [callback])
     with pytest.raises(RuntimeError, match="the module's own bug"):
-        quiet_trainer(tmp_path, 10, [callback]).fit(module, data)
-    optimizer = callback.monitor.optimizer
+        trainer.fit(module, data)
+    (optimizer,) = trainer.optimizers
     assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
-    assert callback.attachment.closed
+    assert callback.attachment.closed and callback.monitor.optimizer is None  # and let go of it
 
 
 def test_fit_again_on_the_same_trainer_goes_on_with_the_monitor(tmp_path, caplog):

@@ -231,7 +231,9 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         return control
 
     def on_save(self, args, state, control, **kwargs):
-        # right after the Trainer wrote checkpoint-N for the step the monitor has just recorded
+        # right after the Trainer wrote checkpoint-N for the step the monitor has just recorded (judged already
+        # at on_step_end, unless the save was asked for elsewhere)
+        self.flushed()
         if self.monitor is not None and args.should_save:  # where the Trainer writes (each node's main process too)
             save_checkpoint(checkpoint_dir(args, state) / self.state_file, self.monitor.state_dict())
         return control
@@ -241,6 +243,9 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self._held.update(metrics)  # a divergence at a measured step: one log with both
 
     def on_step_end(self, args, state, control, **kwargs):
+        # the steps the guard has not read yet are judged before the Trainer saves (every rank gets here alike)
+        if control.should_save and self.flushed():
+            control.should_training_stop = True
         if self._held and self._trainer is not None:
             held, self._held = self._held, {}
             # Trainer.log calls every callback's on_log, and the handler sets should_log off before: the
@@ -258,6 +263,7 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         return self.on_step_end(args, state, control)
 
     def on_train_end(self, args, state, control, **kwargs):
+        self.flushed()  # the last steps, since the guard's last reading
         self._release()
 
     def _release(self) -> None:
