@@ -186,6 +186,24 @@ def test_a_diverging_run_stops_cleanly(tmp_path):
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["diverged"]
 
 
+def test_the_last_steps_are_judged_at_the_end_of_training(tmp_path):
+    """Measured at step 1 only and read every 10 steps, the run above diverges at step 2 and ends at step 4
+    before any reading: the end of training reads it, and the callback's state (what a checkpoint saves) holds
+    no loss unread."""
+
+    class Exploding(Regression):
+        def configure_optimizers(self):
+            return optiscope.optim.SGD(self.parameters(), lr=1e30)
+
+    x = torch.randn(48, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=100)
+    trainer = quiet_trainer(tmp_path, 4, [callback])
+    trainer.fit(Exploding(automatic=True), data)
+    assert callback.diverged is not None and callback.diverged["step"] == 2 and trainer.global_step == 4
+    assert callback.state_dict()["monitor"]["unread"] == []
+
+
 def test_without_a_guard_a_diverging_run_trains_to_the_end_and_every_step_is_recorded(tmp_path):
     """``guard=None``: the run above is not stopped (Lightning's own step count reaches ``max_steps``) and each
     step has its record, with the loss ``training_step`` returned, non-finite ones too."""

@@ -126,7 +126,10 @@ class OptiscopeCallback(MonitorCallback, Callback):
           saving the diverged model (through its private ``_last_global_step_saved``, and ``save_last`` off
           at the end of training, both put back when the fit ends; a Lightning without that attribute saves as
           before). The loss is measured on the weights before each step, so the checkpoint of the step before
-          may already hold bad weights: resume from an earlier one.
+          may already hold bad weights: resume from an earlier one. The guard reads the losses on measured
+          steps, every ``guard.read_every`` steps, when a checkpoint is built and at the end of training
+          (``Monitor.flush``), so a divergence stops the fit at most ``read_every`` − 1 steps after the step it
+          names; a checkpoint saved in between may hold the diverged model.
         - A step the GradScaler of ``precision="16-mixed"`` skips has no record and keeps the number Lightning
           gives it; a run whose every step is skipped stops diverged. Without a GradScaler, a step Lightning
           counts and the optimizer does not take (a module's own ``optimizer_step`` that leaves it out) uses up

@@ -119,7 +119,10 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         - A divergence sets ``control.should_training_stop`` and ``should_save`` off (also for the end-of-epoch
           save), logs the diagnosis on the ``optiscope`` logger and writes it to ``metrics.jsonl``. The loss is
           measured on the weights before each step, so the checkpoint of the step before may already hold
-          weights whose loss is NaN: resume from an earlier one.
+          weights whose loss is NaN: resume from an earlier one. The guard reads the losses on measured steps,
+          every ``guard.read_every`` steps and before each save (``Monitor.flush``; a divergence found there
+          calls the save off), so a divergence stops training at most ``read_every`` − 1 steps after the step
+          it names.
         - Ranks other than 0 measure (the loss is averaged over ranks, so all stop together) but write nothing.
           A step a GradScaler skips has no record and keeps its number, and its loss is not carried into the
           next step's; a run whose every step is skipped stops diverged at the guard's ``skipped``-th.
