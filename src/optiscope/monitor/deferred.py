@@ -131,6 +131,10 @@ def _numbers(kept: list[Kept]) -> list[float]:
             elif value is not None:
                 numbers[j] = float(value)
     for values in on_devices.values():
+        if len(values) == 1:  # a measured step's own loss, read as the guard reads every measured step
+            (j, v), *_ = values
+            numbers[j] = float(v)
+            continue
         read = torch.stack([v.reshape(()).to(torch.float64) for _, v in values]).tolist()
         for (j, _), x in zip(values, read, strict=True):
             numbers[j] = x

@@ -555,14 +555,13 @@ class Monitor:
         if self._layout is not None:
             return self._sharded_stats(optimizer, gradients, neg_updates)
         params = gradients.params
-        both = stats.foreach_norms([*params, *neg_updates])  # ‖θ′‖ and ‖u‖ in one reduction
-        w_norms = both[: len(params)]
+        both = stats.foreach_norms([*params, *neg_updates]).tolist()  # ‖θ′‖ and ‖u‖ in one reduction
+        w, u = both[: len(params)], both[len(params) :]
         g_stepped = gradients.norms.tolist()  # as the optimizer held it: scaled under a GradScaler's fused step
         g = [x / gradients.scale for x in g_stepped]
-        w, u = w_norms.tolist(), both[len(params) :].tolist()
         # ⟨−u, g⟩ = ⟨u, −g⟩, over the scaled gradient whose norm divides it: the cosine is the same
         cos_dot = stats.foreach_dots(neg_updates, self._gradient_tensors(gradients)).tolist()
-        bad_w = stats.nonfinite_counts(params, w_norms)
+        bad_w = stats.nonfinite_counts(params, w)
         group_of = {id(q): group for group in optimizer.param_groups for q in group["params"]}
         groups = [group_of[id(p)] for p in params]
         rates = stats.effective_lr_summaries(optimizer, params, groups)
@@ -1226,8 +1225,11 @@ def _weight(q: Any) -> Tensor:
 
 
 def _grad(q: Any) -> Tensor:
-    # dense: torch's foreach norms have no kernel for the sparse gradient of an nn.Embedding(sparse=True)
-    return q.of(q.param.grad) if isinstance(q, Part) else dense(q.grad)
+    # dense: torch's foreach norms have no kernel for the sparse gradient of an nn.Embedding(sparse=True);
+    # detached only where it needs to be (a backward with create_graph=True): a dispatch per tensor saved
+    if isinstance(q, Part):
+        return q.of(q.param.grad)
+    return dense(q.grad) if q.grad.is_sparse or q.grad.requires_grad else q.grad
 
 
 def _refuse_under_sharding(curvature: Any, histograms: bool, embedding: Any) -> None:

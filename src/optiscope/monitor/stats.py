@@ -82,12 +82,11 @@ def foreach_dots(a: Sequence[Tensor], b: Sequence[Tensor]) -> Tensor:
     return out
 
 
-def nonfinite_counts(tensors: Sequence[Tensor], norms: Tensor) -> list[int]:
+def nonfinite_counts(tensors: Sequence[Tensor], norms: Tensor | Sequence[float]) -> list[int]:
     """Number of inf/nan entries per tensor. A finite norm proves a tensor finite, so only tensors with
     a non-finite norm are scanned (the norm of finite entries can overflow too; then the count is 0)."""
-    return [
-        0 if math.isfinite(n) else int((~torch.isfinite(t)).sum()) for t, n in zip(tensors, norms.tolist(), strict=True)
-    ]
+    values = norms.tolist() if isinstance(norms, Tensor) else norms
+    return [0 if math.isfinite(n) else int((~torch.isfinite(t)).sum()) for t, n in zip(tensors, values, strict=True)]
 
 
 def zero_counts(tensors: Sequence[Tensor]) -> list[int]:
