@@ -597,6 +597,52 @@ def test_a_fit_that_raises_leaves_no_hook_on_the_optimizer(tmp_path):
     assert callback.attachment.closed and callback.monitor.optimizer is None  # and let go of it
 
 
+def reachable(start):
+    """What ``start`` holds, followed through optiscope's own objects and Python's containers, functions, cells
+    and methods (not into other libraries' objects, which are reached but not followed)."""
+    import gc
+    import types
+
+    seen, todo, found = set(), [start], []
+    through = (dict, list, tuple, set, types.FunctionType, types.MethodType, types.CellType)
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        found.append(obj)
+        if isinstance(obj, through) or type(obj).__module__.startswith("optiscope"):
+            todo.extend(gc.get_referents(obj))
+    return found
+
+
+def test_after_fit_the_callback_holds_neither_the_model_nor_the_trainer(tmp_path):
+    """The monitor is closed at the end of training and lets go of the module, its optimizer and its sinks (the
+    logger sink's function held the Trainer, which holds the module): what the callback keeps (its records, the
+    monitor's state) reaches none of them, so a run's model is freed with the Trainer, not by the collector."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    module, callback = Regression(True), OptiscopeCallback(every=2)
+    trainer = lightning.Trainer(
+        max_steps=4,
+        accelerator="cpu",
+        logger=CSVLogger(tmp_path),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[callback],
+    )
+    trainer.fit(module, data)
+    # Lightning gives every callback the module's own logging methods (``callback.log``): those are its references
+    ours = [value for name, value in vars(callback).items() if name not in ("log", "log_dict")]
+    held = {id(obj) for obj in reachable(ours)}
+    run = [module, trainer, *trainer.optimizers, *module.parameters()]
+    assert callback.monitor.last_record["step"] == 4 and not [obj for obj in run if id(obj) in held]
+
+
 def test_fit_again_on_the_same_trainer_goes_on_with_the_monitor(tmp_path, caplog):
     """A second ``fit`` on the same Trainer and callback continues at its global step: the monitor goes on
     from the first fit's state (the guard's first loss, the records so far), without a warning."""

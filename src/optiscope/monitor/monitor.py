@@ -1117,10 +1117,11 @@ class Monitor:
     def close(self) -> None:
         """Remove the monitor's hooks, close the sinks and let go of the model, the optimizer and the process group.
 
-        The records, the divergence record, ``state_dict()`` and the embedding's summary stay; ``step`` and
-        ``flush`` refuse from now on. The losses not judged yet (at most ``guard.read_every`` − 1 steps'; see
-        ``flush``) stay unjudged, in ``state_dict()``: reading them could be a collective, which a rank closing
-        on its own (an error, an interrupt) would wait in for ever. Closing twice does nothing more.
+        The records, the divergence record, ``state_dict()`` and the embedding's summary stay (the sinks, closed,
+        are let go too); ``step`` and ``flush`` refuse from now on. The losses not judged yet (at most
+        ``guard.read_every`` − 1 steps'; see ``flush``) stay unjudged, in ``state_dict()``: reading them could be
+        a collective, which a rank closing on its own (an error, an interrupt) would wait in for ever. Closing
+        twice does nothing more.
         """
         for hook in self._hooks:
             hook.remove()
@@ -1130,8 +1131,10 @@ class Monitor:
         for sink in self.sinks:
             sink.close()
         self._closed = True
-        # nothing the monitor keeps may hold the model after this: with it, DDP's and FSDP's process group
+        # nothing the monitor keeps may hold the model after this: with it, DDP's and FSDP's process group (a
+        # sink may too: the callbacks' hands records to the library's trainer, which holds the model)
         self.model = self.optimizer = self.embedding = self._layout = self._small_batches = None  # type: ignore[assignment]
+        self.sinks = []
         self._snapshot, self._snapshot_params, self._gradients, self._update = None, [], None, None
         self._step_lrs, self._outer_call, self._found_inf, self._measured = None, None, None, None
 
