@@ -74,8 +74,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_job(script: str, folder: Path, ranks: int = 2, timeout: float = 120.0) -> Job:
-    """Run ``script`` in ``folder`` as a job of ``ranks`` processes of one thread each."""
+def run_job(script: str, folder: Path, ranks: int = 2, timeout: float = 600.0) -> Job:
+    """Run ``script`` in ``folder`` as a job of ``ranks`` processes of one thread each; a rank still running after
+    ``timeout`` seconds is killed (exit code −9: failed, not aborted)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "train.py"
     path.write_text(script, encoding="utf-8")
