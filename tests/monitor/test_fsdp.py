@@ -19,7 +19,7 @@ from optiscope import runs
 from optiscope.curvature import sharpness
 from optiscope.monitor import Curvature, Monitor
 from optiscope.train.distributed import leave_job
-from support import assert_sharded_close
+from support import DispatchedOps, assert_sharded_close
 
 WORLD, STEPS, ROWS = 2, 4, 8
 SETTINGS = ("fsdp2", "fsdp1", "fsdp1_orig", "fsdp1_no_shard")
@@ -47,8 +47,9 @@ def _batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
 LR, EPS, BETA2 = 1e-2, 1e-8, 0.999
 
 
-def _train(net: nn.Module, rows: slice, opt: torch.optim.Optimizer | None = None) -> list[dict]:
-    """STEPS Adam steps of ``net`` on ``rows`` of each global batch, measured every 2 steps."""
+def _train(net: nn.Module, rows: slice, opt: torch.optim.Optimizer | None = None, collectives: list | None = None):
+    """STEPS Adam steps of ``net`` on ``rows`` of each global batch, measured every 2 steps; the records, and
+    into ``collectives`` the number of collectives each optimizer step and ``monitor.step`` dispatched."""
     opt = opt or torch.optim.Adam(net.parameters(), lr=LR, eps=EPS, betas=(0.9, BETA2))
     monitor = Monitor(net, opt, every=2)
     records = []
@@ -56,8 +57,11 @@ def _train(net: nn.Module, rows: slice, opt: torch.optim.Optimizer | None = None
         opt.zero_grad()
         loss = nn.functional.mse_loss(net(ids[rows]), y[rows])
         loss.backward()
-        opt.step()
-        record = monitor.step(loss)
+        with DispatchedOps() as ops:
+            opt.step()
+            record = monitor.step(loss)
+        if collectives is not None:
+            collectives.append(sum(n for op, n in ops.ops.items() if op.startswith("c10d.")))
         if record is not None:
             record.pop("tokens_per_s", None)
             records.append(runs.to_jsonable(record))
@@ -94,7 +98,8 @@ def _worker(rank: int, tmp: str) -> None:
     for setting in SETTINGS:
         net = _sharded(setting)
         opt = torch.optim.Adam(net.parameters(), lr=LR, eps=EPS, betas=(0.9, BETA2))
-        out[setting] = _train(net, rows, opt)
+        out[f"{setting}_collectives"] = []
+        out[setting] = _train(net, rows, opt, out[f"{setting}_collectives"])
         if setting in ("fsdp2", "fsdp1"):
             out[f"{setting}_rate"] = _wide_rate(net, opt)
     out["guard"] = _guard(rank)
@@ -200,6 +205,15 @@ def test_every_number_is_the_unsharded_runs_on_every_rank(ranks, unsharded, sett
         for mine, truth in zip(records, unsharded, strict=True):
             assert_sharded_close(mine, truth, f"rank{rank}.{setting}.step{truth['step']}")
     assert ranks[0][setting] == ranks[1][setting]  # not only close: the same numbers on both ranks
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a_step_the_monitor_neither_measures_nor_reads_starts_no_collective(ranks, setting):
+    """Step 3 of 4 (measured: 1, 2, 4; the guard reads every 10 steps): none on either rank; the measured steps
+    sum their shards' numbers over the ranks (collectives the count sees)."""
+    for rank in ranks:
+        counts = rank[f"{setting}_collectives"]
+        assert counts[2] == 0 and min(counts[0], counts[1], counts[3]) > 0, counts
 
 
 @pytest.mark.parametrize("setting", ["fsdp2", "fsdp1"])

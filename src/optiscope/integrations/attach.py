@@ -85,10 +85,14 @@ def own_files(folder: Path | None, label: str, tensorboard: bool, fresh: bool) -
 
 
 def check_siblings(callbacks: Iterable[Any], callback: MonitorCallback) -> None:
-    """A one-line error when another of the Trainer's optiscope callbacks has ``callback``'s prefix (its keys in
-    the loggers and its default folder would be the same) or its ``out_dir`` (their records would mix)."""
+    """A one-line error when another of the Trainer's optiscope callbacks (or this one, listed twice) has
+    ``callback``'s prefix (its keys in the loggers and its default folder would be the same) or its ``out_dir``
+    (their records would mix)."""
+    itself = 0
     for other in callbacks:
-        if other is callback or not isinstance(other, MonitorCallback):
+        if other is callback:
+            itself += 1
+        if (other is callback and itself == 1) or not isinstance(other, MonitorCallback):
             continue
         if other.prefix == callback.prefix:
             raise ValueError(
@@ -199,6 +203,7 @@ class MonitorCallback:
         self.folder: Path | None = None  # where this callback's files went, for a run it starts again
         self.attachment: Attachment | None = None
         self.diverged: dict[str, Any] | None = None
+        self.rank_zero = True  # whether this process logs a divergence (set when the monitor is attached)
 
     @property
     def monitor(self) -> Monitor | None:
@@ -253,13 +258,24 @@ class MonitorCallback:
             resume(monitor, saved, start_step, where, rank_zero)
         self.attachment = Attachment(monitor, scaled)
         self.diverged = None
+        self.rank_zero = rank_zero
 
     def stepped(self, reduce: str, counted: int, rank_zero: bool, **scalars: float) -> bool:
         """After the library may have stepped the optimizer (see ``Attachment.after_optimizer``): True when
         training must stop, having logged the diagnosis (on rank 0)."""
         if self.attachment is None:
             return False
-        record = self.attachment.after_optimizer(reduce, counted, **scalars)
+        return self._stops(self.attachment.after_optimizer(reduce, counted, **scalars), rank_zero)
+
+    def flushed(self) -> bool:
+        """Have the guard judge the steps whose losses it has not read yet (``Monitor.flush``): before a checkpoint
+        and at the end of training, on every rank (under DDP it is a collective). True when training must stop,
+        having logged the diagnosis (on rank 0)."""
+        if self.attachment is None or self.attachment.closed:
+            return False
+        return self._stops(self.attachment.flush(), self.rank_zero)
+
+    def _stops(self, record: dict[str, Any] | None, rank_zero: bool) -> bool:
         if record is None:
             return False
         self.diverged = record
@@ -347,6 +363,14 @@ class Attachment:
         if self.diverged is not None:
             return None
         self.monitor.step(loss, **scalars)
+        return self._newly_diverged()
+
+    def flush(self) -> dict[str, Any] | None:
+        """Judge the steps whose losses the monitor has not read yet; the divergence record the first time the
+        guard trips, else None."""
+        if self.diverged is not None:
+            return None
+        self.monitor.flush()
         return self._newly_diverged()
 
     def _step_loss(self, reduce: str) -> Tensor | None:

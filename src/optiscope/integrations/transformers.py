@@ -119,7 +119,10 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         - A divergence sets ``control.should_training_stop`` and ``should_save`` off (also for the end-of-epoch
           save), logs the diagnosis on the ``optiscope`` logger and writes it to ``metrics.jsonl``. The loss is
           measured on the weights before each step, so the checkpoint of the step before may already hold
-          weights whose loss is NaN: resume from an earlier one.
+          weights whose loss is NaN: resume from an earlier one. The guard reads the losses on measured steps,
+          every ``guard.read_every`` steps and before each save (``Monitor.flush``; a divergence found there
+          calls the save off), so a divergence stops training at most ``read_every`` − 1 steps after the step
+          it names.
         - Ranks other than 0 measure (the loss is averaged over ranks, so all stop together) but write nothing.
           A step a GradScaler skips has no record and keeps its number, and its loss is not carried into the
           next step's; a run whose every step is skipped stops diverged at the guard's ``skipped``-th.
@@ -231,7 +234,9 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         return control
 
     def on_save(self, args, state, control, **kwargs):
-        # right after the Trainer wrote checkpoint-N for the step the monitor has just recorded
+        # right after the Trainer wrote checkpoint-N for the step the monitor has just recorded (judged already
+        # at on_step_end, unless the save was asked for elsewhere)
+        self.flushed()
         if self.monitor is not None and args.should_save:  # where the Trainer writes (each node's main process too)
             save_checkpoint(checkpoint_dir(args, state) / self.state_file, self.monitor.state_dict())
         return control
@@ -241,6 +246,9 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self._held.update(metrics)  # a divergence at a measured step: one log with both
 
     def on_step_end(self, args, state, control, **kwargs):
+        # the steps the guard has not read yet are judged before the Trainer saves (every rank gets here alike)
+        if control.should_save and self.flushed():
+            control.should_training_stop = True
         if self._held and self._trainer is not None:
             held, self._held = self._held, {}
             # Trainer.log calls every callback's on_log, and the handler sets should_log off before: the
@@ -258,6 +266,7 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         return self.on_step_end(args, state, control)
 
     def on_train_end(self, args, state, control, **kwargs):
+        self.flushed()  # the last steps, since the guard's last reading
         self._release()
 
     def _release(self) -> None:
