@@ -56,7 +56,6 @@ def main() -> None:
 
     for _ in range(12):  # Adam's state exists, the monitor has measured
         step()
-    signals = Signals()
 
     def lag() -> object:
         moments = adam_moments(opt, params)
@@ -75,30 +74,46 @@ def main() -> None:
 
     u2, w2 = update_ratio()
     n = len(params)
+    loss = torch.tensor(2.0)
+    loss_only = Signals(("loss_z", "loss_unrest", "loss_cusum"))
+    grad_only = Signals(("grad_norm_z", "grad_norm_unrest"))
+    every_score = Signals()
 
-    def update_signals() -> object:
-        return signals.update(
-            torch.tensor(2.0),
+    def loss_scores() -> object:
+        return loss_only.update(loss)
+
+    def grad_norm_scores() -> object:
+        return grad_only.update(loss, grad_norm=grad_norm())
+
+    def lag_sums() -> object:  # ‖g‖² and Σv̂ per tensor: a norm of g and a sum of v (|v|'s 1-norm)
+        moments = adam_moments(opt, params)
+        v_sums = torch.stack(torch._foreach_norm(moments.second, 1)) / torch.tensor(moments.bias_corrections2)
+        return squared_norms([p.grad for p in params]), v_sums
+
+    def all_scores() -> object:
+        g2, v_sum = lag_sums()
+        inputs = {"u2": u2, "w2": w2, "gu": torch.zeros(n), "gu_prev": torch.zeros(n), "upu": u2, "g2": g2}
+        return every_score.update(
+            loss,
             grad_norm=torch.tensor(1.0),
-            u2=u2,
-            w2=w2,
-            gu=torch.zeros(n),
-            gu_prev=torch.zeros(n),
-            upu=u2,
             lr_over_threshold=torch.tensor(1e-3 / 38),
             lag=lag(),
             step2=step_size(),
+            v_sum=v_sum,
+            **inputs,
         )
 
     def hvp() -> object:
         return directional_curvature(model, loss_fn, curvature_batch, "gradient", opt)
 
     contenders: dict[str, Callable[[], object]] = {
+        "loss scores (z, unrest, CUSUM)": loss_scores,
+        "gradient norm and its scores": grad_norm_scores,
         "Adam's lag (before the step)": lag,
+        "‖g‖² and Σv̂ per tensor (lag_sums)": lag_sums,
         "Adam's step size (after it)": step_size,
         "u/w (a copy of θ, norms)": update_ratio,
-        "gradient norm": grad_norm,
-        "Signals.update (its inputs given)": update_signals,
+        "every score (lag included)": all_scores,
         "one directional curvature (HVP)": hvp,
     }
     steps: list[float] = []
