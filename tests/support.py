@@ -207,3 +207,15 @@ class DispatchedOps(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops[str(func).rsplit(".", 1)[0]] += 1
         return func(*args, **(kwargs or {}))
+
+
+class Silent(torch.nn.Module):
+    """y = a·x₀ + b·x₁, two tensors: b is Molybog et al.'s layer whose gradient vanishes for a while (the early
+    warning's tests)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Parameter(torch.tensor(0.0)), torch.nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a * x[:, 0] + self.b * x[:, 1]

@@ -16,10 +16,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 from optiscope import runs
 from optiscope.curvature import gradient_noise_scale, rank_gradients
-from optiscope.monitor import Curvature, Diverged, DivergenceGuard, JSONLSink, Monitor
+from optiscope.monitor import Curvature, Diverged, DivergenceGuard, EarlyWarning, JSONLSink, Monitor
 from optiscope.optim import AdamW
 from optiscope.train.distributed import leave_job
-from support import DispatchedOps
+from support import DispatchedOps, Silent
 
 
 def _worker(rank: int, world: int, tmp: str) -> None:
@@ -30,6 +30,7 @@ def _worker(rank: int, world: int, tmp: str) -> None:
     _with_curvature(rank, tmp)
     _noise_by_ranks(rank, tmp)
     _between_readings(rank, tmp)
+    _early_warning(rank, tmp)
     leave_job()  # as the product leaves: DDP wrappers in reference cycles collected first
 
 
@@ -315,3 +316,35 @@ def test_the_steps_between_readings_start_no_collective_and_read_nothing(spawned
         raised = result["raised"]
         assert raised["at"] == 40 and raised["record"]["step"] == 35 and raised["record"]["loss"] == 200.0
     assert json.loads((spawned / "between0.json").read_text()) == json.loads((spawned / "between1.json").read_text())
+
+
+def _early_warning(rank: int, tmp: str) -> None:
+    """Molybog's silent input and a loss warning, each rank on its own data, reduce_lr acting: the same warnings
+    at the same steps on both ranks, and the same learning rate after."""
+    torch.manual_seed(0)
+    ddp = nn.parallel.DistributedDataParallel(Silent())
+    opt = torch.optim.Adam(ddp.parameters(), lr=0.1, betas=(0.9, 0.95))
+    warning = EarlyWarning(loss=2.0)
+    monitor = Monitor(ddp, opt, every=10, sinks=[], early_warning=warning, on_warning="reduce_lr")
+    g = torch.Generator().manual_seed(100 + rank)
+    found = []
+    for t in range(1, 216):
+        x = torch.randn(16, 2, generator=g) * torch.tensor([1.0, 10.0 if t >= 200 else 0.0])
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(ddp(x), x[:, 0] + 0.5 * x[:, 1])
+        loss.backward()
+        opt.step()
+        record = monitor.step(loss)
+        found += record["warnings"] if record else []
+    monitor.flush()
+    monitor.close()
+    with open(f"{tmp}/warnings{rank}.json", "w") as f:
+        json.dump({"warnings": found, "lr": opt.param_groups[0]["lr"]}, f)
+
+
+def test_early_warnings_agree_across_ranks(spawned):
+    rank0 = json.loads((spawned / "warnings0.json").read_text())
+    rank1 = json.loads((spawned / "warnings1.json").read_text())
+    assert rank0 == rank1
+    assert {w["signal"] for w in rank0["warnings"]} == {"loss", "lag"}
+    assert rank0["lr"] == 0.1 / 2 ** len(rank0["warnings"])

@@ -46,7 +46,7 @@ import sys
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +61,7 @@ from .accumulation_noise import AccumulationNoise
 from .curvature import KEYS, Curvature, check_batch, check_curvature, measure
 from .deferred import Read, StepLog, kept_loss
 from .divergence import Diverged, DivergenceGuard, GuardState, check_guard, curvature_diagnosis
+from .early_warning import EarlyWarning, Warnings, checked_warning
 from .hooks import found_inf, hooked_optimizer, on_stack, torch_caller, weak_hook
 from .names import is_own_name, own_names, under_compile
 from .rank_noise import RankNoise
@@ -92,6 +93,8 @@ RECORD_FIELDS = frozenset(
         "first_measured_step",
         "last_measured_step",
         "curvature_diagnosis",
+        "warning_score",
+        "warnings",
         *KEYS,
     }
 )
@@ -194,6 +197,12 @@ class Monitor:
             with their names under ``context``; not the record's own field names.
         curvature: a ``Curvature``: sharpness against the optimizer's stability threshold, and the rest,
             every ``curvature.every`` steps; None for none.
+        early_warning: warn of a loss spike or divergence before it comes: True for ``EarlyWarning()``'s
+            thresholds, an ``EarlyWarning`` for others, False (the default) for none. Measured records then hold
+            ``warning_score`` and ``warnings`` (``EarlyWarning``).
+        on_warning: what a warning does besides being recorded: a function called with it (a dict), or
+            ``"reduce_lr"`` (halve every param group's lr, said in the warning's ``action`` and ``lr``); None
+            for nothing more. Needs ``early_warning``.
 
     Attributes:
         diverged: the first divergence record with ``on_divergence="record"``, else None.
@@ -207,7 +216,8 @@ class Monitor:
             another type; ``histograms`` is not a bool; ``context`` is not a dict with string keys;
             ``token_counts`` is not a sequence of counts.
         ValueError: ``every``, ``batch_tokens`` or ``start_step`` out of range; ``alarm_growth`` ≤ 1;
-            ``on_divergence`` not "raise" or "record"; ``context`` reuses a record field; ``embedding`` is no
+            ``on_divergence`` not "raise" or "record"; ``on_warning`` not a function or "reduce_lr", or given
+            without ``early_warning``; ``context`` reuses a record field; ``embedding`` is no
             parameter name or not 2-D; ``token_counts`` without ``embedding``, of the wrong length, or not
             finite and ≥ 0; ``curvature.rank_batch_size`` on a model that is not a DDP model of ≥ 2 ranks
             without a communication hook of its own, or ``curvature.accumulation_batch_size`` under DDP; a
@@ -302,8 +312,11 @@ class Monitor:
         start_step: int = 0,
         context: dict[str, Any] | None = None,
         curvature: Curvature | None = None,
+        early_warning: bool | EarlyWarning = False,
+        on_warning: Callable[[dict[str, Any]], Any] | str | None = None,
     ) -> None:
         check_schedule(every, curvature, guard, "Monitor")
+        warning_config = checked_warning(early_warning, on_warning, "Monitor")
         if not isinstance(model, nn.Module):
             raise TypeError(f"Monitor: model={model!r} is not an nn.Module; give the model the optimizer trains")
         require_optimizer(optimizer, "Monitor")
@@ -377,6 +390,7 @@ class Monitor:
         self._outer_call: Any = None  # the frame of torch's hook wrapper around the step() call being measured
         self._stepped = False  # the optimizer stepped since the last step() call
         self._closed = False
+        self._warning = Warnings(warning_config, on_warning) if warning_config is not None else None
         self._hooks = [
             # kept out of tracing: a compiled step (``torch.compile(optimizer.step)``) compiles once, the hooks
             # running eagerly at its graph's edges, instead of every hook's branch and tensor becoming a guard;
@@ -429,7 +443,12 @@ class Monitor:
         if self._outer_call is not None and on_stack(self._outer_call, caller.f_back):
             return None
         self._outer_call = caller
-        if not self.is_measured(self.step_count + 1):
+        measured = self.is_measured(self.step_count + 1)
+        if self._warning is not None:  # Adam's lag, on the device: read with the losses
+            self._warning.before_step(
+                optimizer, self.step_count + 1, measured, self._layout is not None, "Monitor(early_warning=...)"
+            )
+        if not measured:
             # whether a fused kernel skips this step is read later, with the loss: reading it here would wait
             self._found_inf = found_inf(optimizer)
             return None
@@ -750,6 +769,8 @@ class Monitor:
         self._judge(before)
         loss_value = now.loss
         reason = self._guard_state.judge(self.guard, step, loss_value)
+        if self._warning is not None:
+            self._act(self._warning.losses([(step, loss_value)]) + self._warning.read_lags())
         self._remember_ratios(step, measured["params"])
         bad = [name for name, e in measured["params"].items() if e["nonfinite_w"]]
         if bad and reason is None and self.guard is not None:
@@ -767,6 +788,10 @@ class Monitor:
         if self._curvature_due(step):
             with learning_rates(self.optimizer, self._step_lrs):
                 record.update(self._measure_curvature(step))
+            if self._warning is not None:
+                self._act(self._warning.edge(step, record.get("sharpness/threshold")))
+        if self._warning is not None:
+            record.update(self._warning.fields())
         if self.row_update_sum is not None:
             record["embedding"] = self.embedding_summary()
         self.last_record, self.last_measured_step = record, step
@@ -801,9 +826,16 @@ class Monitor:
         if self.step_count // every > (self.step_count - steps) // every:
             self._judge(self._log.read())
 
-    def _judge(self, steps: list[Read]) -> None:
+    def _judge(self, steps: list[Read], read_all: bool = False) -> None:
         """The guard's judgement of steps read from the log, in order, as it would have judged them as they came;
-        a divergence is declared at the step it happened at."""
+        a divergence is declared at the step it happened at. The early warning judges them first, and reads the
+        lags it keeps on the device when ``read_all`` or when as many are kept as the guard reads losses at once."""
+        if self._warning is not None:
+            found = self._warning.losses([(r.step, r.loss) for r in steps if not r.skipped])
+            read_every = self.guard.read_every if self.guard is not None else self.every
+            if read_all or len(self._warning.pending) >= read_every:
+                found += self._warning.read_lags()
+            self._act(found)
         for read in steps:
             if read.skipped:
                 reason = self._guard_state.skip(self.guard, read.skipped, read.scaled and self.diverged is None)
@@ -824,7 +856,7 @@ class Monitor:
             ValueError: the monitor is closed.
         """
         self._check_open("flush")
-        self._judge(self._log.read())
+        self._judge(self._log.read(), read_all=True)
 
     @property
     def first_loss(self) -> float:
@@ -840,6 +872,11 @@ class Monitor:
     def recent_losses(self) -> list[float]:
         """The recent finite losses the guard has judged, oldest first (its window's worth)."""
         return list(self._guard_state.recent)
+
+    def _act(self, warnings: list[dict[str, Any]]) -> None:
+        """Warnings found: to ``on_warning``, and kept for the next record."""
+        if warnings and self._warning is not None:
+            self._warning.act(warnings, self.optimizer)
 
     def _check_open(self, what: str) -> None:
         if self._closed:
@@ -955,7 +992,7 @@ class Monitor:
                 earlier step whose loss the guard had not read yet (read first: the first divergence is what
                 happened).
         """
-        self._judge(self._log.read())  # under DDP a collective when anything is kept: every rank is here
+        self._judge(self._log.read(), read_all=True)  # under DDP a collective when anything is kept: every rank is here
         if self.on_divergence == "record" and self.diverged is not None:
             return
         record = {
@@ -973,6 +1010,8 @@ class Monitor:
         diagnosis = curvature_diagnosis(step, self._curvature_history)
         if diagnosis is not None:
             record["curvature_diagnosis"] = diagnosis
+        if self._warning is not None:
+            record.update(self._warning.fields())
         self.diverged = record
         self._write(record)
         if self.on_divergence == "raise":
@@ -1008,6 +1047,8 @@ class Monitor:
             "last_measured_step": self.last_measured_step,
             "unread": self._log.state(),
         }
+        if self._warning is not None:
+            state["early_warning"] = self._warning.state_dict()
         return copy.deepcopy(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -1040,6 +1081,8 @@ class Monitor:
         self._curvature_vector = state.get("curvature_vector")  # absent in checkpoints from before curvature
         self._curvature_history = [tuple(h) for h in state.get("curvature_history", [])]
         self.last_measured_step = state.get("last_measured_step")
+        if self._warning is not None and "early_warning" in state:
+            self._warning.load_state_dict(state["early_warning"])
         self._clock = (time.perf_counter(), self.step_count)
 
     # ------------------------------------------------------------------------------- embedding
