@@ -17,7 +17,7 @@ import lightning  # noqa: E402
 
 import optiscope.optim  # noqa: E402
 from optiscope.integrations.lightning import OptiscopeCallback  # noqa: E402
-from optiscope.monitor import DivergenceGuard  # noqa: E402
+from optiscope.monitor import DivergenceGuard, EarlyWarning  # noqa: E402
 
 ACCUMULATE, CLIP = 2, 0.05
 
@@ -184,6 +184,23 @@ def test_a_diverging_run_stops_cleanly(tmp_path):
     assert callback.diverged is not None
     assert trainer.global_step == callback.diverged["step"] < 10
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["diverged"]
+
+
+def test_an_early_warning_reaches_the_records_and_reduce_lr_the_trainers_optimizer(tmp_path):
+    """A lag threshold every Adam step passes: warned at step 2 (the first with Adam's moments), once within the
+    cooldown, read at step 5 (measured) and the learning rate halved from step 6 in the optimizer Lightning steps,
+    both in metrics.jsonl."""
+    x = torch.randn(48, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    warning = EarlyWarning(loss=None, lag=1e-12, edge=None, cooldown=100)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=5, early_warning=warning, on_warning="reduce_lr")
+    trainer = quiet_trainer(tmp_path, 10, [callback])
+    trainer.fit(Regression(automatic=True), data)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    warned = [w for r in records for w in r["warnings"]]
+    assert [(w["step"], w["signal"], w["action"], w["lr"]) for w in warned] == [(2, "lag", "reduce_lr", [5e-3])]
+    assert [r["lr"] for r in records] == [[1e-2], [1e-2], [5e-3]]  # the lr steps 1, 5 and 10 took
+    assert trainer.optimizers[0].param_groups[0]["lr"] == 5e-3
 
 
 def test_the_last_steps_are_judged_at_the_end_of_training(tmp_path):

@@ -21,7 +21,17 @@ import torch
 from torch import Tensor, nn
 
 from .. import runs
-from ..monitor import Curvature, Diverged, DivergenceGuard, JSONLSink, LoggerSink, Monitor, run_directory_sinks
+from ..monitor import (
+    Curvature,
+    Diverged,
+    DivergenceGuard,
+    EarlyWarning,
+    JSONLSink,
+    LoggerSink,
+    Monitor,
+    run_directory_sinks,
+)
+from ..monitor.early_warning import checked_warning
 from ..monitor.keys import check_prefix, parameter_filter
 from ..monitor.monitor import STATE_KEYS, check_schedule
 from ..monitor.sinks import checked_sinks
@@ -51,6 +61,8 @@ def build_monitor(
     guard: DivergenceGuard | None,
     start_step: int,
     rank_zero: bool,
+    early_warning: bool | EarlyWarning = False,
+    on_warning: Callable[[dict[str, Any]], Any] | str | None = None,
 ) -> Monitor:
     """A ``Monitor`` that records instead of raising, writing to ``sinks`` (none on ranks other than 0). Records
     this run logged after ``start_step`` before (the part of an interrupted run after its checkpoint) are
@@ -64,6 +76,8 @@ def build_monitor(
         on_divergence="record",
         start_step=start_step,
         curvature=curvature,
+        early_warning=early_warning,
+        on_warning=on_warning,
     )
     monitor.rewind_sinks(start_step)
     return monitor
@@ -178,6 +192,9 @@ class MonitorCallback:
             of the parameters' names; False: the totals and the curvature.
         prefix: the first part of every key in the loggers, and the default folder's name; several callbacks in
             one Trainer each need their own.
+        early_warning: ``Monitor``'s: True (or an ``EarlyWarning``) warns of a loss spike or divergence before it
+            comes, in the records, the console and the loggers (``optiscope/warning_score``); default False.
+        on_warning: ``Monitor``'s: a function of each warning, or ``"reduce_lr"`` (halve every group's lr).
 
     ``callback.monitor`` holds the monitor (its ``last_record``) and ``callback.diverged`` the divergence
     record, if any.
@@ -194,8 +211,12 @@ class MonitorCallback:
         guard: DivergenceGuard | None = CALLBACK_GUARD,
         per_parameter: bool | str | Iterable[str] = False,
         prefix: str = DEFAULT_PREFIX,
+        early_warning: bool | EarlyWarning = False,
+        on_warning: Callable[[dict[str, Any]], Any] | str | None = None,
     ) -> None:
         sinks = check_options(out_dir, every, sinks, curvature, guard)
+        checked_warning(early_warning, on_warning, "OptiscopeCallback")
+        self.early_warning, self.on_warning = early_warning, on_warning
         check_prefix(prefix, "OptiscopeCallback")
         parameter_filter(per_parameter, "OptiscopeCallback")
         self.out_dir, self.every, self.sinks, self.curvature, self.guard = out_dir, every, sinks, curvature, guard
@@ -253,6 +274,8 @@ class MonitorCallback:
             guard=self.guard,
             start_step=start_step,
             rank_zero=rank_zero,
+            early_warning=self.early_warning,
+            on_warning=self.on_warning,
         )
         if start_step > 0:
             resume(monitor, saved, start_step, where, rank_zero)

@@ -70,14 +70,21 @@ class OptiscopeCallback(MonitorCallback, Callback):
             of the parameters' names (``"*attn*"``); default False: the totals and the curvature.
         prefix (str): the first part of every key in the loggers and the default folder's name (default
             ``"optiscope"``); several callbacks in one Trainer each need their own.
+        early_warning (bool | EarlyWarning): warn of a loss spike or divergence before it comes (``Monitor``'s
+            ``early_warning``: in the records, the console and the loggers as ``optiscope/warning_score``);
+            default False.
+        on_warning (Callable | str | None): a function of each warning, or ``"reduce_lr"`` (halve every param
+            group's lr); needs ``early_warning``.
 
     Attributes:
         monitor: the ``Monitor`` (its ``last_record``) once training has started, else None.
         diverged: the divergence record once the guard has tripped, else None.
 
     Raises:
-        TypeError: ``out_dir`` is not a path; ``sinks``, ``curvature`` or ``guard`` of the wrong type.
-        ValueError: ``out_dir`` is a file; ``every`` < 1; ``curvature.rank_batch_size`` given; a bad ``prefix``
+        TypeError: ``out_dir`` is not a path; ``sinks``, ``curvature``, ``guard`` or ``early_warning`` of the
+            wrong type.
+        ValueError: ``out_dir`` is a file; ``every`` < 1; ``on_warning`` not a function or "reduce_lr", or
+            without ``early_warning``; ``curvature.rank_batch_size`` given; a bad ``prefix``
             or ``per_parameter``; as the Trainer is built (before Lightning's own error about state keys), another
             optiscope callback in it with this ``prefix`` or ``out_dir``, or this one twice; at ``on_train_start``,
             a new run into a folder holding records; at
