@@ -16,11 +16,12 @@ fixed before the corpus was built. Seeds 0 … 4 are built first (the evaluation
 
 ``--intervene PATH`` trains the same runs with a warner (a method ``evaluate.py`` fitted, saved as JSON) that
 halves every group's learning rate when it warns, at most once per ``COOLDOWN`` steps: the intervention against
-the corpus runs of the same seeds as matched controls. In this phase the warner calls ``optiscope.monitor.warning``
-directly, not through ``Monitor``; phase 2 swaps ``Intervention`` for ``Monitor(..., on_warning="reduce_lr")``.
+the corpus runs of the same seeds as matched controls. ``--intervene monitor`` lets the product warn instead:
+``Monitor(..., early_warning=EarlyWarning(edge=None))`` at its default thresholds, halving the learning rate on
+each warning (at most once per ``COOLDOWN`` steps).
 
     nice -n 10 python benchmarks/early_warning/corpus.py --out DIR [--tasks lm,adder,mlp] [--seeds 0-9]
-        [--only GLOB] [--jobs 1] [--intervene WARNER.json]
+        [--only GLOB] [--jobs 1] [--intervene WARNER.json|monitor]
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from optiscope.data.tokenizers import CharTokenizer  # noqa: E402
 from optiscope.experiments.adder import PRESETS, loss_on  # noqa: E402
 from optiscope.models import GPT, GPTConfig  # noqa: E402
 from optiscope.models.adder import AdderModel  # noqa: E402
+from optiscope.monitor import DivergenceGuard, EarlyWarning, Monitor  # noqa: E402
 from optiscope.monitor.warning import adam_moments, adam_step_size, preconditioned, squared_norms  # noqa: E402
 
 CLIP = 1.0
@@ -183,18 +185,28 @@ def lr_at(spec: Spec, step: int, steps: int) -> float:
     return spec.lr * min(1.0, step / max(1, round(WARMUP_FRACTION * steps)))
 
 
+#: ``--intervene monitor``: the product's own warning acts, ``Monitor(..., early_warning=...)``
+MONITOR = "monitor"
+
+
 class Intervention:
     """What the ``--intervene`` runs do on a warning: halve every group's learning rate, at most once per
-    ``COOLDOWN`` steps. ``warn(step, quantities, curvature)`` is the warner (``evaluate.Warner.online``); phase 2
-    puts ``Monitor(..., early_warning=True, on_warning="reduce_lr")`` in its place."""
+    ``COOLDOWN`` steps. ``warn(step, quantities, curvature)`` is a fitted warner (``evaluate.Warner.online``), or
+    None where ``Monitor(..., early_warning=EarlyWarning(edge=None), on_warning=intervention.halve)`` warns: its
+    ``reduce_lr`` would halve ``group["lr"]``, which the schedule sets again at every step, so the factor the
+    schedule is multiplied by is halved instead."""
 
-    def __init__(self, warn: Callable[[int, dict[str, Any], dict[str, float] | None], bool]) -> None:
+    def __init__(self, warn: Callable[[int, dict[str, Any], dict[str, float] | None], bool] | None) -> None:
         self.warn, self.factor, self.last, self.steps = warn, 1.0, -math.inf, []
 
     def after(self, step: int, quantities: dict[str, Any], curvature: dict[str, float] | None) -> None:
-        if self.warn(step, quantities, curvature) and step - self.last >= COOLDOWN:
-            self.factor, self.last = self.factor / 2, step
-            self.steps.append(step)
+        if self.warn is not None and self.warn(step, quantities, curvature):
+            self.halve({"step": step})
+
+    def halve(self, warning: dict[str, Any]) -> None:
+        if warning["step"] - self.last >= COOLDOWN:
+            self.factor, self.last = self.factor / 2, warning["step"]
+            self.steps.append(warning["step"])
 
 
 def dots(a: list[Tensor], b: list[Tensor]) -> Tensor:
@@ -213,8 +225,20 @@ def train(spec: Spec, warner: Any = None) -> dict[str, Any]:
     opt = build_optimizer(spec, model)
     params = [p for g in opt.param_groups for p in g["params"]]
     names = {id(p): n for n, p in model.named_parameters()}
-    intervention, every = None, CURVATURE_EVERY
-    if warner is not None:
+    intervention, every, monitor = None, CURVATURE_EVERY, None
+    if warner == MONITOR:  # the real monitor, its loss judged at once (given as a number), its lag every 10 steps
+        intervention, every = Intervention(None), 0
+        monitor = Monitor(
+            model,
+            opt,
+            every=10,
+            sinks=[],
+            guard=DivergenceGuard(factor=math.inf),
+            on_divergence="record",
+            early_warning=EarlyWarning(edge=None),
+            on_warning=intervention.halve,
+        )
+    elif warner is not None:
         meta = {"optimizer": spec.optimizer, "numels": [p.numel() for p in params]}
         intervention = Intervention(warner.online(meta))
         every = CURVATURE_EVERY if warner.reads_curvature else 0
@@ -246,6 +270,8 @@ def train(spec: Spec, warner: Any = None) -> dict[str, Any]:
             out["lag"][step - 1], out["lag_max"][step - 1] = lag, lag_max
         old = [p.detach().clone() for p in params]
         opt.step()
+        if monitor is not None:
+            monitor.step(value)
         u = torch._foreach_sub([p.detach() for p in params], old)
         row = {
             "g2": squared_norms(grads),
@@ -377,8 +403,8 @@ def read_run(path: Path) -> dict[str, Any]:
 def build_one(job: tuple[Spec, str, str | None]) -> str:
     spec, out, warner_path = job
     torch.set_num_threads(1)
-    warner = None
-    if warner_path is not None:
+    warner: Any = MONITOR if warner_path == MONITOR else None
+    if warner_path is not None and warner is None:
         from evaluate import Warner  # the intervention's warner, fitted by the evaluation
 
         warner = Warner.load(Path(warner_path))
@@ -395,7 +421,12 @@ def main() -> None:
     parser.add_argument("--seeds", default="0-9", help="a range a-b or a comma-separated list")
     parser.add_argument("--only", default="*", help="a glob over run names, e.g. 'lm/adam-*'")
     parser.add_argument("--jobs", type=whole_number(1), default=1, help="processes (one torch thread each)")
-    parser.add_argument("--intervene", default=None, metavar="WARNER.json", help="train with this warner acting")
+    parser.add_argument(
+        "--intervene",
+        default=None,
+        metavar="WARNER.json",
+        help="train with this warner acting; 'monitor': the product's",
+    )
     args = parser.parse_args()
     tasks = tuple(t for t in args.tasks.split(",") if t)
     unknown = [t for t in tasks if t not in TASKS]
@@ -404,8 +435,8 @@ def main() -> None:
     seeds = parse_seeds(args.seeds)
     if seeds is None:
         parser.error(f"--seeds {args.seeds!r}: give a range like 0-9 or a list like 0,3,5")
-    if args.intervene is not None and not Path(args.intervene).is_file():
-        parser.error(f"--intervene {args.intervene!r}: no such file; give a warner saved by evaluate.py")
+    if args.intervene not in (None, MONITOR) and not Path(args.intervene).is_file():
+        parser.error(f"--intervene {args.intervene!r}: no such file; give a warner saved by evaluate.py, or 'monitor'")
     specs = [s for s in grid(tasks, seeds) if fnmatch.fnmatch(s.name, args.only)]
     todo = [s for s in specs if not path_of(args.out, s).exists()]
     args.out.mkdir(parents=True, exist_ok=True)
