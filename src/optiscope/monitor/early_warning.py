@@ -62,9 +62,10 @@ class EarlyWarning:
         (0 … 4) of the warning corpus (``benchmarks/early_warning``: 4.14, rounded up); the evaluation page says how
         little it catches there. ``lag``'s is where the corpus had no false alarm at all: its one-per-1,000
         threshold, 3,300, gave 6.6 per 1,000 on the ``lm`` runs, and the lag predicted none of the corpus's spikes,
-        whereas the mechanism it is for (a second moment near 0 meeting a gradient) gives ρ ≈ 10⁸. ``edge`` is the theory's 1 (exact on a
-        quadratic); the corpus's runs, whose gradients are clipped to norm 1 so that their steps are smaller than
-        η·g, sat far above it (its one-per-1,000 threshold was 67,000), so with clipping set ``edge=None``.
+        whereas the mechanism it is for (a second moment near 0 meeting a gradient) gives ρ ≈ 10⁸. ``edge`` is
+        the theory's 1 (exact on a quadratic); the corpus's runs, whose gradients are clipped to norm 1 so that
+        their steps are smaller than η·g, sat far above it (its one-per-1,000 threshold was 67,000), so with
+        clipping set ``edge=None``.
     """
 
     loss: float | None = 4.2
