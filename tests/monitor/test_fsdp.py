@@ -5,6 +5,7 @@ decides the same on both ranks when only one rank's shard holds a non-finite wei
 shardings the monitor does not measure are refused in one line."""
 
 import json
+import logging
 import math
 import os
 
@@ -103,6 +104,7 @@ def _worker(rank: int, tmp: str) -> None:
         if setting in ("fsdp2", "fsdp1"):
             out[f"{setting}_rate"] = _wide_rate(net, opt)
     out["guard"] = _guard(rank)
+    out["early_warning"] = _early_warning()
     out["refused"] = _refusals()
     with open(f"{tmp}/rank{rank}.json", "w") as f:
         json.dump(out, f)
@@ -143,6 +145,31 @@ def _guard(rank: int) -> dict | None:
     opt.step()
     monitor.step(loss)
     return monitor.diverged
+
+
+def _early_warning() -> dict[str, list]:
+    """early_warning=True on FSDP2: what the optiscope logger said, and the collectives of each step."""
+    net = _sharded("fsdp2")
+    opt = torch.optim.Adam(net.parameters(), lr=LR, eps=EPS, betas=(0.9, BETA2))
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("optiscope").addHandler(handler)
+    collectives = []
+    try:
+        monitor = Monitor(net, opt, every=2, sinks=[], early_warning=True)
+        for ids, y in _batches():
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(net(ids), y)
+            loss.backward()
+            with DispatchedOps() as ops:
+                opt.step()
+                monitor.step(loss)
+            collectives.append(sum(n for op, n in ops.ops.items() if op.startswith("c10d.")))
+        monitor.close()
+    finally:
+        logging.getLogger("optiscope").removeHandler(handler)
+    return {"said": said, "collectives": collectives}
 
 
 def _refusals() -> dict[str, str]:
@@ -242,3 +269,13 @@ def test_deepspeed_parameters_are_refused_in_one_line():
     model.weight.ds_id = 0  # what DeepSpeed ZeRO marks its partitioned parameters with
     with pytest.raises(ValueError, match="DeepSpeed ZeRO"):
         Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_early_warning_under_fsdp_says_once_that_the_lag_is_not_watched_and_adds_no_collective(ranks):
+    for out in ranks:
+        said, collectives = out["early_warning"]["said"], out["early_warning"]["collectives"]
+        assert [m for m in said if "lag is not watched" in m] == [
+            "Monitor(early_warning=...): under FSDP each rank holds part of Adam's moments: its lag is not watched "
+            "(said once)"
+        ]
+        assert collectives[2] == 0  # step 3: neither measured nor read
