@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import math
 import random
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 #: For the tests that check a CUDA device's paths: skipped where torch sees none (CI has none); run them on a GPU
 #: machine with ``pytest -m cuda``.
@@ -191,3 +193,29 @@ def assert_sharded_close(a, b, where: str) -> None:
         assert a == pytest.approx(b, rel=2e-2 if where.endswith("eff_lr.max") else 2e-5, abs=1e-9), where
     else:
         assert a == b, where
+
+
+class DispatchedOps(TorchDispatchMode):
+    """The aten and c10d operators dispatched while it is on, by name (``aten._local_scalar_dense`` is a host
+    read: ``float(t)``, ``t.item()``, ``bool(t)``; ``c10d.allreduce_`` a collective). ``.tolist()`` and ``.cpu()``
+    of a CPU tensor dispatch nothing: on a GPU, ``torch.cuda.set_sync_debug_mode`` sees those."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func).rsplit(".", 1)[0]] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class Silent(torch.nn.Module):
+    """y = a·x₀ + b·x₁, two tensors: b is Molybog et al.'s layer whose gradient vanishes for a while (the early
+    warning's tests)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Parameter(torch.tensor(0.0)), torch.nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a * x[:, 0] + self.b * x[:, 1]

@@ -17,7 +17,7 @@ import lightning  # noqa: E402
 
 import optiscope.optim  # noqa: E402
 from optiscope.integrations.lightning import OptiscopeCallback  # noqa: E402
-from optiscope.monitor import DivergenceGuard  # noqa: E402
+from optiscope.monitor import DivergenceGuard, EarlyWarning  # noqa: E402
 
 ACCUMULATE, CLIP = 2, 0.05
 
@@ -184,6 +184,41 @@ def test_a_diverging_run_stops_cleanly(tmp_path):
     assert callback.diverged is not None
     assert trainer.global_step == callback.diverged["step"] < 10
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["diverged"]
+
+
+def test_an_early_warning_reaches_the_records_and_reduce_lr_the_trainers_optimizer(tmp_path):
+    """A lag threshold every Adam step passes: warned at step 2 (the first with Adam's moments), once within the
+    cooldown, read at step 5 (measured) and the learning rate halved from step 6 in the optimizer Lightning steps,
+    both in metrics.jsonl."""
+    x = torch.randn(48, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    warning = EarlyWarning(loss=None, lag=1e-12, edge=None, cooldown=100)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=5, early_warning=warning, on_warning="reduce_lr")
+    trainer = quiet_trainer(tmp_path, 10, [callback])
+    trainer.fit(Regression(automatic=True), data)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    warned = [w for r in records for w in r["warnings"]]
+    assert [(w["step"], w["signal"], w["action"], w["lr"]) for w in warned] == [(2, "lag", "reduce_lr", [5e-3])]
+    assert [r["lr"] for r in records] == [[1e-2], [1e-2], [5e-3]]  # the lr steps 1, 5 and 10 took
+    assert trainer.optimizers[0].param_groups[0]["lr"] == 5e-3
+
+
+def test_the_last_steps_are_judged_at_the_end_of_training(tmp_path):
+    """Measured at step 1 only and read every 10 steps, the run above diverges at step 2 and ends at step 4
+    before any reading: the end of training reads it, and the callback's state (what a checkpoint saves) holds
+    no loss unread."""
+
+    class Exploding(Regression):
+        def configure_optimizers(self):
+            return optiscope.optim.SGD(self.parameters(), lr=1e30)
+
+    x = torch.randn(48, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=100)
+    trainer = quiet_trainer(tmp_path, 4, [callback])
+    trainer.fit(Exploding(automatic=True), data)
+    assert callback.diverged is not None and callback.diverged["step"] == 2 and trainer.global_step == 4
+    assert callback.state_dict()["monitor"]["unread"] == []
 
 
 def test_without_a_guard_a_diverging_run_trains_to_the_end_and_every_step_is_recorded(tmp_path):
@@ -571,11 +606,58 @@ def test_a_fit_that_raises_leaves_no_hook_on_the_optimizer(tmp_path):
     x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
     module, callback = RaisesAtStep(True), OptiscopeCallback(out_dir=tmp_path, every=1)
+    trainer = quiet_trainer(tmp_path, 10, [callback])
     with pytest.raises(RuntimeError, match="the module's own bug"):
-        quiet_trainer(tmp_path, 10, [callback]).fit(module, data)
-    optimizer = callback.monitor.optimizer
+        trainer.fit(module, data)
+    (optimizer,) = trainer.optimizers
     assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
-    assert callback.attachment.closed
+    assert callback.attachment.closed and callback.monitor.optimizer is None  # and let go of it
+
+
+def reachable(start):
+    """What ``start`` holds, followed through optiscope's own objects and Python's containers, functions, cells
+    and methods (not into other libraries' objects, which are reached but not followed)."""
+    import gc
+    import types
+
+    seen, todo, found = set(), [start], []
+    through = (dict, list, tuple, set, types.FunctionType, types.MethodType, types.CellType)
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        found.append(obj)
+        if isinstance(obj, through) or type(obj).__module__.startswith("optiscope"):
+            todo.extend(gc.get_referents(obj))
+    return found
+
+
+def test_after_fit_the_callback_holds_neither_the_model_nor_the_trainer(tmp_path):
+    """The monitor is closed at the end of training and lets go of the module, its optimizer and its sinks (the
+    logger sink's function held the Trainer, which holds the module): what the callback keeps (its records, the
+    monitor's state) reaches none of them, so a run's model is freed with the Trainer, not by the collector."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    module, callback = Regression(True), OptiscopeCallback(every=2)
+    trainer = lightning.Trainer(
+        max_steps=4,
+        accelerator="cpu",
+        logger=CSVLogger(tmp_path),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[callback],
+    )
+    trainer.fit(module, data)
+    # Lightning gives every callback the module's own logging methods (``callback.log``): those are its references
+    ours = [value for name, value in vars(callback).items() if name not in ("log", "log_dict")]
+    held = {id(obj) for obj in reachable(ours)}
+    run = [module, trainer, *trainer.optimizers, *module.parameters()]
+    assert callback.monitor.last_record["step"] == 4 and not [obj for obj in run if id(obj) in held]
 
 
 def test_fit_again_on_the_same_trainer_goes_on_with_the_monitor(tmp_path, caplog):

@@ -251,8 +251,9 @@ def test_logger_false_leaves_no_file_of_ours(tmp_path, monkeypatch):
 
 def test_two_lightning_callbacks_in_one_trainer(tmp_path):
     """Two callbacks (their ``state_key`` told apart by the prefix) each log under their own prefix, keep their
-    own folder and their own state in the checkpoint; two with one prefix are refused by Lightning, whose message
-    says that the state key must be unique."""
+    own folder and their own state in the checkpoint; two with one prefix (or one twice) are refused as the Trainer
+    is built, by optiscope's one line naming ``prefix=`` before Lightning's own error, which names nothing a user
+    can change ("Found more than one stateful callback …")."""
     from lightning.pytorch.loggers import CSVLogger
 
     totals = optiscope_lightning.OptiscopeCallback(every=1)
@@ -268,8 +269,15 @@ def test_two_lightning_callbacks_in_one_trainer(tmp_path):
     states = torch.load(saved, weights_only=False)["callbacks"]
     assert states["OptiscopeCallback"]["monitor"]["step_count"] == 4
     assert states["OptiscopeCallback{'prefix': 'layers'}"]["monitor"]["step_count"] == 4
-    with pytest.raises(RuntimeError, match="state_key` must be unique"):
-        lightning_trainer(tmp_path, [optiscope_lightning.OptiscopeCallback()] * 2, False)
+    once = optiscope_lightning.OptiscopeCallback()
+    for pair in ([once, optiscope_lightning.OptiscopeCallback(every=5)], [once, once]):
+        with pytest.raises(
+            ValueError, match=r"^OptiscopeCallback: two callbacks in one Trainer with prefix='optiscope'"
+        ):
+            lightning_trainer(tmp_path, pair, False)
+    with pytest.raises(ValueError, match=r"prefix='layers'; give each its own prefix=") as info:
+        lightning_trainer(tmp_path, [layers, optiscope_lightning.OptiscopeCallback(prefix="layers")], False)
+    assert "\n" not in str(info.value)
 
 
 def test_a_second_lightning_run_into_the_default_folder_is_refused(tmp_path):

@@ -189,6 +189,26 @@ def test_nan_loss_stops_training_with_the_diagnosis_and_saves_no_diverged_model(
         assert saved == list(range(1, callback.diverged["step"]))  # the good ones are kept
 
 
+def test_a_divergence_not_read_yet_is_read_before_a_save_which_it_calls_off(tmp_path):
+    """Measured at step 1 only and read every 10 steps, the loss that blew up after step 1 is read before the
+    Trainer saves at step 3: that save is called off and training stops there, the record naming the step it
+    happened at."""
+    model = tiny_hf.model("gpt2")
+    callback = OptiscopeCallback(out_dir=tmp_path, every=100)
+    optimizer = optiscope.optim.SGD(model.parameters(), lr=1e30)
+    options = dict(max_steps=6, gradient_accumulation_steps=1, max_grad_norm=0.0, save_strategy="steps", save_steps=3)
+    trainer = Trainer(
+        model=model,
+        args=arguments(tmp_path, **options),
+        train_dataset=dataset(n=12),
+        callbacks=[callback],
+        optimizers=(optimizer, None),
+    )
+    trainer.train()
+    assert callback.diverged is not None and 1 < callback.diverged["step"] < 3 == trainer.state.global_step
+    assert not list(tmp_path.glob("checkpoint-*"))  # the one save, at step 3, called off
+
+
 def test_curvature_reaches_the_monitor_with_the_trainers_optimizer_state(tmp_path):
     """Curvature(...) through the callback: the preconditioned sharpness of the model and AdamW state the
     Trainer ends with, against the threshold formula (2 + 2β₁)/((1 − β₁)η) and a direct measurement."""

@@ -16,9 +16,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 from optiscope import runs
 from optiscope.curvature import gradient_noise_scale, rank_gradients
-from optiscope.monitor import Curvature, JSONLSink, Monitor
+from optiscope.monitor import Curvature, Diverged, DivergenceGuard, EarlyWarning, JSONLSink, Monitor
 from optiscope.optim import AdamW
 from optiscope.train.distributed import leave_job
+from support import DispatchedOps, Silent
 
 
 def _worker(rank: int, world: int, tmp: str) -> None:
@@ -28,6 +29,8 @@ def _worker(rank: int, world: int, tmp: str) -> None:
     _monitor_only(rank, tmp)
     _with_curvature(rank, tmp)
     _noise_by_ranks(rank, tmp)
+    _between_readings(rank, tmp)
+    _early_warning(rank, tmp)
     leave_job()  # as the product leaves: DDP wrappers in reference cycles collected first
 
 
@@ -254,3 +257,94 @@ def test_uneven_inputs_under_join_are_refused_at_the_first_step(tmp_path):
             monitor.step(loss)
     finally:
         dist.destroy_process_group()
+
+
+def _between_readings(rank: int, tmp: str) -> None:
+    """A monitored DDP model and a bare twin on the same data: the operators each dispatches after backward (the
+    optimizer's step and the monitor's), step by step; then a loss that differs by rank and jumps 100-fold at
+    step 31, judged by its mean over the ranks."""
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1)))
+    twin = nn.parallel.DistributedDataParallel(copy.deepcopy(model.module))
+    opt, twin_opt = (torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, twin))
+    monitor = Monitor(model, opt, every=5, sinks=[], guard=DivergenceGuard(read_every=5))
+    g = torch.Generator().manual_seed(300 + rank)
+    extras = []
+    for _ in range(10):
+        x, y = torch.randn(16, 6, generator=g), torch.randn(16, 1, generator=g)
+        counted = []
+        for net, optimizer, watch in ((model, opt, monitor), (twin, twin_opt, None)):
+            optimizer.zero_grad()
+            loss = _mse(net, (x, y))
+            loss.backward()
+            with DispatchedOps() as ops:
+                optimizer.step()
+                if watch is not None:
+                    watch.step(loss)
+            counted.append(ops.ops)
+        extras.append(dict(counted[0] - counted[1]))
+    monitor.close()
+    # the guard reads the ranks' mean loss (2x the jump here), every rank the same steps
+    jump, guard = [1.0] * 30 + [100.0] * 10, DivergenceGuard(warmup=0, read_every=10)
+    monitor = Monitor(model, opt, every=1000, sinks=[], guard=guard)
+    raised = None
+    for step, value in enumerate(jump, 1):
+        _mse(model, (x, y)).backward()
+        opt.step()
+        try:
+            monitor.step(torch.tensor(value * (1 + 2 * rank)))
+        except Diverged as e:
+            raised = {"at": step, "record": runs.to_jsonable(e.record)}
+            break
+    monitor.close()
+    with open(f"{tmp}/between{rank}.json", "w") as f:
+        json.dump({"extras": extras, "raised": raised}, f)
+
+
+def test_the_steps_between_readings_start_no_collective_and_read_nothing(spawned):
+    """On the steps neither measured nor read (every=5, read_every=5) the monitor dispatches the loss's copy and
+    nothing else: no collective (``c10d.*``), no host read; the measured steps average the loss (an
+    all-reduce, which the counter sees). A divergence is read from the mean over the ranks, with the step it
+    happened at, at the same step on both ranks."""
+    for rank in (0, 1):
+        result = json.loads((spawned / f"between{rank}.json").read_text())
+        for step, extra in enumerate(result["extras"], 1):
+            if step in (1, 5, 10):
+                assert extra["c10d.allreduce_"] >= 1 and extra["aten._local_scalar_dense"] > 0, (rank, step, extra)
+            else:
+                assert extra == {"aten.detach": 1, "aten._to_copy": 1}, (rank, step, extra)
+        raised = result["raised"]
+        assert raised["at"] == 40 and raised["record"]["step"] == 35 and raised["record"]["loss"] == 200.0
+    assert json.loads((spawned / "between0.json").read_text()) == json.loads((spawned / "between1.json").read_text())
+
+
+def _early_warning(rank: int, tmp: str) -> None:
+    """Molybog's silent input and a loss warning, each rank on its own data, reduce_lr acting: the same warnings
+    at the same steps on both ranks, and the same learning rate after."""
+    torch.manual_seed(0)
+    ddp = nn.parallel.DistributedDataParallel(Silent())
+    opt = torch.optim.Adam(ddp.parameters(), lr=0.1, betas=(0.9, 0.95))
+    warning = EarlyWarning(loss=2.0)
+    monitor = Monitor(ddp, opt, every=10, sinks=[], early_warning=warning, on_warning="reduce_lr")
+    g = torch.Generator().manual_seed(100 + rank)
+    found = []
+    for t in range(1, 216):
+        x = torch.randn(16, 2, generator=g) * torch.tensor([1.0, 10.0 if t >= 200 else 0.0])
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(ddp(x), x[:, 0] + 0.5 * x[:, 1])
+        loss.backward()
+        opt.step()
+        record = monitor.step(loss)
+        found += record["warnings"] if record else []
+    monitor.flush()
+    monitor.close()
+    with open(f"{tmp}/warnings{rank}.json", "w") as f:
+        json.dump({"warnings": found, "lr": opt.param_groups[0]["lr"]}, f)
+
+
+def test_early_warnings_agree_across_ranks(spawned):
+    rank0 = json.loads((spawned / "warnings0.json").read_text())
+    rank1 = json.loads((spawned / "warnings1.json").read_text())
+    assert rank0 == rank1
+    assert {w["signal"] for w in rank0["warnings"]} == {"loss", "lag"}
+    assert rank0["lr"] == 0.1 / 2 ** len(rank0["warnings"])

@@ -5,6 +5,7 @@ decides the same on both ranks when only one rank's shard holds a non-finite wei
 shardings the monitor does not measure are refused in one line."""
 
 import json
+import logging
 import math
 import os
 
@@ -19,7 +20,7 @@ from optiscope import runs
 from optiscope.curvature import sharpness
 from optiscope.monitor import Curvature, Monitor
 from optiscope.train.distributed import leave_job
-from support import assert_sharded_close
+from support import DispatchedOps, assert_sharded_close
 
 WORLD, STEPS, ROWS = 2, 4, 8
 SETTINGS = ("fsdp2", "fsdp1", "fsdp1_orig", "fsdp1_no_shard")
@@ -47,8 +48,9 @@ def _batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
 LR, EPS, BETA2 = 1e-2, 1e-8, 0.999
 
 
-def _train(net: nn.Module, rows: slice, opt: torch.optim.Optimizer | None = None) -> list[dict]:
-    """STEPS Adam steps of ``net`` on ``rows`` of each global batch, measured every 2 steps."""
+def _train(net: nn.Module, rows: slice, opt: torch.optim.Optimizer | None = None, collectives: list | None = None):
+    """STEPS Adam steps of ``net`` on ``rows`` of each global batch, measured every 2 steps; the records, and
+    into ``collectives`` the number of collectives each optimizer step and ``monitor.step`` dispatched."""
     opt = opt or torch.optim.Adam(net.parameters(), lr=LR, eps=EPS, betas=(0.9, BETA2))
     monitor = Monitor(net, opt, every=2)
     records = []
@@ -56,8 +58,11 @@ def _train(net: nn.Module, rows: slice, opt: torch.optim.Optimizer | None = None
         opt.zero_grad()
         loss = nn.functional.mse_loss(net(ids[rows]), y[rows])
         loss.backward()
-        opt.step()
-        record = monitor.step(loss)
+        with DispatchedOps() as ops:
+            opt.step()
+            record = monitor.step(loss)
+        if collectives is not None:
+            collectives.append(sum(n for op, n in ops.ops.items() if op.startswith("c10d.")))
         if record is not None:
             record.pop("tokens_per_s", None)
             records.append(runs.to_jsonable(record))
@@ -94,10 +99,12 @@ def _worker(rank: int, tmp: str) -> None:
     for setting in SETTINGS:
         net = _sharded(setting)
         opt = torch.optim.Adam(net.parameters(), lr=LR, eps=EPS, betas=(0.9, BETA2))
-        out[setting] = _train(net, rows, opt)
+        out[f"{setting}_collectives"] = []
+        out[setting] = _train(net, rows, opt, out[f"{setting}_collectives"])
         if setting in ("fsdp2", "fsdp1"):
             out[f"{setting}_rate"] = _wide_rate(net, opt)
     out["guard"] = _guard(rank)
+    out["early_warning"] = _early_warning()
     out["refused"] = _refusals()
     with open(f"{tmp}/rank{rank}.json", "w") as f:
         json.dump(out, f)
@@ -138,6 +145,31 @@ def _guard(rank: int) -> dict | None:
     opt.step()
     monitor.step(loss)
     return monitor.diverged
+
+
+def _early_warning() -> dict[str, list]:
+    """early_warning=True on FSDP2: what the optiscope logger said, and the collectives of each step."""
+    net = _sharded("fsdp2")
+    opt = torch.optim.Adam(net.parameters(), lr=LR, eps=EPS, betas=(0.9, BETA2))
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("optiscope").addHandler(handler)
+    collectives = []
+    try:
+        monitor = Monitor(net, opt, every=2, sinks=[], early_warning=True)
+        for ids, y in _batches():
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(net(ids), y)
+            loss.backward()
+            with DispatchedOps() as ops:
+                opt.step()
+                monitor.step(loss)
+            collectives.append(sum(n for op, n in ops.ops.items() if op.startswith("c10d.")))
+        monitor.close()
+    finally:
+        logging.getLogger("optiscope").removeHandler(handler)
+    return {"said": said, "collectives": collectives}
 
 
 def _refusals() -> dict[str, str]:
@@ -202,6 +234,15 @@ def test_every_number_is_the_unsharded_runs_on_every_rank(ranks, unsharded, sett
     assert ranks[0][setting] == ranks[1][setting]  # not only close: the same numbers on both ranks
 
 
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a_step_the_monitor_neither_measures_nor_reads_starts_no_collective(ranks, setting):
+    """Step 3 of 4 (measured: 1, 2, 4; the guard reads every 10 steps): none on either rank; the measured steps
+    sum their shards' numbers over the ranks (collectives the count sees)."""
+    for rank in ranks:
+        counts = rank[f"{setting}_collectives"]
+        assert counts[2] == 0 and min(counts[0], counts[1], counts[3]) > 0, counts
+
+
 @pytest.mark.parametrize("setting", ["fsdp2", "fsdp1"])
 def test_the_effective_lr_is_that_of_the_whole_state(ranks, setting):
     for out in ranks:
@@ -228,3 +269,13 @@ def test_deepspeed_parameters_are_refused_in_one_line():
     model.weight.ds_id = 0  # what DeepSpeed ZeRO marks its partitioned parameters with
     with pytest.raises(ValueError, match="DeepSpeed ZeRO"):
         Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_early_warning_under_fsdp_says_once_that_the_lag_is_not_watched_and_adds_no_collective(ranks):
+    for out in ranks:
+        said, collectives = out["early_warning"]["said"], out["early_warning"]["collectives"]
+        assert [m for m in said if "lag is not watched" in m] == [
+            "Monitor(early_warning=...): under FSDP each rank holds part of Adam's moments: its lag is not watched "
+            "(said once)"
+        ]
+        assert collectives[2] == 0  # step 3: neither measured nor read

@@ -72,3 +72,38 @@ def test_a_chart_of_many_parameters_names_them_on_hover_not_in_a_legend_taller_t
     assert few.legend and few.height > HEIGHT  # one entry per label of the glyph, drawn by the browser
     assert not many.legend and many.height == HEIGHT
     assert [t.tooltips[0] for t in many.tools if type(t).__name__ == "HoverTool"] == [("", "@label")]
+
+
+def test_early_warnings_are_marked_on_the_loss_chart(tmp_path):
+    """A real monitor's warnings (GD past its 2/λ edge on a quadratic) read back from metrics.jsonl: markers alone on
+    the loss chart, at the steps they warned, at the loss of the record that carries each."""
+    import torch
+
+    from optiscope import runs
+    from optiscope.monitor import Curvature, EarlyWarning, JSONLSink, Monitor
+    from optiscope.report.charts import Sources
+    from optiscope.report.rundir import RunDir
+    from optiscope.report.sections import metrics_charts
+
+    x = torch.nn.Parameter(torch.ones(1, dtype=torch.float64))
+    model = torch.nn.ParameterList([x])
+    opt = torch.optim.SGD(model.parameters(), lr=2.5)  # λ = 1 > 2/η: warned at step 1, then every 3rd step
+    curvature = Curvature(torch.zeros(1), lambda m, b: 0.5 * m[0].pow(2).sum(), every=1, directions=(), max_hvps=2)
+    sink = JSONLSink(tmp_path / "metrics.jsonl")
+    monitor = Monitor(
+        model, opt, every=2, sinks=[sink], guard=None, curvature=curvature, early_warning=EarlyWarning(cooldown=3)
+    )
+    for _ in range(6):
+        opt.zero_grad()
+        loss = 0.5 * x.pow(2).sum()
+        loss.backward()
+        opt.step()
+        monitor.step(loss)
+    monitor.close()
+    rows = runs.read_jsonl(tmp_path / "metrics.jsonl")
+    marks = series.warnings(rows, unnamed="quad")
+    assert marks["quad warnings"]["x"] == [1, 4]
+    assert marks["quad warnings"]["y"] == [series.shown(r["loss"]) for r in rows if r["step"] in (1, 4)]
+    chart = dict(metrics_charts(Sources(), [RunDir(tmp_path, metrics=rows)], "k"))["Loss at each logged step"]
+    glyphs = {r.name: type(r.glyph).__name__ for r in chart.renderers}
+    assert glyphs == {tmp_path.name: "Line", f"{tmp_path.name} warnings": "Scatter"}

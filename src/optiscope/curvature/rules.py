@@ -14,14 +14,16 @@ from typing import Any
 
 
 def known_class(optimizer: Any, classes: dict[type, Any]) -> type | None:
-    """The class among ``classes`` whose step ``optimizer`` takes: its own class, or the nearest of them it inherits
-    from when it keeps that class's ``step`` (and, for optiscope's, its ``update_group``, where the rule is
-    written). None when it is none of them, or overrides either: it may step otherwise (a zoo's Adam subclass)."""
-    for cls in type(optimizer).__mro__:
+    """The class among ``classes`` whose step ``optimizer`` (an optimizer, or its class) takes: its own class, or
+    the nearest of them it inherits from when it keeps that class's ``step`` (and, for optiscope's, its
+    ``update_group``, where the rule is written). None when it is none of them, or overrides either: it may step
+    otherwise (a zoo's Adam subclass)."""
+    own = optimizer if isinstance(optimizer, type) else type(optimizer)
+    for cls in own.__mro__:
         if cls in classes:
             # torch's classes have no update_group: a subclass adding one still takes their step
             methods = [m for m in ("step", "update_group") if _method(cls, m) is not None]
-            same = all(_method(type(optimizer), m) is _method(cls, m) for m in methods)
+            same = all(_method(own, m) is _method(cls, m) for m in methods)
             return cls if same else None
     return None
 

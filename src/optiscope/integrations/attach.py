@@ -21,7 +21,17 @@ import torch
 from torch import Tensor, nn
 
 from .. import runs
-from ..monitor import Curvature, Diverged, DivergenceGuard, JSONLSink, LoggerSink, Monitor, run_directory_sinks
+from ..monitor import (
+    Curvature,
+    Diverged,
+    DivergenceGuard,
+    EarlyWarning,
+    JSONLSink,
+    LoggerSink,
+    Monitor,
+    run_directory_sinks,
+)
+from ..monitor.early_warning import checked_warning
 from ..monitor.keys import check_prefix, parameter_filter
 from ..monitor.monitor import STATE_KEYS, check_schedule
 from ..monitor.sinks import checked_sinks
@@ -51,6 +61,8 @@ def build_monitor(
     guard: DivergenceGuard | None,
     start_step: int,
     rank_zero: bool,
+    early_warning: bool | EarlyWarning = False,
+    on_warning: Callable[[dict[str, Any]], Any] | str | None = None,
 ) -> Monitor:
     """A ``Monitor`` that records instead of raising, writing to ``sinks`` (none on ranks other than 0). Records
     this run logged after ``start_step`` before (the part of an interrupted run after its checkpoint) are
@@ -64,6 +76,8 @@ def build_monitor(
         on_divergence="record",
         start_step=start_step,
         curvature=curvature,
+        early_warning=early_warning,
+        on_warning=on_warning,
     )
     monitor.rewind_sinks(start_step)
     return monitor
@@ -85,10 +99,14 @@ def own_files(folder: Path | None, label: str, tensorboard: bool, fresh: bool) -
 
 
 def check_siblings(callbacks: Iterable[Any], callback: MonitorCallback) -> None:
-    """A one-line error when another of the Trainer's optiscope callbacks has ``callback``'s prefix (its keys in
-    the loggers and its default folder would be the same) or its ``out_dir`` (their records would mix)."""
+    """A one-line error when another of the Trainer's optiscope callbacks (or this one, listed twice) has
+    ``callback``'s prefix (its keys in the loggers and its default folder would be the same) or its ``out_dir``
+    (their records would mix)."""
+    itself = 0
     for other in callbacks:
-        if other is callback or not isinstance(other, MonitorCallback):
+        if other is callback:
+            itself += 1
+        if (other is callback and itself == 1) or not isinstance(other, MonitorCallback):
             continue
         if other.prefix == callback.prefix:
             raise ValueError(
@@ -174,6 +192,9 @@ class MonitorCallback:
             of the parameters' names; False: the totals and the curvature.
         prefix: the first part of every key in the loggers, and the default folder's name; several callbacks in
             one Trainer each need their own.
+        early_warning: ``Monitor``'s: True (or an ``EarlyWarning``) warns of a loss spike or divergence before it
+            comes, in the records, the console and the loggers (``optiscope/warning_score``); default False.
+        on_warning: ``Monitor``'s: a function of each warning, or ``"reduce_lr"`` (halve every group's lr).
 
     ``callback.monitor`` holds the monitor (its ``last_record``) and ``callback.diverged`` the divergence
     record, if any.
@@ -190,8 +211,12 @@ class MonitorCallback:
         guard: DivergenceGuard | None = CALLBACK_GUARD,
         per_parameter: bool | str | Iterable[str] = False,
         prefix: str = DEFAULT_PREFIX,
+        early_warning: bool | EarlyWarning = False,
+        on_warning: Callable[[dict[str, Any]], Any] | str | None = None,
     ) -> None:
         sinks = check_options(out_dir, every, sinks, curvature, guard)
+        checked_warning(early_warning, on_warning, "OptiscopeCallback")
+        self.early_warning, self.on_warning = early_warning, on_warning
         check_prefix(prefix, "OptiscopeCallback")
         parameter_filter(per_parameter, "OptiscopeCallback")
         self.out_dir, self.every, self.sinks, self.curvature, self.guard = out_dir, every, sinks, curvature, guard
@@ -199,6 +224,7 @@ class MonitorCallback:
         self.folder: Path | None = None  # where this callback's files went, for a run it starts again
         self.attachment: Attachment | None = None
         self.diverged: dict[str, Any] | None = None
+        self.rank_zero = True  # whether this process logs a divergence (set when the monitor is attached)
 
     @property
     def monitor(self) -> Monitor | None:
@@ -248,18 +274,31 @@ class MonitorCallback:
             guard=self.guard,
             start_step=start_step,
             rank_zero=rank_zero,
+            early_warning=self.early_warning,
+            on_warning=self.on_warning,
         )
         if start_step > 0:
             resume(monitor, saved, start_step, where, rank_zero)
         self.attachment = Attachment(monitor, scaled)
         self.diverged = None
+        self.rank_zero = rank_zero
 
     def stepped(self, reduce: str, counted: int, rank_zero: bool, **scalars: float) -> bool:
         """After the library may have stepped the optimizer (see ``Attachment.after_optimizer``): True when
         training must stop, having logged the diagnosis (on rank 0)."""
         if self.attachment is None:
             return False
-        record = self.attachment.after_optimizer(reduce, counted, **scalars)
+        return self._stops(self.attachment.after_optimizer(reduce, counted, **scalars), rank_zero)
+
+    def flushed(self) -> bool:
+        """Have the guard judge the steps whose losses it has not read yet (``Monitor.flush``): before a checkpoint
+        and at the end of training, on every rank (under DDP it is a collective). True when training must stop,
+        having logged the diagnosis (on rank 0)."""
+        if self.attachment is None or self.attachment.closed:
+            return False
+        return self._stops(self.attachment.flush(), self.rank_zero)
+
+    def _stops(self, record: dict[str, Any] | None, rank_zero: bool) -> bool:
         if record is None:
             return False
         self.diverged = record
@@ -347,6 +386,14 @@ class Attachment:
         if self.diverged is not None:
             return None
         self.monitor.step(loss, **scalars)
+        return self._newly_diverged()
+
+    def flush(self) -> dict[str, Any] | None:
+        """Judge the steps whose losses the monitor has not read yet; the divergence record the first time the
+        guard trips, else None."""
+        if self.diverged is not None:
+            return None
+        self.monitor.flush()
         return self._newly_diverged()
 
     def _step_loss(self, reduce: str) -> Tensor | None:

@@ -26,6 +26,7 @@ One optimizer per module (``configure_optimizers`` returning several is refused)
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -69,16 +70,24 @@ class OptiscopeCallback(MonitorCallback, Callback):
             of the parameters' names (``"*attn*"``); default False: the totals and the curvature.
         prefix (str): the first part of every key in the loggers and the default folder's name (default
             ``"optiscope"``); several callbacks in one Trainer each need their own.
+        early_warning (bool | EarlyWarning): warn of a loss spike or divergence before it comes (``Monitor``'s
+            ``early_warning``: in the records, the console and the loggers as ``optiscope/warning_score``);
+            default False.
+        on_warning (Callable | str | None): a function of each warning, or ``"reduce_lr"`` (halve every param
+            group's lr); needs ``early_warning``.
 
     Attributes:
         monitor: the ``Monitor`` (its ``last_record``) once training has started, else None.
         diverged: the divergence record once the guard has tripped, else None.
 
     Raises:
-        TypeError: ``out_dir`` is not a path; ``sinks``, ``curvature`` or ``guard`` of the wrong type.
-        ValueError: ``out_dir`` is a file; ``every`` < 1; ``curvature.rank_batch_size`` given; a bad ``prefix``
-            or ``per_parameter``; at ``on_train_start``, another optiscope callback in the Trainer with this ``prefix``
-            or ``out_dir``, or a new run into a folder holding records; at
+        TypeError: ``out_dir`` is not a path; ``sinks``, ``curvature``, ``guard`` or ``early_warning`` of the
+            wrong type.
+        ValueError: ``out_dir`` is a file; ``every`` < 1; ``on_warning`` not a function or "reduce_lr", or
+            without ``early_warning``; ``curvature.rank_batch_size`` given; a bad ``prefix``
+            or ``per_parameter``; as the Trainer is built (before Lightning's own error about state keys), another
+            optiscope callback in it with this ``prefix`` or ``out_dir``, or this one twice; at ``on_train_start``,
+            a new run into a folder holding records; at
             ``on_train_start``, a module with several optimizers, or, in automatic optimisation,
             ``curvature.accumulation_batch_size`` with ``accumulate_grad_batches`` < 2 or in a job of several ranks.
 
@@ -124,7 +133,10 @@ class OptiscopeCallback(MonitorCallback, Callback):
           saving the diverged model (through its private ``_last_global_step_saved``, and ``save_last`` off
           at the end of training, both put back when the fit ends; a Lightning without that attribute saves as
           before). The loss is measured on the weights before each step, so the checkpoint of the step before
-          may already hold bad weights: resume from an earlier one.
+          may already hold bad weights: resume from an earlier one. The guard reads the losses on measured
+          steps, every ``guard.read_every`` steps, when a checkpoint is built and at the end of training
+          (``Monitor.flush``), so a divergence stops the fit at most ``read_every`` − 1 steps after the step it
+          names; a checkpoint saved in between may hold the diverged model.
         - A step the GradScaler of ``precision="16-mixed"`` skips has no record and keeps the number Lightning
           gives it; a run whose every step is skipped stops diverged. Without a GradScaler, a step Lightning
           counts and the optimizer does not take (a module's own ``optimizer_step`` that leaves it out) uses up
@@ -148,9 +160,15 @@ class OptiscopeCallback(MonitorCallback, Callback):
     def state_key(self) -> str:
         # Lightning keeps each stateful callback's state under its key, one per callback: the prefix tells them
         # apart (the default's is the class's name, as before it, so that older checkpoints resume)
+        validating = _validated_callbacks()
+        if validating is not None:
+            check_siblings(validating, self)
         return super().state_key if self.prefix == DEFAULT_PREFIX else self._generate_state_key(prefix=self.prefix)
 
     def state_dict(self) -> dict[str, Any]:
+        # Lightning builds a checkpoint on every rank: the losses not read yet are judged first (a collective
+        # under DDP), so that the state holds none and a resumed job averages nothing differently
+        self.flushed()
         return {} if self.monitor is None else {"monitor": self.monitor.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -232,6 +250,7 @@ class OptiscopeCallback(MonitorCallback, Callback):
         self._hold_checkpoints(trainer)
 
     def on_train_end(self, trainer, pl_module) -> None:
+        self.flushed()  # the last steps, since the guard's last reading
         self._hold_checkpoints(trainer, at_end=True)
         self.detach()
 
@@ -270,6 +289,23 @@ class OptiscopeCallback(MonitorCallback, Callback):
         for c, last_step, save_last in self._held:
             c._last_global_step_saved, c.save_last = last_step, save_last
         self._held = []
+
+
+def _validated_callbacks() -> list[Any] | None:
+    """The Trainer's callbacks while Lightning checks, as the Trainer is built, that no two stateful ones share a
+    ``state_key`` (``_validate_callbacks_list``, found on the call stack; None elsewhere). Two optiscope callbacks
+    with one prefix share one, and Lightning's own error ("Found more than one stateful callback …") names nothing
+    a user can change: optiscope's, raised first from here, names ``prefix=``. A Lightning that checks otherwise
+    says its own."""
+    frame = sys._getframe(2)
+    for _ in range(3):  # the property's caller, or one wrapper above
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "_validate_callbacks_list":
+            callbacks = frame.f_locals.get("callbacks")
+            return callbacks if isinstance(callbacks, list) else None
+        frame = frame.f_back
+    return None
 
 
 def to_loggers(trainer: Any) -> Callable[[dict[str, float], int], None]:

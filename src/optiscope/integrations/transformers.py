@@ -79,14 +79,21 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
             of the parameters' names (``"*attn*"``); default False: the totals and the curvature.
         prefix (str): the first part of every key in the loggers and the default folder's name (default
             ``"optiscope"``); several callbacks in one Trainer each need their own.
+        early_warning (bool | EarlyWarning): warn of a loss spike or divergence before it comes (``Monitor``'s
+            ``early_warning``: in the records, the console and the loggers as ``optiscope/warning_score``);
+            default False.
+        on_warning (Callable | str | None): a function of each warning, or ``"reduce_lr"`` (halve every param
+            group's lr); needs ``early_warning``.
 
     Attributes:
         monitor: the ``Monitor`` (its ``last_record``) once training has begun, else None.
         diverged: the divergence record once the guard has tripped, else None.
 
     Raises:
-        TypeError: ``out_dir`` is not a path; ``sinks``, ``curvature`` or ``guard`` of the wrong type.
-        ValueError: ``out_dir`` is a file; ``every`` < 1; ``curvature.rank_batch_size`` given; a bad ``prefix``
+        TypeError: ``out_dir`` is not a path; ``sinks``, ``curvature``, ``guard`` or ``early_warning`` of the
+            wrong type.
+        ValueError: ``out_dir`` is a file; ``every`` < 1; ``on_warning`` not a function or "reduce_lr", or
+            without ``early_warning``; ``curvature.rank_batch_size`` given; a bad ``prefix``
             or ``per_parameter``; at ``on_train_begin``, another optiscope callback in the Trainer with this ``prefix``
             or ``out_dir``, or a new run into a folder holding records; at
             ``on_train_begin``, ``curvature.accumulation_batch_size`` with ``gradient_accumulation_steps`` < 2
@@ -119,7 +126,10 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         - A divergence sets ``control.should_training_stop`` and ``should_save`` off (also for the end-of-epoch
           save), logs the diagnosis on the ``optiscope`` logger and writes it to ``metrics.jsonl``. The loss is
           measured on the weights before each step, so the checkpoint of the step before may already hold
-          weights whose loss is NaN: resume from an earlier one.
+          weights whose loss is NaN: resume from an earlier one. The guard reads the losses on measured steps,
+          every ``guard.read_every`` steps and before each save (``Monitor.flush``; a divergence found there
+          calls the save off), so a divergence stops training at most ``read_every`` − 1 steps after the step
+          it names.
         - Ranks other than 0 measure (the loss is averaged over ranks, so all stop together) but write nothing.
           A step a GradScaler skips has no record and keeps its number, and its loss is not carried into the
           next step's; a run whose every step is skipped stops diverged at the guard's ``skipped``-th.
@@ -231,7 +241,9 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         return control
 
     def on_save(self, args, state, control, **kwargs):
-        # right after the Trainer wrote checkpoint-N for the step the monitor has just recorded
+        # right after the Trainer wrote checkpoint-N for the step the monitor has just recorded (judged already
+        # at on_step_end, unless the save was asked for elsewhere)
+        self.flushed()
         if self.monitor is not None and args.should_save:  # where the Trainer writes (each node's main process too)
             save_checkpoint(checkpoint_dir(args, state) / self.state_file, self.monitor.state_dict())
         return control
@@ -241,6 +253,9 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         self._held.update(metrics)  # a divergence at a measured step: one log with both
 
     def on_step_end(self, args, state, control, **kwargs):
+        # the steps the guard has not read yet are judged before the Trainer saves (every rank gets here alike)
+        if control.should_save and self.flushed():
+            control.should_training_stop = True
         if self._held and self._trainer is not None:
             held, self._held = self._held, {}
             # Trainer.log calls every callback's on_log, and the handler sets should_log off before: the
@@ -258,6 +273,7 @@ class OptiscopeCallback(MonitorCallback, TrainerCallback):
         return self.on_step_end(args, state, control)
 
     def on_train_end(self, args, state, control, **kwargs):
+        self.flushed()  # the last steps, since the guard's last reading
         self._release()
 
     def _release(self) -> None:

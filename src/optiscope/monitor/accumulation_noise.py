@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from .curvature import SmallBatchNorms
+from .hooks import weak_hook
 from .names import under_compile
 
 
@@ -63,7 +64,8 @@ class AccumulationNoise:
         self.params = [p for _, p in named]
         self.due = due
         self.passes: dict[int, Passes] = {}  # by id(p), this step's so far
-        self.handles = [p.register_post_accumulate_grad_hook(self.hook) for p in self.params]
+        # weakly: a parameter holding this (which holds the parameters) through its hook would be a cycle
+        self.handles = [p.register_post_accumulate_grad_hook(weak_hook(self.hook)) for p in self.params]
 
     @torch.no_grad()
     def hook(self, p: Tensor) -> None:

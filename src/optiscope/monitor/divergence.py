@@ -11,7 +11,7 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..checks import is_count, is_number
@@ -118,6 +118,11 @@ class DivergenceGuard:
     whose skipped steps' losses it does not judge). The monitor also trips on non-finite weights, checked on
     measured steps.
 
+    The monitor keeps each step's loss on its device and reads the losses together on measured steps and every
+    ``read_every`` steps, so that the steps between cost no wait for the GPU (and, under DDP, no collective):
+    the guard judges every step, in order, as it would one at a time, and a divergence is raised (or recorded)
+    with the step it happened at, at most ``read_every − 1`` steps later.
+
     Args:
         factor: how far above its lowest value the median loss may rise; a number > 1
             (``math.inf``: judge only non-finite losses and skipped steps).
@@ -127,6 +132,8 @@ class DivergenceGuard:
             models that spike and recover).
         skipped: how many optimizer steps skipped in a row count as divergence; an integer ≥ 1.
         window: how many recent losses the median takes; an integer ≥ 1 (1 judges each step's loss).
+        read_every: how many steps at most a loss waits on its device before the guard reads it (measured steps
+            are read at once); an integer ≥ 1 (1 reads each step's loss as it comes: a GPU sync a step).
 
     Raises:
         ValueError: a field outside its range.
@@ -161,6 +168,12 @@ class DivergenceGuard:
         32 halvings on are not a matter of scale, and such a run would otherwise skip steps for ever without a
         word.
 
+        Why ``read_every``: reading a loss (``float(loss)``) waits until the GPU has computed it, which stops the
+        CPU from queueing the next step's kernels; nanoGPT reads its loss once per log interval for that reason.
+        Read every 10 steps, the losses cost one wait per 10 steps, where the monitor's default ``every=10``
+        measures anyway; a loss given as a number in a single process is judged at once (reading it costs
+        nothing).
+
         The 🤗 and Lightning callbacks' default is ``DivergenceGuard(warmup=0)``; ``optiscope.train`` cuts the
         warm-up to a tenth of a shorter run (``within``).
     """
@@ -170,6 +183,7 @@ class DivergenceGuard:
     first_factor: float = 1.0
     skipped: int = 32
     window: int = 9
+    read_every: int = 10
 
     def __post_init__(self) -> None:
         if not (is_number(self.factor) and self.factor > 1):
@@ -182,6 +196,8 @@ class DivergenceGuard:
             raise ValueError(f"DivergenceGuard: skipped={self.skipped!r} must be an integer >= 1")
         if not is_count(self.window, 1):
             raise ValueError(f"DivergenceGuard: window={self.window!r} must be an integer >= 1")
+        if not is_count(self.read_every, 1):
+            raise ValueError(f"DivergenceGuard: read_every={self.read_every!r} must be an integer >= 1")
 
     def within(self, steps: int) -> DivergenceGuard:
         """This guard for a run of ``steps`` steps: a warm-up longer than a tenth of the run cut to that tenth.
@@ -248,6 +264,42 @@ class DivergenceGuard:
                 "them finite"
             )
         return None
+
+
+@dataclass
+class GuardState:
+    """What the guard has seen of a run so far, one step at a time: the run's first finite loss, the lowest level
+    (the median of ``window`` recent losses; the first loss counts as one), those recent finite losses and the
+    optimizer steps skipped in a row. ``Monitor.state_dict`` saves it under its old names (``first_loss``,
+    ``lowest_loss``, ``recent_losses``, ``skipped_in_a_row``), so that a resumed run judges as the whole one."""
+
+    first: float = math.nan
+    lowest: float = math.inf
+    recent: list[float] = field(default_factory=list)
+    skipped_in_a_row: int = 0
+
+    def judge(self, guard: DivergenceGuard | None, step: int, loss: float | None) -> str | None:
+        """A step the optimizer took, with its loss (None: none given): into the state; why it counts as
+        divergence, or None (always None without a guard, which still keeps the first and lowest loss)."""
+        self.skipped_in_a_row = 0
+        if loss is None:
+            return None
+        level = None
+        if math.isfinite(loss):
+            if math.isnan(self.first):
+                # the start is a level too: a run whose loss rises at once (Adam at SGD's η) sets no lower median
+                self.first = self.lowest = loss
+            self.recent = [*self.recent, loss][-(guard.window if guard is not None else 1) :]
+            level = guard.level(self.recent) if guard is not None else loss
+            if level is not None:
+                self.lowest = min(self.lowest, level)
+        return None if guard is None else guard.reason(step, loss, level, self.lowest, self.first)
+
+    def skip(self, guard: DivergenceGuard | None, steps: int, judged: bool) -> str | None:
+        """``steps`` optimizer steps skipped (a GradScaler's): why the streak now counts as divergence, when
+        ``judged`` (a loss scaler is at work), else None."""
+        before, self.skipped_in_a_row = self.skipped_in_a_row, self.skipped_in_a_row + steps
+        return guard.skipped_reason(before, self.skipped_in_a_row) if judged and guard is not None else None
 
 
 def check_guard(guard: Any, who: str) -> None:

@@ -59,6 +59,8 @@ def flat_metrics(
         optiscope/hessian_trace                 tr H (Hutchinson)
         optiscope/noise_scale                   B_simple = tr(Σ)/|G|²
         optiscope/<name>                        a scalar given to Monitor.step (e.g. grad_norm_before_clip)
+        optiscope/warning_score                 with early_warning: the largest value/threshold of its signals since
+                                                the record before (above 1: warned)
         optiscope/diverged                      1 at the step the run diverged (with optiscope/loss)
       per parameter, with per_parameter:
         optiscope/{grad_norm_after_clip,weight_norm,update_norm,u_over_w,cos_u_neg_g,eff_lr_median}/<param name>
@@ -110,6 +112,7 @@ def flat_metrics(
         out.update({f"lr/group{i}": lr for i, lr in enumerate(record.get("lr", []))})
         out["tokens_per_s"] = record.get("tokens_per_s")
         out.update({key: record.get(field) for field, key in CURVATURE.items()})
+        out["warning_score"] = record.get("warning_score")
         out.update(given_scalars(record))
         for name, entry in record["params"].items():
             if wanted(name):

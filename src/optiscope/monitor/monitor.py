@@ -14,8 +14,11 @@ The monitor registers step hooks on the optimizer. On a *measured* step (the fir
 ``every``-th) the pre-hook reads the gradients (an optimizer may use them up inside its step) and copies the
 parameters that have them, and the post-hook turns θ_after − θ_before into the actual update u — whatever
 optimizer made it, ours or torch's — then frees the copy: one extra copy of the parameters, and only on
-measured steps. ``monitor.step(loss)`` adds the loss, learning rates and throughput, checks for divergence
-on every step (the loss is all it needs), and sends measured steps' records to the sinks.
+measured steps. ``monitor.step(loss)`` adds the loss, learning rates and throughput, has the divergence guard
+judge every step's loss, and sends measured steps' records to the sinks. On the steps it does not measure the
+monitor neither waits for the GPU nor starts a collective: their losses stay on the device until it reads them
+together (``deferred``), on measured steps and every ``guard.read_every`` steps. Its hooks hold it weakly
+(``hooks``), and ``close()`` lets go of the model, the optimizer and the process group.
 
 Under ``torchrun``/DDP every rank computes the same values (parameters and all-reduced gradients are
 identical; the loss is averaged across ranks) and only rank 0's sinks write. Under FSDP (``fully_shard``, or
@@ -39,11 +42,11 @@ import contextlib
 import copy
 import logging
 import math
-import os
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +59,10 @@ from ..curvature.hvp import SHARDED_CURVATURE, dense, unwrap
 from . import sharding, stats
 from .accumulation_noise import AccumulationNoise
 from .curvature import KEYS, Curvature, check_batch, check_curvature, measure
-from .divergence import Diverged, DivergenceGuard, check_guard, curvature_diagnosis
+from .deferred import Read, StepLog, kept_loss
+from .divergence import Diverged, DivergenceGuard, GuardState, check_guard, curvature_diagnosis
+from .early_warning import EarlyWarning, Warnings, checked_warning
+from .hooks import found_inf, hooked_optimizer, on_stack, torch_caller, weak_hook
 from .names import is_own_name, own_names, under_compile
 from .rank_noise import RankNoise
 from .sharding import Part
@@ -87,6 +93,8 @@ RECORD_FIELDS = frozenset(
         "first_measured_step",
         "last_measured_step",
         "curvature_diagnosis",
+        "warning_score",
+        "warnings",
         *KEYS,
     }
 )
@@ -189,6 +197,12 @@ class Monitor:
             with their names under ``context``; not the record's own field names.
         curvature: a ``Curvature``: sharpness against the optimizer's stability threshold, and the rest,
             every ``curvature.every`` steps; None for none.
+        early_warning: warn of a loss spike or divergence before it comes: True for ``EarlyWarning()``'s
+            thresholds, an ``EarlyWarning`` for others, False (the default) for none. Measured records then hold
+            ``warning_score`` and ``warnings`` (``EarlyWarning``).
+        on_warning: what a warning does besides being recorded: a function called with it (a dict), or
+            ``"reduce_lr"`` (halve every param group's lr, said in the warning's ``action`` and ``lr``); None
+            for nothing more. Needs ``early_warning``.
 
     Attributes:
         diverged: the first divergence record with ``on_divergence="record"``, else None.
@@ -202,7 +216,8 @@ class Monitor:
             another type; ``histograms`` is not a bool; ``context`` is not a dict with string keys;
             ``token_counts`` is not a sequence of counts.
         ValueError: ``every``, ``batch_tokens`` or ``start_step`` out of range; ``alarm_growth`` ≤ 1;
-            ``on_divergence`` not "raise" or "record"; ``context`` reuses a record field; ``embedding`` is no
+            ``on_divergence`` not "raise" or "record"; ``on_warning`` not a function or "reduce_lr", or given
+            without ``early_warning``; ``context`` reuses a record field; ``embedding`` is no
             parameter name or not 2-D; ``token_counts`` without ``embedding``, of the wrong length, or not
             finite and ≥ 0; ``curvature.rank_batch_size`` on a model that is not a DDP model of ≥ 2 ranks
             without a communication hook of its own, or ``curvature.accumulation_batch_size`` under DDP; a
@@ -238,7 +253,13 @@ class Monitor:
     Notes:
         - Cost: the pre-step hook copies the parameters that have gradients on measured steps only, and the
           post-step hook frees the copy: one extra copy of the parameters; of the gradients too on the first
-          measured step, and on every measured step of an optimizer that writes into them (see below).
+          measured step, and on every measured step of an optimizer that writes into them (see below). On the
+          other steps the monitor keeps the loss on its device (a float64 copy) and reads nothing: the guard
+          reads the losses on measured steps and every ``guard.read_every`` steps (``DivergenceGuard``), and a
+          GradScaler's ``found_inf`` handed to a fused optimizer is read with them.
+        - References: the optimizer's hooks hold the monitor weakly, and ``close()`` lets go of the model, the
+          optimizer and (through the model) the process group, so that they are freed by their reference
+          counts once the caller drops them, not by the garbage collector at interpreter shutdown.
         - What is measured: every parameter of the optimizer's groups that holds a gradient, as the optimizer
           steps exactly those (one frozen mid-run with ``requires_grad_(False)`` that keeps a zeroed ``.grad``
           is still moved by momentum and decay, and recorded), also one added later with ``add_param_group``.
@@ -257,8 +278,9 @@ class Monitor:
           world size ≥ 2 and no communication hook of its own (DDP takes one): the monitor registers its own,
           which averages exactly as DDP's default does (``RankNoise``), and keeps it until the model is gone
           (after ``close()`` it only averages).
-        - DDP: every rank computes the same records (the loss is averaged across ranks, a collective every
-          rank must reach, so every rank must take the same optimizer steps) and only rank 0's sinks write.
+        - DDP: every rank computes the same records (the loss is averaged across ranks when the guard reads it, a
+          collective every rank must reach, so every rank must take the same optimizer steps) and only rank 0's
+          sinks write.
           Uneven inputs under DDP's ``Join`` are refused at the first ``step`` (give the monitor the
           DDP-wrapped model, where ``Join`` can be seen).
         - FSDP2 (``fully_shard``) and FSDP1 (``FullyShardedDataParallel``, ``use_orig_params`` True or False):
@@ -290,8 +312,11 @@ class Monitor:
         start_step: int = 0,
         context: dict[str, Any] | None = None,
         curvature: Curvature | None = None,
+        early_warning: bool | EarlyWarning = False,
+        on_warning: Callable[[dict[str, Any]], Any] | str | None = None,
     ) -> None:
         check_schedule(every, curvature, guard, "Monitor")
+        warning_config = checked_warning(early_warning, on_warning, "Monitor")
         if not isinstance(model, nn.Module):
             raise TypeError(f"Monitor: model={model!r} is not an nn.Module; give the model the optimizer trains")
         require_optimizer(optimizer, "Monitor")
@@ -344,9 +369,8 @@ class Monitor:
         self.row_update_sum: Tensor | None = None
         self.row_update_steps = 0
         self.step_count = start_step
-        self.first_loss = math.nan
-        self.lowest_loss = math.inf  # of the guard's level (the median of its window of recent losses)
-        self.recent_losses: list[float] = []
+        self._guard_state = GuardState()  # what the guard has judged so far
+        self._log = StepLog()  # the steps whose losses are still on their device, not judged yet
         self.diverged: dict[str, Any] | None = None
         self.last_record: dict[str, Any] | None = None
         self.last_measured_step: int | None = None  # last_record's step, which a resumed run keeps (state_dict)
@@ -361,15 +385,18 @@ class Monitor:
         # a scheduler moves lr on before monitor.step() (optiscope.train, Lightning) or after (the 🤗 callback)
         self._step_lrs: list[Any] | None = None
         self._clock = (time.perf_counter(), start_step)
-        self._skipping = False  # the step under way is one a fused kernel skips (``skipped_inside``)
+        self._skipping = False  # the measured step under way is one a fused kernel skips (``found_inf``)
+        self._found_inf: Tensor | None = None  # an unmeasured step's flag, read with its loss (``deferred``)
         self._outer_call: Any = None  # the frame of torch's hook wrapper around the step() call being measured
         self._stepped = False  # the optimizer stepped since the last step() call
-        self._skipped_in_a_row = 0  # steps skipped since the last step the optimizer took (``skip``)
+        self._closed = False
+        self._warning = Warnings(warning_config, on_warning) if warning_config is not None else None
         self._hooks = [
             # kept out of tracing: a compiled step (``torch.compile(optimizer.step)``) compiles once, the hooks
-            # running eagerly at its graph's edges, instead of every hook's branch and tensor becoming a guard
-            hooked.register_step_pre_hook(torch.compiler.disable(self._before_step)),
-            hooked.register_step_post_hook(torch.compiler.disable(self._after_step)),
+            # running eagerly at its graph's edges, instead of every hook's branch and tensor becoming a guard;
+            # held weakly, or the optimizer would hold the monitor that holds it (``hooks``)
+            hooked.register_step_pre_hook(torch.compiler.disable(weak_hook(self._before_step))),
+            hooked.register_step_post_hook(torch.compiler.disable(weak_hook(self._after_step))),
         ]
 
     def _small_batch_source(
@@ -378,9 +405,11 @@ class Monitor:
         """Where the noise scale's small batches come from without an extra backward pass, if asked."""
         if curvature is None:
             return None
+        me = weakref.ref(self)  # held by DDP's communication hook after close(): not the monitor
 
         def due() -> bool:  # the hooks run inside backward, before the step they belong to
-            return self._curvature_due(self.step_count + 1)
+            monitor = me()
+            return monitor is not None and not monitor._closed and monitor._curvature_due(monitor.step_count + 1)
 
         if curvature.rank_batch_size is not None:
             return RankNoise(model, curvature.rank_batch_size, due)
@@ -414,8 +443,18 @@ class Monitor:
         if self._outer_call is not None and on_stack(self._outer_call, caller.f_back):
             return None
         self._outer_call = caller
-        self._skipping = skipped_inside(optimizer)
-        if self._skipping or not self.is_measured(self.step_count + 1):
+        measured = self.is_measured(self.step_count + 1)
+        if self._warning is not None:  # Adam's lag, on the device: read with the losses
+            self._warning.before_step(
+                optimizer, self.step_count + 1, measured, self._layout is not None, "Monitor(early_warning=...)"
+            )
+        if not measured:
+            # whether a fused kernel skips this step is read later, with the loss: reading it here would wait
+            self._found_inf = found_inf(optimizer)
+            return None
+        flag, self._found_inf = found_inf(optimizer), None
+        self._skipping = flag is not None and bool(flag.item())  # a measured step reads it at once
+        if self._skipping:
             return None
         # copies: a scheduler steps a tensor lr in place (``fill_``), before the monitor reads the step's lr
         self._step_lrs = [g["lr"].clone() if isinstance(g["lr"], Tensor) else g["lr"] for g in optimizer.param_groups]
@@ -429,7 +468,7 @@ class Monitor:
         # requires_grad_(False) that keeps a zeroed .grad is still stepped (momentum, weight decay move it).
         params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad or p.grad is not None]
         self._snapshot_params = self._parts(params)
-        self._snapshot = [_weight(q).clone() for q in self._snapshot_params]
+        self._snapshot = _copies(self._snapshot_params)
         read = []
 
         def closure_then_read() -> Any:
@@ -459,7 +498,7 @@ class Monitor:
             params = self._snapshot_params
         else:
             params = self._snapshot_params = self._parts(params)
-            self._snapshot = [_weight(q).clone() for q in params]
+            self._snapshot = _copies(params)
         if not params and self._layout is None:  # sharded, a rank may hold no part: the others count on it
             self._gradients = None
             return
@@ -495,7 +534,6 @@ class Monitor:
             return
         self.step_count += 1
         self._stepped = True
-        self._skipped_in_a_row = 0
         # an earlier step's numbers that no step() took (stepped twice without a call there) are not this step's
         self._measured, self._update = None, None
         gradients, before, params = self._gradients, self._snapshot, self._snapshot_params
@@ -506,7 +544,7 @@ class Monitor:
             self._warn_no_gradients()
             return
         if before:  # sharded, a rank may hold no part of any parameter
-            torch._foreach_sub_(before, [_weight(q) for q in params])  # before − after = −u, in place
+            torch._foreach_sub_(before, [q.of(q.param) if isinstance(q, Part) else q for q in params])  # −u
         self._measured = self._parameter_stats(optimizer, gradients, neg_updates=before)
         if self._measured is None:  # sharded: no rank had a gradient
             self._warn_no_gradients()
@@ -521,7 +559,7 @@ class Monitor:
         warnings.warn(
             f"Monitor: optimizer step {self.step_count} began with no parameter holding a gradient (every p.grad "
             "None), so there is nothing to record; call loss.backward() before optimizer.step() (warned once)",
-            stacklevel=6,  # the caller of optimizer.step(), above the hook and torch.compiler.disable's wrapper
+            stacklevel=7,  # the caller of optimizer.step(), above the hook and its two wrappers
         )
 
     def _parts(self, params: list[Tensor]) -> list[Any]:
@@ -531,36 +569,39 @@ class Monitor:
     def _parameter_stats(
         self, optimizer: torch.optim.Optimizer, gradients: Gradients, neg_updates: list[Tensor]
     ) -> dict[str, Any] | None:
+        # a few operators for all tensors at once and one read each: on a small, fast step the cost is dispatch
+        # and Python per tensor, not arithmetic (benchmarks/monitor_overhead.py)
         if self._layout is not None:
             return self._sharded_stats(optimizer, gradients, neg_updates)
         params = gradients.params
-        weights = [p.detach() for p in params]
-        g = gradients.norms / gradients.scale
-        w = stats.foreach_norms(weights)
-        u = stats.foreach_norms(neg_updates)
+        both = stats.foreach_norms([*params, *neg_updates]).tolist()  # ‖θ′‖ and ‖u‖ in one reduction
+        w, u = both[: len(params)], both[len(params) :]
+        g_stepped = gradients.norms.tolist()  # as the optimizer held it: scaled under a GradScaler's fused step
+        g = [x / gradients.scale for x in g_stepped]
         # ⟨−u, g⟩ = ⟨u, −g⟩, over the scaled gradient whose norm divides it: the cosine is the same
-        cos_dot = stats.foreach_dots(neg_updates, self._gradient_tensors(gradients))
-        bad_w = stats.nonfinite_counts(weights, w)
-        per_param: dict[str, dict[str, Any]] = {}
+        cos_dot = stats.foreach_dots(neg_updates, self._gradient_tensors(gradients)).tolist()
+        bad_w = stats.nonfinite_counts(params, w)
         group_of = {id(q): group for group in optimizer.param_groups for q in group["params"]}
+        groups = [group_of[id(p)] for p in params]
+        rates = stats.effective_lr_summaries(optimizer, params, groups)
+        per_param: dict[str, dict[str, Any]] = {}
         for i, p in enumerate(params):
             entry = _entry(
-                float(g[i]), float(w[i]), float(u[i]), float(cos_dot[i]), float(gradients.norms[i]), p.numel(),
-                gradients.zeros[i], gradients.nonfinite[i], bad_w[i],
+                g[i], w[i], u[i], cos_dot[i], g_stepped[i], p.numel(), gradients.zeros[i], gradients.nonfinite[i],
+                bad_w[i],
             )  # fmt: skip
-            summary = stats.effective_lr_summary(optimizer, p, group_of[id(p)])
-            entry["no_eff_lr" if isinstance(summary, str) else "eff_lr"] = summary
-            if self.histograms and not isinstance(summary, str):
+            entry["no_eff_lr" if isinstance(rates[i], str) else "eff_lr"] = rates[i]
+            if self.histograms and not isinstance(rates[i], str):
                 entry["eff_lr_hist"] = stats.log_histogram(stats.effective_lr(optimizer, p))
             per_param[self._name(p)] = entry
             if p is self.embedding:
                 self._track_rows(neg_updates[i])
         index = {id(p): i for i, p in enumerate(params)}
-        groups = []
+        aggregates = []
         for group in optimizer.param_groups:
             idx = [index[id(p)] for p in group["params"] if id(p) in index]
-            groups.append(_aggregate(g[idx], w[idx], u[idx]))
-        return {"params": per_param, "groups": groups, "total": _aggregate(g, w, u)}
+            aggregates.append(_aggregate([g[i] for i in idx], [w[i] for i in idx], [u[i] for i in idx]))
+        return {"params": per_param, "groups": aggregates, "total": _aggregate(g, w, u)}
 
     def _sharded_stats(
         self, optimizer: torch.optim.Optimizer, gradients: Gradients, neg_updates: list[Tensor]
@@ -591,11 +632,11 @@ class Monitor:
             kept.append(i)
         if not kept:
             return None
-        g, w, u = (torch.tensor([per_param[layout.names[i]][k] for i in kept], dtype=torch.float64) for k in "gwu")
+        g, w, u = ([per_param[layout.names[i]][k] for i in kept] for k in "gwu")
         groups = []
         for gi in range(len(optimizer.param_groups)):
             idx = [j for j, i in enumerate(kept) if layout.groups[i] == gi]
-            groups.append(_aggregate(g[idx], w[idx], u[idx]))
+            groups.append(_aggregate([g[j] for j in idx], [w[j] for j in idx], [u[j] for j in idx]))
         return {"params": per_param, "groups": groups, "total": _aggregate(g, w, u)}
 
     def _gradient_tensors(self, gradients: Gradients) -> list[Tensor]:
@@ -654,14 +695,14 @@ class Monitor:
                 used up, nothing judged.
 
         Raises:
-            Diverged: with ``on_divergence="raise"``, when the skipped streak reaches the guard's ``skipped``.
+            Diverged: with ``on_divergence="raise"``, when the skipped streak reaches the guard's ``skipped``
+                (judged with the losses kept before it: see ``step``).
+            ValueError: the monitor is closed.
         """
+        self._check_open("skip")
         self.step_count += steps
-        before, self._skipped_in_a_row = self._skipped_in_a_row, self._skipped_in_a_row + steps
-        judged = scaled and self.guard is not None and self.diverged is None
-        reason = self.guard.skipped_reason(before, self._skipped_in_a_row) if judged else None
-        if reason is not None:  # every rank skips the same steps (DDP averages the gradients): all are here
-            self.diverge(self.step_count, self._global_loss(loss), reason)
+        # every rank skips the same steps (DDP averages the gradients): all keep and read them alike
+        self._keep(kept_loss(loss), skipped=steps, scaled=scaled, steps=steps)
 
     def step(self, loss: float | Tensor | None = None, **scalars: float) -> dict[str, Any] | None:
         """Finish the optimizer step just taken: judge its loss and, on a measured step, record it.
@@ -670,7 +711,9 @@ class Monitor:
 
         Args:
             loss: the batch's loss: a number, a tensor (one of several elements, e.g. per-sample losses, counts
-                as their mean), or None. Under DDP it is averaged across ranks.
+                as their mean), or None. A tensor is kept on its device and read with the others on measured
+                steps and every ``guard.read_every`` steps, where the guard judges each in order (a number, in a
+                single process, at once). Under DDP it is averaged across ranks when read.
             **scalars: numbers or one-element tensors that join a measured step's record under their own
                 names (e.g. ``val_acc=0.81``); read on measured steps only. Not the record's own field names
                 nor the context's.
@@ -689,9 +732,10 @@ class Monitor:
 
         Raises:
             Diverged: with ``on_divergence="raise"``, when the guard trips (a non-finite loss, non-finite
-                weights on a measured step, a loss far above its lowest, too many skipped steps in a row).
+                weights on a measured step, a loss far above its lowest, too many skipped steps in a row), at the
+                step that reads that loss: the record holds the step it happened at.
             ValueError: a scalar reuses a record or context field; ``loss`` is an empty tensor; a DDP model
-                under ``Join`` (uneven inputs).
+                under ``Join`` (uneven inputs); the monitor is closed.
             TypeError: a scalar or ``loss`` is not a number or a tensor.
 
         Notes:
@@ -706,55 +750,140 @@ class Monitor:
         for name, value in scalars.items():
             if not (is_number(value) or (isinstance(value, Tensor) and value.numel() == 1)):
                 raise TypeError(f"Monitor.step: {name}={value!r} must be a number or a one-element tensor")
+        self._check_open("step")
         if not self._stepped:
             self.skip(loss=loss)
             return None
         self._stepped = False
         step = self.step_count
         _refuse_ddp_join(self.model)
-        loss_value = self._global_loss(loss)
-        level = None  # the loss the guard judges: the median of the recent finite losses
-        if loss_value is not None and math.isfinite(loss_value):
-            if math.isnan(self.first_loss):
-                # the start is a level too: a run whose loss rises at once (Adam at SGD's η) sets no lower median
-                self.first_loss = self.lowest_loss = loss_value
-            window = self.guard.window if self.guard is not None else 1
-            self.recent_losses = [*self.recent_losses, loss_value][-window:]
-            level = self.guard.level(self.recent_losses) if self.guard is not None else loss_value
-            if level is not None:
-                self.lowest_loss = min(self.lowest_loss, level)
         measured, self._measured = self._measured, None
-        reason = None
-        if loss_value is not None and self.guard is not None:
-            reason = self.guard.reason(step, loss_value, level, self.lowest_loss, self.first_loss)
-        if measured is not None:
-            self._remember_ratios(step, measured["params"])
-            bad = [name for name, e in measured["params"].items() if e["nonfinite_w"]]
-            if bad and reason is None and self.guard is not None:
-                reason = f"non-finite weights in {', '.join(bad[:5])}"
-        record = None
-        if measured is not None:
-            record = {
-                **self._context_fields(),
-                "step": step,
-                "loss": loss_value,
-                "grad_norm": measured["total"]["g"],
-                **self._scalars(step),
-                # read on measured steps only: .item() waits for the GPU; TensorBoard and JSON take numbers
-                **{name: float(v) if isinstance(v, Tensor) else v for name, v in scalars.items()},
-                **measured,
-            }
-            if self._curvature_due(step):
-                with learning_rates(self.optimizer, self._step_lrs):
-                    record.update(self._measure_curvature(step))
-            if self.row_update_sum is not None:
-                record["embedding"] = self.embedding_summary()
-            self.last_record, self.last_measured_step = record, step
-            self._write(record)
+        flag, self._found_inf = self._found_inf, None
+        loss = kept_loss(loss)
+        if measured is None:
+            self._keep(loss, skipped=0 if flag is None else flag, scaled=True, steps=1)
+            return None
+        # a measured step reads what was kept before it, judged first, and its own loss with it
+        self._log.keep(step, loss)
+        *before, now = self._log.read()
+        self._judge(before)
+        loss_value = now.loss
+        reason = self._guard_state.judge(self.guard, step, loss_value)
+        if self._warning is not None:
+            self._act(self._warning.losses([(step, loss_value)]) + self._warning.read_lags())
+        self._remember_ratios(step, measured["params"])
+        bad = [name for name, e in measured["params"].items() if e["nonfinite_w"]]
+        if bad and reason is None and self.guard is not None:
+            reason = f"non-finite weights in {', '.join(bad[:5])}"
+        record = {
+            **self._context_fields(),
+            "step": step,
+            "loss": loss_value,
+            "grad_norm": measured["total"]["g"],
+            **self._scalars(step),
+            # read on measured steps only: .item() waits for the GPU; TensorBoard and JSON take numbers
+            **{name: float(v) if isinstance(v, Tensor) else v for name, v in scalars.items()},
+            **measured,
+        }
+        if self._curvature_due(step):
+            with learning_rates(self.optimizer, self._step_lrs):
+                record.update(self._measure_curvature(step))
+            if self._warning is not None:
+                self._act(self._warning.edge(step, record.get("sharpness/threshold")))
+        if self._warning is not None:
+            record.update(self._warning.fields())
+        if self.row_update_sum is not None:
+            record["embedding"] = self.embedding_summary()
+        self.last_record, self.last_measured_step = record, step
+        self._write(record)
         self._step_lrs = None
         if reason is not None:
             self.diverge(step, loss_value, reason, measured=record)
         return record
+
+    def _keep(self, loss: Tensor | float | None, skipped: Tensor | int, scaled: bool, steps: int) -> None:
+        """Keep the step just counted (``self.step_count``, ``steps`` after the one before) for the guard, and
+        read what is kept when it is due: every ``guard.read_every`` steps. In a single process, with nothing
+        kept before it, a step that waits for nothing is judged at once: a loss given as a number, or a skip the
+        loop knows of (whose loss is read only should its streak trip). Without a guard nothing judges the steps
+        between measured ones: only a skipped streak is counted."""
+        host = isinstance(skipped, int)
+        if self.guard is None:
+            if host:
+                self._judge([Read(self.step_count, None, skipped, scaled)])
+            return
+        joined = dist.is_available() and dist.is_initialized()
+        if not joined and not self._log.kept and host and (skipped or not isinstance(loss, Tensor)):
+            if not skipped:
+                self._judge([Read(self.step_count, loss, 0, scaled)])  # type: ignore[arg-type]
+                return
+            reason = self._guard_state.skip(self.guard, skipped, scaled and self.diverged is None)
+            if reason is not None:
+                self.diverge(self.step_count, None if loss is None else float(loss), reason)
+            return
+        self._log.keep(self.step_count, loss, skipped, scaled)
+        every = self.guard.read_every
+        if self.step_count // every > (self.step_count - steps) // every:
+            self._judge(self._log.read())
+
+    def _judge(self, steps: list[Read], read_all: bool = False) -> None:
+        """The guard's judgement of steps read from the log, in order, as it would have judged them as they came;
+        a divergence is declared at the step it happened at. The early warning judges them first, and reads the
+        lags it keeps on the device when ``read_all`` or when as many are kept as the guard reads losses at once."""
+        if self._warning is not None:
+            found = self._warning.losses([(r.step, r.loss) for r in steps if not r.skipped])
+            read_every = self.guard.read_every if self.guard is not None else self.every
+            if read_all or len(self._warning.pending) >= read_every:
+                found += self._warning.read_lags()
+            self._act(found)
+        for read in steps:
+            if read.skipped:
+                reason = self._guard_state.skip(self.guard, read.skipped, read.scaled and self.diverged is None)
+            else:
+                reason = self._guard_state.judge(self.guard, read.step, read.loss)
+            if reason is not None:
+                self.diverge(read.step, read.loss, reason)
+
+    def flush(self) -> None:
+        """Judge now the steps whose losses are still on their device (at most ``guard.read_every`` − 1 of them).
+
+        ``step`` reads them every ``read_every`` steps and on measured steps; call this before saving a
+        checkpoint, or when a run ends between readings, so that no step goes unjudged. Under DDP it is a
+        collective (one all-reduce when there is anything to read): call it on every rank.
+
+        Raises:
+            Diverged: with ``on_divergence="raise"``, when the guard trips on one of those steps.
+            ValueError: the monitor is closed.
+        """
+        self._check_open("flush")
+        self._judge(self._log.read(), read_all=True)
+
+    @property
+    def first_loss(self) -> float:
+        """The run's first finite loss the guard has judged (NaN before one)."""
+        return self._guard_state.first
+
+    @property
+    def lowest_loss(self) -> float:
+        """The lowest level the guard has seen (the median of its window of recent losses; inf before one)."""
+        return self._guard_state.lowest
+
+    @property
+    def recent_losses(self) -> list[float]:
+        """The recent finite losses the guard has judged, oldest first (its window's worth)."""
+        return list(self._guard_state.recent)
+
+    def _act(self, warnings: list[dict[str, Any]]) -> None:
+        """Warnings found: to ``on_warning``, and kept for the next record."""
+        if warnings and self._warning is not None:
+            self._warning.act(warnings, self.optimizer)
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise ValueError(
+                f"Monitor.{what}: the monitor is closed; build a new Monitor (give it this one's state_dict() to "
+                "go on where it stopped)"
+            )
 
     def _measure_curvature(self, step: int) -> dict[str, Any]:
         assert self.curvature is not None
@@ -781,27 +910,6 @@ class Monitor:
         if self.batch_tokens and step > last_step and now > last_time:
             out["tokens_per_s"] = self.batch_tokens * (step - last_step) / (now - last_time)
         return out
-
-    def _global_loss(self, loss: float | Tensor | None) -> float | None:
-        if loss is None:
-            return None
-        # float64: a float64 loss that falls below float32's range must not read as 0 (the guard's lowest loss)
-        if isinstance(loss, Tensor):
-            if loss.numel() == 0:
-                raise ValueError("Monitor.step: loss is an empty tensor; give the batch's loss (a number or a tensor)")
-            value = loss.detach().to(torch.float64).mean()
-        elif is_number(loss):
-            value = torch.tensor(float(loss), dtype=torch.float64)
-        else:
-            raise TypeError(f"Monitor.step: loss={loss!r} must be a number or a tensor (the batch's loss), or None")
-        if dist.is_available() and dist.is_initialized():
-            device = next((p.device for p in self.model.parameters()), torch.device("cpu"))
-            if dist.get_backend() == "gloo":
-                device = torch.device("cpu")
-            value = value.to(device=device, dtype=torch.float64)
-            dist.all_reduce(value)  # every rank sees (and judges) the same loss
-            value = value / dist.get_world_size()
-        return float(value)
 
     def _remember_ratios(self, step: int, per_param: dict[str, dict[str, Any]]) -> None:
         for name, entry in per_param.items():
@@ -880,8 +988,11 @@ class Monitor:
             measured: the step's own record if it was measured, for ``Diverged.measured``.
 
         Raises:
-            Diverged: with ``on_divergence="raise"``, carrying the record and ``measured``.
+            Diverged: with ``on_divergence="raise"``, carrying the record and ``measured``; or the record of an
+                earlier step whose loss the guard had not read yet (read first: the first divergence is what
+                happened).
         """
+        self._judge(self._log.read(), read_all=True)  # under DDP a collective when anything is kept: every rank is here
         if self.on_divergence == "record" and self.diverged is not None:
             return
         record = {
@@ -899,6 +1010,8 @@ class Monitor:
         diagnosis = curvature_diagnosis(step, self._curvature_history)
         if diagnosis is not None:
             record["curvature_diagnosis"] = diagnosis
+        if self._warning is not None:
+            record.update(self._warning.fields())
         self.diverged = record
         self._write(record)
         if self.on_divergence == "raise":
@@ -911,23 +1024,32 @@ class Monitor:
         Returns:
             A deep copy, which training on does not change, of what judging divergence, the embedding analysis,
                 the curvature measurements (warm start and history) and a divergence record's
-                ``last_measured_step`` need: a dict with at least ``STATE_KEYS``.
+                ``last_measured_step`` need: a dict with at least ``STATE_KEYS``. The losses of the steps not
+                judged yet are in it as numbers (``unread``: reading them waits for the GPU, and is no collective),
+                judged after a resume where the whole run judges them.
+
+        Notes:
+            Under DDP the losses not judged yet are this rank's own; call ``flush()`` on every rank first (the
+            callbacks and ``optiscope.train`` do, before a checkpoint) for a resume that averages them as the
+            whole run does.
         """
-        return copy.deepcopy(
-            {
-                "step_count": self.step_count,
-                "first_loss": self.first_loss,
-                "lowest_loss": self.lowest_loss,
-                "recent_losses": self.recent_losses,
-                "ratio_history": self._ratio_history,
-                "row_update_sum": self.row_update_sum,
-                "row_update_steps": self.row_update_steps,
-                "curvature_vector": self._curvature_vector,
-                "curvature_history": self._curvature_history,
-                "skipped_in_a_row": self._skipped_in_a_row,
-                "last_measured_step": self.last_measured_step,
-            }
-        )
+        state = {
+            "step_count": self.step_count,
+            "first_loss": self._guard_state.first,
+            "lowest_loss": self._guard_state.lowest,
+            "recent_losses": self._guard_state.recent,
+            "ratio_history": self._ratio_history,
+            "row_update_sum": self.row_update_sum,
+            "row_update_steps": self.row_update_steps,
+            "curvature_vector": self._curvature_vector,
+            "curvature_history": self._curvature_history,
+            "skipped_in_a_row": self._guard_state.skipped_in_a_row,
+            "last_measured_step": self.last_measured_step,
+            "unread": self._log.state(),
+        }
+        if self._warning is not None:
+            state["early_warning"] = self._warning.state_dict()
+        return copy.deepcopy(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a saved ``state_dict()``.
@@ -945,16 +1067,22 @@ class Monitor:
                 f"Monitor.load_state_dict: the state lacks {missing}; give what Monitor.state_dict() returned"
             )
         self.step_count = state["step_count"]
-        self.first_loss, self.lowest_loss = state["first_loss"], state["lowest_loss"]
-        self.recent_losses = list(state.get("recent_losses", []))  # absent in checkpoints from before the window
+        self._guard_state = GuardState(
+            first=state["first_loss"],
+            lowest=state["lowest_loss"],
+            recent=list(state.get("recent_losses", [])),  # absent in checkpoints from before the window
+            skipped_in_a_row=state.get("skipped_in_a_row", 0),
+        )
+        self._log.load(state.get("unread", []))  # absent in checkpoints from before losses were kept unread
         self._ratio_history = {k: list(v) for k, v in state["ratio_history"].items()}
         self.row_update_sum, self.row_update_steps = state["row_update_sum"], state["row_update_steps"]
         if self.row_update_sum is not None and self.embedding is not None:  # a checkpoint is loaded onto the CPU
             self.row_update_sum = self.row_update_sum.to(self.embedding.device)
         self._curvature_vector = state.get("curvature_vector")  # absent in checkpoints from before curvature
         self._curvature_history = [tuple(h) for h in state.get("curvature_history", [])]
-        self._skipped_in_a_row = state.get("skipped_in_a_row", 0)
         self.last_measured_step = state.get("last_measured_step")
+        if self._warning is not None and "early_warning" in state:
+            self._warning.load_state_dict(state["early_warning"])
         self._clock = (time.perf_counter(), self.step_count)
 
     # ------------------------------------------------------------------------------- embedding
@@ -1030,7 +1158,14 @@ class Monitor:
             sink.write(record)
 
     def close(self) -> None:
-        """Remove the monitor's hooks from the optimizer (and the model) and close the sinks."""
+        """Remove the monitor's hooks, close the sinks and let go of the model, the optimizer and the process group.
+
+        The records, the divergence record, ``state_dict()`` and the embedding's summary stay (the sinks, closed,
+        are let go too); ``step`` and ``flush`` refuse from now on. The losses not judged yet (at most
+        ``guard.read_every`` − 1 steps'; see ``flush``) stay unjudged, in ``state_dict()``: reading them could be
+        a collective, which a rank closing on its own (an error, an interrupt) would wait in for ever. Closing
+        twice does nothing more.
+        """
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
@@ -1038,6 +1173,13 @@ class Monitor:
             self._small_batches.close()
         for sink in self.sinks:
             sink.close()
+        self._closed = True
+        # nothing the monitor keeps may hold the model after this: with it, DDP's and FSDP's process group (a
+        # sink may too: the callbacks' hands records to the library's trainer, which holds the model)
+        self.model = self.optimizer = self.embedding = self._layout = self._small_batches = None  # type: ignore[assignment]
+        self.sinks = []
+        self._snapshot, self._snapshot_params, self._gradients, self._update = None, [], None, None
+        self._step_lrs, self._outer_call, self._found_inf, self._measured = None, None, None, None
 
     def __getstate__(self) -> Any:
         # Refused rather than rebuilt on unpickling: the monitor lives in hooks on the optimizer (torch drops
@@ -1057,9 +1199,9 @@ class Monitor:
 
 
 def _refuse_ddp_join(model: nn.Module) -> None:
-    """Uneven inputs under DDP's ``Join`` / ``ddp.join()`` cannot work: the monitor averages every step's loss
-    over the ranks, a collective that a rank which ran out of data never reaches (it shadows only DDP's
-    own), so the job would abort on a collective mismatch. Refused on every rank at its first step instead,
+    """Uneven inputs under DDP's ``Join`` / ``ddp.join()`` cannot work: the monitor averages the steps' losses
+    over the ranks when it reads them, a collective that a rank which ran out of data never reaches (it shadows
+    only DDP's own), so the job would abort on a collective mismatch. Refused on every rank at its first step instead,
     from the join configuration torch keeps on each ``Joinable`` (private: if it goes, this check passes).
     Only the DDP wrapper holds it (the inner module cannot tell), and torch never turns it off after the
     ``join()`` block, so a model once under ``join()`` stays refused (README, DDP)."""
@@ -1070,22 +1212,6 @@ def _refuse_ddp_join(model: nn.Module) -> None:
             "monitor averages each step's loss over the ranks, which a rank that ran out of data never joins; "
             "give every rank the same number of batches (DistributedSampler pads them to equal length)"
         )
-
-
-def hooked_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-    """The optimizer whose step hooks see every step: ``optimizer`` itself, or, for a wrapper that has no step
-    hooks of its own (accelerate's ``AcceleratedOptimizer`` subclasses ``torch.optim.Optimizer`` without
-    calling its ``__init__``; its ``step()`` calls the wrapped one's), the first down its ``.optimizer``
-    chain that has them."""
-    inner = optimizer
-    while not hasattr(inner, "_optimizer_step_pre_hooks"):
-        inner = getattr(inner, "optimizer", None)
-        if inner is None:
-            raise TypeError(
-                f"Monitor: optimizer={optimizer!r} has no step hooks (register_step_pre_hook) and wraps no "
-                "optimizer that has them (.optimizer); give a torch.optim.Optimizer"
-            )
-    return inner
 
 
 def _checked_token_counts(token_counts: Any, embedding: Tensor | None) -> Tensor | None:
@@ -1133,14 +1259,23 @@ def _param(q: Any) -> Tensor:
     return q.param if isinstance(q, Part) else q
 
 
+def _copies(parts: list[Any]) -> list[Tensor]:
+    """Copies of the values a measured step reads (``_weight``) of each tensor or part."""
+    with torch.no_grad():  # the parameters themselves, not detached views: one dispatch fewer per tensor
+        return [q.of(q.param).clone() if isinstance(q, Part) else q.clone() for q in parts]
+
+
 def _weight(q: Any) -> Tensor:
     """The values a measured step reads of a tensor the optimizer steps, or of a part of one."""
     return q.of(q.param) if isinstance(q, Part) else q.detach()
 
 
 def _grad(q: Any) -> Tensor:
-    # dense: torch's foreach norms have no kernel for the sparse gradient of an nn.Embedding(sparse=True)
-    return q.of(q.param.grad) if isinstance(q, Part) else dense(q.grad)
+    # dense: torch's foreach norms have no kernel for the sparse gradient of an nn.Embedding(sparse=True);
+    # detached only where it needs to be (a backward with create_graph=True): a dispatch per tensor saved
+    if isinstance(q, Part):
+        return q.of(q.param.grad)
+    return dense(q.grad) if q.grad.is_sparse or q.grad.requires_grad else q.grad
 
 
 def _refuse_under_sharding(curvature: Any, histograms: bool, embedding: Any) -> None:
@@ -1153,7 +1288,7 @@ def _refuse_under_sharding(curvature: Any, histograms: bool, embedding: Any) -> 
         raise ValueError("Monitor: embedding= is not measured under FSDP (sharded parameters); leave it None")
 
 
-def _aggregate(g: Tensor, w: Tensor, u: Tensor) -> dict[str, float]:
+def _aggregate(g: list[float], w: list[float], u: list[float]) -> dict[str, float]:
     total_g, total_w, total_u = stats.combined_norm(g), stats.combined_norm(w), stats.combined_norm(u)
     return {"g": total_g, "w": total_w, "u": total_u, "u_over_w": stats.safe_ratio(total_u, total_w), "n": len(g)}
 
@@ -1171,32 +1306,3 @@ def _finite_or_big(x: float) -> float:
 STATE_KEYS = frozenset(
     {"step_count", "first_loss", "lowest_loss", "ratio_history", "row_update_sum", "row_update_steps"}
 )
-
-
-#: where torch.compiler.disable's wrappers live: frames of theirs between a hook and its caller are skipped
-_COMPILER_DIRS = tuple(os.path.join(os.path.dirname(torch.__file__), d) + os.sep for d in ("_dynamo", "compiler"))
-
-
-def torch_caller(frame: Any) -> Any:
-    """``frame`` (a hook's caller), or, when it is a frame of ``torch.compiler.disable``'s wrapper, the first
-    frame above those: torch's own hook wrapper (its compiled version, under ``torch.compile``)."""
-    while frame is not None and frame.f_code.co_filename.startswith(_COMPILER_DIRS):
-        frame = frame.f_back
-    return frame
-
-
-def on_stack(frame: Any, top: Any) -> bool:
-    """Whether ``frame`` is ``top`` or one of its callers."""
-    while top is not None:
-        if top is frame:
-            return True
-        top = top.f_back
-    return False
-
-
-def skipped_inside(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether the ``step()`` about to run skips its update inside the kernel: a GradScaler hands an optimizer
-    that scales by itself (torch's fused Adam, AdamW, SGD) the ``found_inf`` flag as an attribute instead of not
-    calling ``step()``, and the kernel leaves parameters and state as they were when it is set."""
-    found = getattr(optimizer, "found_inf", None)
-    return isinstance(found, Tensor) and bool(found.item())

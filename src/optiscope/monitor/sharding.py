@@ -182,15 +182,16 @@ def sums(layout: Layout, parts: list[Part], rows: Tensor) -> Tensor:
     return _all_reduce(out, layout.group, dist.ReduceOp.SUM)
 
 
-def _device(group: Any) -> torch.device:
-    """Where a collective's tensors must be: the GPU for nccl, the CPU for gloo."""
+def collective_device(group: Any = None) -> torch.device:
+    """Where a collective's tensors must be: the GPU for nccl, the CPU for gloo (``group`` None: the default
+    group's backend)."""
     return (
         torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
     )
 
 
 def _all_reduce(t: Tensor, group: Any, op: Any) -> Tensor:
-    moved = t.to(_device(group))
+    moved = t.to(collective_device(group))
     dist.all_reduce(moved, op=op, group=group)
     return moved.cpu()
 
@@ -256,7 +257,7 @@ def effective_lr_summaries(
 
 
 def _all_gather(t: Tensor, group: Any) -> list[Tensor]:
-    moved = t.to(_device(group))
+    moved = t.to(collective_device(group))
     out = [torch.zeros_like(moved) for _ in range(dist.get_world_size(group))]
     dist.all_gather(out, moved, group=group)
     return [o.cpu() for o in out]

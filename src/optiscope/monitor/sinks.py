@@ -114,6 +114,8 @@ class ConsoleSink:
         """
         if not is_rank_zero():
             return
+        for warning in record.get("warnings", []):  # every one, whether or not this record is printed
+            self.console.print(self.warning_line(warning), highlight=False, soft_wrap=True)
         if record.get("diverged"):
             self._write_divergence(record)
             return
@@ -137,6 +139,25 @@ class ConsoleSink:
             if why not in self.told:  # the optimizer does not change: the reason is said once, not every step
                 self.told.add(why)
                 self.console.print(f"  no lr_eff: {escape(why)}", style="dim", highlight=False, soft_wrap=True)
+
+    @staticmethod
+    def warning_line(warning: dict[str, Any]) -> str:
+        """An early warning (``Monitor(early_warning=True)``) as one line, with markup.
+
+        Args:
+            warning: one of a record's ``warnings``.
+
+        Returns:
+            The line, e.g. ``"WARNING at step 40 (loss): the loss is 6.2 standard deviations above its average
+                (threshold 5)"``, and the lr it set where ``on_warning="reduce_lr"`` acted.
+        """
+        text = (
+            f"[bold yellow]WARNING at step {warning['step']}[/bold yellow] ({warning['signal']}): "
+            f"{escape(warning['message'])} (threshold {warning['threshold']:.3g})"
+        )
+        if warning.get("action") == "reduce_lr":
+            text += " → lr halved to " + " ".join("relative" if lr is None else f"{lr:.2e}" for lr in warning["lr"][:3])
+        return text
 
     @staticmethod
     def line(name: str, entry: dict[str, Any], width: int = 0) -> str:

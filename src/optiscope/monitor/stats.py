@@ -14,6 +14,7 @@ Group and overall figures combine tensors as one long vector: ‖·‖ = (Σ ‖
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -41,15 +42,23 @@ def foreach_norms(tensors: Sequence[Tensor]) -> Tensor:
     by_key: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for i, t in enumerate(tensors):
         by_key.setdefault((t.device, t.dtype), []).append(i)
-    out = torch.empty(len(tensors), dtype=torch.float64)
-    for (_, dtype), idx in by_key.items():
-        wide = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-        norms = torch._foreach_norm([tensors[i] for i in idx], 2, dtype=wide)
-        out[idx] = torch.stack([n.double() for n in norms]).cpu()
-    for i in torch.nonzero(torch.isinf(out)).flatten().tolist():  # rare: a diverging run's last steps
-        if torch.isfinite(tensors[i]).all():
+    if len(by_key) == 1:  # the common case, at a few dispatches whatever the number of tensors
+        (_, dtype) = next(iter(by_key))
+        out = torch.stack(torch._foreach_norm(tensors, 2, dtype=_wide(dtype))).to("cpu", torch.float64)
+    else:
+        out = torch.empty(len(tensors), dtype=torch.float64)
+        for (_, dtype), idx in by_key.items():
+            norms = torch._foreach_norm([tensors[i] for i in idx], 2, dtype=_wide(dtype))
+            out[idx] = torch.stack(norms).to("cpu", torch.float64)
+    for i, x in enumerate(out.tolist()):
+        if math.isinf(x) and torch.isfinite(tensors[i]).all():  # rare: a diverging run's last steps
             out[i] = float(torch.linalg.vector_norm(tensors[i], dtype=torch.float64))
     return out
+
+
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a sum over ``dtype`` entries is accumulated in: float32 at least."""
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
 
 
 def dot(a: Tensor, b: Tensor) -> Tensor:
@@ -63,27 +72,38 @@ def foreach_dots(a: Sequence[Tensor], b: Sequence[Tensor]) -> Tensor:
     """⟨aᵢ, bᵢ⟩ for each pair, float64 on the CPU."""
     if not a:
         return torch.zeros(0, dtype=torch.float64)
-    out = torch.stack([dot(x, y).double() for x, y in zip(a, b, strict=True)]).cpu()
-    for i in torch.nonzero(~torch.isfinite(out)).flatten().tolist():  # rare: a diverging run's last steps
-        if torch.isfinite(a[i]).all() and torch.isfinite(b[i]).all():  # finite entries whose float32 sum overflowed
+    dots = [dot(x, y) for x, y in zip(a, b, strict=True)]
+    same = all(d.device == dots[0].device and d.dtype == dots[0].dtype for d in dots)
+    out = (torch.stack(dots) if same else torch.stack([d.double().cpu() for d in dots])).to("cpu", torch.float64)
+    for i, x in enumerate(out.tolist()):
+        if not math.isfinite(x) and torch.isfinite(a[i]).all() and torch.isfinite(b[i]).all():
+            # rare, a diverging run's last steps: finite entries whose float32 sum overflowed
             out[i] = torch.dot(a[i].reshape(-1).double(), b[i].reshape(-1).double())
     return out
 
 
-def nonfinite_counts(tensors: Sequence[Tensor], norms: Tensor) -> list[int]:
+def nonfinite_counts(tensors: Sequence[Tensor], norms: Tensor | Sequence[float]) -> list[int]:
     """Number of inf/nan entries per tensor. A finite norm proves a tensor finite, so only tensors with
     a non-finite norm are scanned (the norm of finite entries can overflow too; then the count is 0)."""
-    return [0 if torch.isfinite(n) else int((~torch.isfinite(t)).sum()) for t, n in zip(tensors, norms, strict=True)]
+    values = norms.tolist() if isinstance(norms, Tensor) else norms
+    return [0 if math.isfinite(n) else int((~torch.isfinite(t)).sum()) for t, n in zip(tensors, values, strict=True)]
 
 
 def zero_counts(tensors: Sequence[Tensor]) -> list[int]:
-    """Number of exactly-zero entries per tensor."""
-    return [t.numel() - int(torch.count_nonzero(t)) for t in tensors]
+    """Number of exactly-zero entries per tensor (read from the device in one transfer)."""
+    if not tensors:
+        return []
+    nonzero = [torch.count_nonzero(t) for t in tensors]
+    if all(n.device == nonzero[0].device for n in nonzero):
+        counts = torch.stack(nonzero).tolist()
+    else:
+        counts = [int(n) for n in nonzero]
+    return [t.numel() - c for t, c in zip(tensors, counts, strict=True)]
 
 
-def combined_norm(norms: Tensor) -> float:
-    """‖(v₁, …, vₙ)‖ from the parts' norms."""
-    return float(torch.sqrt(torch.sum(norms.double() ** 2))) if norms.numel() else 0.0
+def combined_norm(norms: Sequence[float]) -> float:
+    """‖(v₁, …, vₙ)‖ from the parts' norms (their squares summed exactly rounded, in float64)."""
+    return math.sqrt(math.fsum(x * x for x in norms))
 
 
 def safe_ratio(num: float, den: float) -> float:
@@ -184,6 +204,7 @@ RATE_RULES: dict[type, Callable[[dict[str, Any], dict[str, Any]], Rate]] = {
 }
 
 
+@functools.cache
 def public_name(cls: type) -> str:
     """``cls`` by its shortest import path (``torch.optim.RAdam``, not ``torch.optim.radam.RAdam``)."""
     parts = cls.__module__.split(".")
@@ -191,6 +212,13 @@ def public_name(cls: type) -> str:
         if getattr(sys.modules.get(".".join(parts[:i])), cls.__qualname__, None) is cls:
             return f"{'.'.join(parts[:i])}.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@functools.cache
+def _known_rule(cls: type) -> type | None:
+    """``known_class`` of an optimizer class among ``RATE_RULES``, looked up once per class: it runs per parameter
+    on every measured step."""
+    return known_class(cls, RATE_RULES)
 
 
 def effective_rate(optimizer: torch.optim.Optimizer, param: Tensor, group: dict[str, Any]) -> Rate | Tensor | str:
@@ -205,7 +233,7 @@ def effective_rate(optimizer: torch.optim.Optimizer, param: Tensor, group: dict[
             return adam_rate(state, group)
         if hasattr(optimizer, "effective_lr"):  # the optimizer states its own rule
             return optimizer.effective_lr(param)
-        known = known_class(optimizer, RATE_RULES)
+        known = _known_rule(type(optimizer))
         if known is not None:
             return RATE_RULES[known](state, group)
         if public_name(type(optimizer)).startswith("optiscope."):  # SGD, Lion, Muon: η times their direction
@@ -230,31 +258,60 @@ def _real(x: Tensor) -> Tensor:
     return torch.view_as_real(x) if x.is_complex() else x
 
 
-def effective_lr_summary(
-    optimizer: torch.optim.Optimizer, param: Tensor, group: dict[str, Any]
-) -> dict[str, float] | str:
-    """min / median / max of the effective learning rate, without building it element by element; or one line
-    saying why there is none (``effective_rate``).
+def effective_lr_summaries(
+    optimizer: torch.optim.Optimizer, params: Sequence[Tensor], groups: Sequence[dict[str, Any]]
+) -> list[dict[str, float] | str]:
+    """min / median / max of each parameter's effective learning rate (``groups[i]`` holds ``params[i]``), without
+    building it element by element; or one line saying why there is none (``effective_rate``).
 
     The median is torch's (the lower of the two middle entries of an even count), as ``summarize`` takes it.
     A ``Rate`` falls as its x grows, so its min, lower median and max are the map of x's max, upper median
-    and min: two reductions over x instead of a parameter-sized temporary. A rate that the optimizer's own
+    and min: two reductions and a selection over x instead of a parameter-sized temporary; on the CPU through
+    NumPy (its ``partition`` selects the median several times faster than ``torch.kthvalue``), on a device
+    with torch's, read back in one transfer for all parameters. A rate that the optimizer's own
     ``effective_lr`` gives (RMSprop) is summarised from the full tensor.
     """
-    rate = effective_rate(optimizer, param, group)
-    if isinstance(rate, str):
-        return rate
-    if isinstance(rate, Tensor):
-        return summarize(rate)
-    if rate.x is None:
-        return {"min": rate.scale, "median": rate.scale, "max": rate.scale}
-    x = _real(rate.x)
-    if x.numel() == 0:
-        return {"min": math.nan, "median": math.nan, "max": math.nan}
-    lo, hi = torch.aminmax(x)
-    flat = sampled(x.flatten())
-    middle = torch.kthvalue(flat, flat.numel() // 2 + 1).values  # x's upper median (0-based n//2)
-    return {"min": rate.at(float(hi)), "median": rate.at(float(middle)), "max": rate.at(float(lo))}
+    out: list[dict[str, float] | str] = []
+    on_device: list[tuple[int, Rate, Tensor]] = []  # (place, rate, [max, upper median, min] of x) to read at once
+    for p, group in zip(params, groups, strict=True):
+        rate = effective_rate(optimizer, p, group)
+        if isinstance(rate, str):
+            out.append(rate)
+        elif isinstance(rate, Tensor):
+            out.append(summarize(rate))
+        elif rate.x is None:
+            out.append({"min": rate.scale, "median": rate.scale, "max": rate.scale})
+        elif rate.x.numel() == 0:
+            out.append({"min": math.nan, "median": math.nan, "max": math.nan})
+        elif rate.x.device.type == "cpu":
+            out.append(_rate_summary(rate, *_cpu_extremes(_real(rate.x))))
+        else:
+            x = _real(rate.x)
+            lo, hi = torch.aminmax(x)
+            flat = sampled(x.flatten())
+            middle = torch.kthvalue(flat, flat.numel() // 2 + 1).values  # x's upper median (0-based n//2)
+            on_device.append((len(out), rate, torch.stack([hi, middle, lo]).double()))
+            out.append("")
+    if on_device:
+        values = torch.stack([t.to(on_device[0][2].device) for _, _, t in on_device]).tolist()
+        for (i, rate, _), extremes in zip(on_device, values, strict=True):
+            out[i] = _rate_summary(rate, *extremes)
+    return out
+
+
+def _cpu_extremes(x: Tensor) -> tuple[float, float, float]:
+    """The max, upper median (over ``sampled``'s sample) and min of a CPU tensor, through NumPy."""
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()
+    a = (x.detach() if x.requires_grad else x).numpy().reshape(-1)
+    sample = a[:: a.size // MEDIAN_SAMPLE] if a.size > MEDIAN_SAMPLE else a
+    k = sample.size // 2
+    return float(a.max()), float(np.partition(sample, k)[k]), float(a.min())
+
+
+def _rate_summary(rate: Rate, hi: float, middle: float, lo: float) -> dict[str, float]:
+    """A falling rate's min, median and max from its x's max, upper median and min."""
+    return {"min": rate.at(hi), "median": rate.at(middle), "max": rate.at(lo)}
 
 
 MEDIAN_SAMPLE = 8192

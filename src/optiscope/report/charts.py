@@ -232,12 +232,14 @@ def lines(
     diverged: Collection[str] = (),
     faint: Collection[str] = (),
     marked: Collection[str] = (),
+    points: Collection[str] = (),
     y_range: tuple[float, float] | None = None,
 ) -> Any | None:
     """One line per entry of ``series`` (label -> {"x": [...], "y": [...]}), legend-toggled.
 
     Lines labelled in ``faint`` are thin and translucent and those in ``marked`` carry markers, as the figures
-    draw a training loss (faint) beside its validation loss (marked) in one chart.
+    draw a training loss (faint) beside its validation loss (marked) in one chart; those in ``points`` are markers
+    alone (the early warnings on a loss chart).
 
     On a linear y axis the scale fits the lines not labelled in ``diverged`` (runs that diverged): a diverged
     run's last, exploding values would flatten every other line to the axis. Its line is still drawn, leaving
@@ -264,12 +266,12 @@ def lines(
         seen.add(c)
         source = sources.make(pts, live=live, key=f"{name}/{label}")
         glyphs = []
-        if line:
+        if line and label not in points:
             weight = {"line_width": 1.2, "line_alpha": 0.45} if label in faint else {"line_width": 1.8}
             glyphs.append(
                 p.line("x", "y", source=source, color=c, line_dash=dash, legend_label=label, name=label, **weight)
             )
-        if markers or label in marked or not line or len(pts["x"]) == 1:
+        if markers or label in marked or label in points or not line or len(pts["x"]) == 1:
             glyphs.append(p.scatter("x", "y", source=source, color=c, size=5, legend_label=label, name=label))
         fitted += [] if label in left_out else glyphs
         every += glyphs

@@ -94,9 +94,10 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str, drawn: Any =
             out.update(series.scalar(run.metrics, field, positive, unnamed=name, prefix=prefix))
         return out
 
-    diverged = set()
+    diverged, warned = set(), {}
     for name, prefix, run in named(group):
         diverged |= series.diverged(run.metrics, unnamed=name, prefix=prefix)
+        warned.update(series.warnings(run.metrics, unnamed=name, prefix=prefix))
     # the gradient the optimizer used (clipped, where the loop clips) and, recorded beside it, the one before
     gradient = overlaid("grad_norm", True)
     gradient.update({f"{label} before clipping": pts for label, pts in overlaid("grad_norm_before_clip", True).items()})
@@ -106,12 +107,13 @@ def metrics_charts(sources: Sources, group: list[RunDir], key: str, drawn: Any =
             charts.lines(
                 sources,
                 f"{key}-loss",
-                "loss (metrics.jsonl)",
-                overlaid("loss"),
+                "loss (metrics.jsonl)" + (", early warnings marked" if warned else ""),
+                {**overlaid("loss"), **warned},
                 "step",
                 "loss",
                 live=True,
                 diverged=diverged,
+                points=warned,
             ),
         ),
         (

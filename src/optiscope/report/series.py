@@ -76,6 +76,22 @@ def diverged(records: Sequence[dict[str, Any]], *, unnamed: str, prefix: str = "
     return {run_label(record, unnamed=unnamed, prefix=prefix) for record in records if record.get("diverged")}
 
 
+def warnings(records: Sequence[dict[str, Any]], *, unnamed: str, prefix: str = "") -> dict[str, dict[str, list]]:
+    """ "<run> warnings" -> the early warnings (``Monitor(early_warning=True)``) of each run that has any, as points:
+    at the step each warned, at the loss of the record that carries it (the first measured step from there)."""
+    out: dict[str, dict[str, list]] = {}
+    for record in records:
+        found = record.get("warnings")
+        if not isinstance(found, list) or not drawable(record.get("loss")):
+            continue
+        points = out.setdefault(f"{run_label(record, unnamed=unnamed, prefix=prefix)} warnings", {"x": [], "y": []})
+        for warning in found:
+            if isinstance(warning, dict) and drawable(warning.get("step")):
+                points["x"].append(warning["step"])
+                points["y"].append(shown(record["loss"]))
+    return {label: points for label, points in out.items() if points["x"]}
+
+
 def scalar(
     records: Sequence[dict[str, Any]], key: str, positive: bool = False, *, unnamed: str, prefix: str = ""
 ) -> dict[str, dict[str, list]]:

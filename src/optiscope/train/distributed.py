@@ -20,6 +20,7 @@ from torch import nn
 
 from .. import runs
 from ..errors import UserError
+from ..monitor.sharding import collective_device
 
 
 @dataclass(frozen=True)
@@ -123,16 +124,11 @@ def _joined() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def _reduce_device() -> torch.device:
-    """Where a collective's tensor must live: the GPU for nccl, the CPU for gloo."""
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-
-
 def global_mean(value: float) -> float:
     """The mean of ``value`` over all ranks (``value`` itself in a single process)."""
     if not _joined():
         return value
-    total = torch.tensor(value, dtype=torch.float64, device=_reduce_device())
+    total = torch.tensor(value, dtype=torch.float64, device=collective_device())
     dist.all_reduce(total)
     return float(total) / dist.get_world_size()
 
@@ -141,6 +137,6 @@ def any_rank(flag: bool) -> bool:
     """True on every rank if ``flag`` is true on any (so all ranks stop at the same step)."""
     if not _joined():
         return flag
-    value = torch.tensor(float(flag), device=_reduce_device())
+    value = torch.tensor(float(flag), device=collective_device())
     dist.all_reduce(value)
     return bool(value > 0)

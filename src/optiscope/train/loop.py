@@ -447,6 +447,8 @@ def _loop(run: Run, task: Task, plan: Plan, path: Path | None, progress: Progres
                 ending = done or step == plan.steps
                 saving = ending or stopping or bool(plan.checkpoint_every and step % plan.checkpoint_every == 0)
                 if saving:  # before the run is finished: a run that diverged in its last step is finished once
+                    if run.monitor is not None:
+                        run.monitor.flush()  # the losses the guard has not read yet (under torchrun), judged first
                     _check_finite_weights(run)
                 if ending:
                     run.history["status"] = "ok"
