@@ -10,6 +10,7 @@ it ends and a table at the end. Goal: 0 aborts in
 
 With ``--log PATH`` each job's line is also appended to ``PATH`` as it ends, and a run given a log that already
 holds lines skips the jobs they record and counts them in its table: a stopped run continues where it stopped.
+What the ranks of a job that aborted or failed said is kept beside the log, one file per job.
 
     python benchmarks/monitor_exit.py [--jobs 30] [--peers 10] [--log PATH]
 """
@@ -65,6 +66,10 @@ def main() -> None:
                         if args.log is not None:
                             with args.log.open("a", encoding="utf-8") as log:
                                 log.write(line + "\n")
+                            if verdict != "ok":  # what each rank said, beside the log
+                                said = f"{args.log.name}.{name}-{side}-{i + 1}.txt".replace(" ", "_")
+                                text = "".join(f"--- rank {r}\n{out}" for r, out in enumerate(job.outputs))
+                                (args.log.parent / said).write_text(text, encoding="utf-8")
                     tally = counts[(name, side)]
                     tally[0] += 1
                     tally[1] += verdict == "aborted"
