@@ -8,11 +8,16 @@ SIGABRT ("terminate called without an active exception") and those that failed o
 it ends and a table at the end. Goal: 0 aborts in
 ≥ 30 jobs of each script with the monitor (before: 2 of 12 FSDP1 jobs, 4 of 24 DDP jobs).
 
-    python benchmarks/monitor_exit.py [--jobs 30] [--peers 10]
+With ``--log PATH`` each job's line is also appended to ``PATH`` as it ends, and a run given a log that already
+holds lines skips the jobs they record and counts them in its table: a stopped run continues where it stopped.
+What the ranks of a job that aborted or failed said is kept beside the log, one file per job.
+
+    python benchmarks/monitor_exit.py [--jobs 30] [--peers 10] [--log PATH]
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -22,14 +27,27 @@ from common import Parser, whole_number
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the jobs the test runs, written once
 from exit_jobs import guide_scripts, run_job, without_monitor  # noqa: E402
 
+#: one job's line: "FSDP1 monitor job 3: ok, exit codes (0, 0)"
+LINE = re.compile(r"^(?P<name>.+) (?P<side>monitor|without) job (?P<job>\d+): (?P<verdict>ok|aborted|failed), ")
+
+
+def logged(path: Path | None) -> dict[tuple[str, str, int], str]:
+    """The verdicts a log already holds, by (script, side, job number)."""
+    if path is None or not path.exists():
+        return {}
+    found = (LINE.match(line) for line in path.read_text(encoding="utf-8").splitlines())
+    return {(m["name"], m["side"], int(m["job"])): m["verdict"] for m in found if m}
+
 
 def main() -> None:
     parser = Parser(__doc__)
     parser.add_argument("--jobs", type=whole_number(1), default=30, help="jobs of each script with the monitor")
     parser.add_argument("--peers", type=whole_number(0), default=10, help="jobs of each script without it")
+    parser.add_argument("--log", type=Path, default=None, help="append each job's line here; resume from it")
     args = parser.parse_args()
     scripts = guide_scripts()
     counts = {(name, side): [0, 0, 0] for name in scripts for side in ("monitor", "without")}  # jobs, aborts, failed
+    done = logged(args.log)
     with tempfile.TemporaryDirectory() as folder:
         for i in range(max(args.jobs, args.peers)):
             for name, script in scripts.items():
@@ -39,20 +57,30 @@ def main() -> None:
                 ):
                     if i >= wanted:
                         continue
-                    job = run_job(text, Path(folder) / f"{name}-{side}-{i}".replace(" ", "_"))
+                    verdict = done.get((name, side, i + 1))
+                    if verdict is None:
+                        job = run_job(text, Path(folder) / f"{name}-{side}-{i}".replace(" ", "_"))
+                        verdict = "aborted" if job.aborted else "ok" if job.codes == (0, 0) else "failed"
+                        line = f"{name} {side} job {i + 1}: {verdict}, exit codes {job.codes}"
+                        print(line, flush=True)
+                        if args.log is not None:
+                            with args.log.open("a", encoding="utf-8") as log:
+                                log.write(line + "\n")
+                            if verdict != "ok":  # what each rank said, beside the log
+                                said = f"{args.log.name}.{name}-{side}-{i + 1}.txt".replace(" ", "_")
+                                text = "".join(f"--- rank {r}\n{out}" for r, out in enumerate(job.outputs))
+                                (args.log.parent / said).write_text(text, encoding="utf-8")
                     tally = counts[(name, side)]
                     tally[0] += 1
-                    tally[1] += job.aborted
-                    tally[2] += not job.aborted and job.codes != (0, 0)
-                    verdict = "aborted" if job.aborted else "ok" if job.codes == (0, 0) else "failed"
-                    print(f"{name} {side} job {i + 1}: {verdict}, exit codes {job.codes}", flush=True)
-    print(f"{'script':<24}{'with the monitor':>22}{'without':>22}")
+                    tally[1] += verdict == "aborted"
+                    tally[2] += verdict == "failed"
+    print(f"{'script':<24}{'with the monitor':>26}{'without':>26}")
     for name in scripts:
         cells = []
         for side in ("monitor", "without"):
             jobs, aborts, failed = counts[(name, side)]
             cells.append(f"{aborts} aborts/{jobs}" + (f", {failed} failed" if failed else ""))
-        print(f"{name:<24}{cells[0]:>22}{cells[1]:>22}")
+        print(f"{name:<24}{cells[0]:>26}{cells[1]:>26}")
     print("Goal: 0 aborts with the monitor.")
 
 

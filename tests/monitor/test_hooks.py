@@ -94,3 +94,36 @@ def test_a_closed_monitor_keeps_its_records_and_refuses_to_step(tmp_path):
     with pytest.raises(ValueError, match=r"Monitor.step: the monitor is closed; build a new Monitor") as info:
         monitor.step(1.0)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("use_orig_params", [False, True], ids=["flat", "orig"])
+def test_under_fsdp1_the_monitor_and_optimizer_go_and_nothing_of_ours_holds_the_model(
+    no_collector, tmp_path, use_orig_params
+):
+    """FSDP1 (torch 2.13) keeps its model alive past the user's last name for it, monitor or not (its
+    ``FlatParamHandle`` holds a bound method of itself; its post-backward hooks hold the module): the monitor
+    cannot free that model early, but it adds nothing that holds it. The monitor and the optimizer go by their
+    reference counts, and neither what holds the model nor what the collector finds holds an object of ours."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    def wrap(module):
+        return FullyShardedDataParallel(module, use_orig_params=use_orig_params, device_id=torch.device("cpu"))
+
+    def ours(objects):
+        return [type(o) for o in objects if type(o).__module__.startswith("optiscope")]
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
+    try:
+        model, opt, monitor = _trained(wrap, True, tmp_path)
+        assert monitor() is None and opt() is None
+        assert model() is not None, "FSDP1 frees its model by reference count now: update the torchrun guide"
+        assert ours(gc.get_referrers(model())) == []
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            gc.collect()
+            assert ours(gc.garbage) == []
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    finally:
+        dist.destroy_process_group()
