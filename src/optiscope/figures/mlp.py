@@ -1,6 +1,6 @@
 """Figures of the ``mlp`` experiment, drawn from its results.json alone.
 
-* ``mlp_curves.png`` — validation loss (left) and accuracy (right) against step, one colour per run, with the
+* ``mlp_curves.png`` — validation loss (top) and accuracy (below) against step, one colour per run, with the
   training loss faint beside the validation loss; a diverged run ends in a cross at the step it diverged.
 """
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def curves(results: Results) -> Figure:
-    fig, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, (loss_ax, accuracy_ax) = plt.subplots(2, 1, figsize=(style.WIDTH, 8.2))
     colors = style.run_colors(results["runs"])
     starts = []
     for label, run in results["runs"].items():
@@ -43,11 +43,11 @@ def curves(results: Results) -> Figure:
     style.fraction_axis(accuracy_ax)
     loss_ax.legend(loc="upper right")
     task = results["task"]
-    fig.suptitle(
+    title = (
         f"MLP of {task['parameters']:,} parameters on a teacher's {task['classes']} classes "
-        f"({task['examples']:,} training examples, {task['label_noise']:.0%} of labels random)",
-        fontsize=11,
+        f"({task['examples']:,} training examples, {task['label_noise']:.0%} of labels random)"
     )
+    fig.suptitle(style.fill(title, style.WIDTH, 11), fontsize=11)
     fig.tight_layout()
     return fig
 
