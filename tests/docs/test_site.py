@@ -117,8 +117,6 @@ FIGURES = """() => [...document.querySelectorAll('.md-content img')].map(i => ({
 NOT_REDRAWN = {
     "lm-lm_loss.png",
     "lm-lm_embedding_rows.png",
-    "adder-adder_explainer.png",
-    "adder-adder_training.png",
     "zoo-sweep-sweep_tuned.png",
     "zoo-sweep-sweep_sensitivity.png",
     "zoo-landscapes-landscapes.png",
