@@ -210,3 +210,10 @@ def test_a_saved_figure_records_its_smallest_font_in_the_pngs_pixels(tmp_path):
     ax.tick_params(labelsize=5)  # tick labels exist only once the axes are laid out
     with Image.open(style.save(fig, tmp_path / "g.png")) as image:
         assert float(image.text[style.SMALLEST_FONT_KEY]) == pytest.approx(5 * style.DPI / 72, abs=0.01)
+
+
+def test_a_log_axis_narrower_than_one_and_a_half_still_gets_three_ticks():
+    """0.40 … 0.52 (a clipped gradient norm) holds only 0.4 and 0.5 of 1…9: halves give 0.40, 0.45, 0.50."""
+    subs = style.mantissas(0.399, 0.522)
+    ticks = [m * 10.0**k for k in (-1, 0) for m in subs if 0.399 <= m * 10.0**k <= 0.522]
+    assert ticks == pytest.approx([0.4, 0.45, 0.5])

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import torch
 from rich.console import Console
@@ -46,6 +46,7 @@ from . import (
     torch_threads,
 )
 from .objective import VALIDATION_LOSS
+from .ranking import Ranking, rank
 
 SUMMARY = "A small MLP classifier on generated data (a random teacher's labels), mini-batches, constant lr"
 
@@ -134,6 +135,7 @@ class Results(TypedDict):
     status: str
     task: dict[str, Any]
     runs: dict[str, RunResults]
+    ranking: NotRequired[Ranking]  # the runs by final validation loss, those that diverged left out
 
 
 #: What ``optiscope sweep mlp`` tunes for: the last evaluation's validation loss.
@@ -306,4 +308,9 @@ def train_all(config: Config, run_dir: Path) -> Results:
             "parameters": sum(p.numel() for p in student(config).parameters()),
         },
         "runs": results_runs,
+        "ranking": rank(
+            {k: r["final"]["val_loss"] if r["status"] == "ok" else None for k, r in results_runs.items()},
+            "final validation loss",
+            "min",
+        ),
     }

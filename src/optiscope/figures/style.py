@@ -224,13 +224,18 @@ def label_decades(ax, axis: str) -> None:
 
 
 def mantissas(low: float, high: float) -> tuple[float, ...]:
-    """The sparsest of 1-2-5, 1-2-3-5-7 and 1…9 (× 10ᵏ) that puts three ticks between ``low`` and ``high``."""
+    """The sparsest of 1-2-5, 1-2-3-5-7, 1…9, 1…9.5 by halves and 1…9.9 by tenths (× 10ᵏ) that puts three ticks
+    between ``low`` and ``high``."""
     powers = range(math.floor(math.log10(low)), 1 + math.ceil(math.log10(high)))
-    choices = ((1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0, 7.0))
+
+    def steps(n: int) -> tuple[float, ...]:
+        return tuple((n + i) / n for i in range(9 * n))
+
+    choices = ((1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0, 7.0), steps(1), steps(2))
     for subs in choices:
         if sum(low <= m * 10.0**k <= high for m in subs for k in powers) >= 3:
             return subs
-    return tuple(float(m) for m in range(1, 10))
+    return steps(10)
 
 
 def fraction_axis(ax, axis: str = "y", whole: float = 1.0) -> None:

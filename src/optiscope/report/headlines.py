@@ -1,7 +1,7 @@
 """The headline sentences of each experiment, with every number read from ``results.json``.
 
 The first sentence answers the study's question: who won and by how much (the experiment's ``ranking``: lm's
-lowest validation loss, rare-tokens' rarest-token error, landscapes' steps per surface; adder's best score; a
+and mlp's lowest validation loss, rare-tokens' rarest-token error, landscapes' steps per surface; adder's best score; a
 sweep's tuned winner with its interval), or, where the study is no race, its finding for every run (entropy's
 slopes, edge-of-stability's edge). Every optimizer a run names, the user's own included, is named in the
 sentences that follow.
@@ -557,6 +557,44 @@ def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
         ]
 
 
+# ------------------------------------------------------------------------------------------ mlp
+def mlp(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
+    def n(*path):
+        return number(r, *path)
+
+    def loss(name: str) -> Number:
+        return n("runs", name, "final", "val_loss")
+
+    def lead() -> Sentence:
+        order = r["ranking"]["order"]
+        out = [f"{order[0]} reached the lowest validation loss, ", loss(order[0]), " (accuracy "]
+        out += [n("runs", order[0], "final", "accuracy"), ")"]
+        if len(order) > 1:
+            out += ahead(r, ("ranking",), order[1], loss(order[1]))
+            out.append(" (one seed per run: the seed noise is not measured; `optiscope sweep mlp` measures it)")
+        return [*out, "."]
+
+    yield lead
+    diverged = [name for name, run in r["runs"].items() if run["status"] != "ok"]
+    yield lambda: [
+        "Final validation loss, best first: ",
+        *ranked(r, ("ranking",), loss),
+        *([f"; {', '.join(diverged)} diverged"] if diverged else []),
+        ".",
+    ]
+    for name, run in r["runs"].items():
+        if run["status"] == "ok":
+            yield lambda name=name: [
+                f"{name}: final validation loss ",
+                loss(name),
+                ", accuracy ",
+                n("runs", name, "final", "accuracy"),
+                ".",
+            ]
+        else:
+            yield lambda name=name: [f"{name}: diverged at step ", n("runs", name, "divergence", "step"), "."]
+
+
 WRITERS: dict[str, Callable[[dict[str, Any]], Iterator[Callable[[], Sentence]]]] = {
     "rare-tokens": rare_tokens,
     "landscapes": landscapes,
@@ -564,5 +602,6 @@ WRITERS: dict[str, Callable[[dict[str, Any]], Iterator[Callable[[], Sentence]]]]
     "entropy": entropy,
     "adder": adder,
     "edge-of-stability": edge_of_stability,
+    "mlp": mlp,
     "sweep": sweep,
 }
