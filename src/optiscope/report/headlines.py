@@ -303,23 +303,25 @@ def landscapes(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
 
 
 # ---------------------------------------------------------------------------------------------------- lm
-def lm(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
-    def n(*path):
-        return number(r, *path)
+def validation_race(
+    r: dict[str, Any], sweep: str, lead: Callable[[str], Sentence], detail: Callable[[str], Sentence]
+) -> Iterator[Callable[[], Sentence]]:
+    """The sentences of a race by final validation loss (lm, mlp): the winner with ``lead``'s clause and its margin,
+    every run best first, then each run with ``detail``'s clause or the step it diverged at. ``sweep``: the
+    experiment ``optiscope sweep`` would tune to measure the seed noise."""
 
     def loss(name: str) -> Number:
-        return n("runs", name, "final", "val_loss")
+        return number(r, "runs", name, "final", "val_loss")
 
-    def lead() -> Sentence:
+    def first() -> Sentence:
         order = r["ranking"]["order"]
-        out = [f"{order[0]} reached the lowest validation loss, ", loss(order[0]), " after "]
-        out += [n("runs", order[0], "final", "steps"), " steps"]
+        out = [f"{order[0]} reached the lowest validation loss, ", loss(order[0]), *lead(order[0])]
         if len(order) > 1:
             out += ahead(r, ("ranking",), order[1], loss(order[1]))
-            out.append(" (one seed per run: the seed noise is not measured; `optiscope sweep lm` measures it)")
+            out.append(f" (one seed per run: the seed noise is not measured; `optiscope sweep {sweep}` measures it)")
         return [*out, "."]
 
-    yield lead
+    yield first
     diverged = [name for name, run in r["runs"].items() if run["status"] != "ok"]
     yield lambda: [
         "Final validation loss, best first: ",
@@ -329,17 +331,27 @@ def lm(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
     ]
     for name, run in r["runs"].items():
         if run["status"] == "ok":
-            yield lambda name=name: [
-                f"{name}: final validation loss ",
-                n("runs", name, "final", "val_loss"),
-                ", perplexity ",
-                n("runs", name, "final", "perplexity"),
-                ", after ",
-                n("runs", name, "final", "steps"),
-                " steps.",
-            ]
+            yield lambda name=name: [f"{name}: final validation loss ", loss(name), *detail(name), "."]
         else:
-            yield lambda name=name: [f"{name}: diverged at step ", n("runs", name, "divergence", "step"), "."]
+            yield lambda name=name: [f"{name}: diverged at step ", number(r, "runs", name, "divergence", "step"), "."]
+
+
+def lm(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
+    def n(*path):
+        return number(r, *path)
+
+    yield from validation_race(
+        r,
+        "lm",
+        lambda name: [" after ", n("runs", name, "final", "steps"), " steps"],
+        lambda name: [
+            ", perplexity ",
+            n("runs", name, "final", "perplexity"),
+            ", after ",
+            n("runs", name, "final", "steps"),
+            " steps",
+        ],
+    )
     # a diverged run's rows moved by its last, exploding steps: their order says nothing of token frequency
     rows = [
         name
@@ -559,40 +571,12 @@ def sweep(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
 
 # ------------------------------------------------------------------------------------------ mlp
 def mlp(r: dict[str, Any]) -> Iterator[Callable[[], Sentence]]:
-    def n(*path):
-        return number(r, *path)
+    def accuracy(name: str) -> Sentence:
+        return [number(r, "runs", name, "final", "accuracy")]
 
-    def loss(name: str) -> Number:
-        return n("runs", name, "final", "val_loss")
-
-    def lead() -> Sentence:
-        order = r["ranking"]["order"]
-        out = [f"{order[0]} reached the lowest validation loss, ", loss(order[0]), " (accuracy "]
-        out += [n("runs", order[0], "final", "accuracy"), ")"]
-        if len(order) > 1:
-            out += ahead(r, ("ranking",), order[1], loss(order[1]))
-            out.append(" (one seed per run: the seed noise is not measured; `optiscope sweep mlp` measures it)")
-        return [*out, "."]
-
-    yield lead
-    diverged = [name for name, run in r["runs"].items() if run["status"] != "ok"]
-    yield lambda: [
-        "Final validation loss, best first: ",
-        *ranked(r, ("ranking",), loss),
-        *([f"; {', '.join(diverged)} diverged"] if diverged else []),
-        ".",
-    ]
-    for name, run in r["runs"].items():
-        if run["status"] == "ok":
-            yield lambda name=name: [
-                f"{name}: final validation loss ",
-                loss(name),
-                ", accuracy ",
-                n("runs", name, "final", "accuracy"),
-                ".",
-            ]
-        else:
-            yield lambda name=name: [f"{name}: diverged at step ", n("runs", name, "divergence", "step"), "."]
+    yield from validation_race(
+        r, "mlp", lambda name: [" (accuracy ", *accuracy(name), ")"], lambda name: [", accuracy ", *accuracy(name)]
+    )
 
 
 WRITERS: dict[str, Callable[[dict[str, Any]], Iterator[Callable[[], Sentence]]]] = {
