@@ -1,4 +1,5 @@
-"""Monitor(early_warning=...): warned before the loss grows where the closed form says it will, never below the edge,
+"""Monitor(early_warning=...): warned before the loss grows where the closed form says it will (GD, heavy ball, Adam
+with its preconditioner frozen), never below the edge,
 Adam's lag before Molybog et al.'s spike, reduce_lr, an exact resume, and one-line errors."""
 
 import copy
@@ -75,6 +76,48 @@ def test_kept_below_the_edge_never_warned(momentum, edge):
     losses, warnings = _run_quadratic([0.9 * edge] * 90, momentum)
     assert losses[-1] < losses[0]
     assert warnings == []
+
+
+def _run_adam_frozen(lrs: list[float], v: list[float]):
+    """Adam (β₁ = 0.9) on f with λ = (1, 0.1) and its second moment frozen at ``v``: β₂ = 1 − 2⁻⁵³ (the largest
+    float below 1) moves v by 2⁻⁵³g² per step, and a step count of 10¹⁸ makes both bias corrections 1 (β₂ᵗ ≈ e⁻¹¹¹),
+    so P = √v + ε throughout.
+    Adam with P frozen is heavy ball on P⁻¹H at η(1 − β₁), β = β₁: stable while η < (2 + 2β₁)/((1 − β₁) h_max) =
+    38/h_max. The losses L(θₜ₋₁) and warnings, as ``_run_quadratic``."""
+    model = Quadratic([1.0, 0.1])
+    opt = torch.optim.Adam(model.parameters(), lr=lrs[0], betas=(0.9, 1 - 2**-53), foreach=False)
+    opt.state[model.x] = {
+        "step": torch.tensor(1e18, dtype=torch.float64),
+        "exp_avg": torch.zeros(2, dtype=torch.float64),
+        "exp_avg_sq": torch.tensor(v, dtype=torch.float64),
+    }
+    warnings: list[dict] = []
+    monitor = _every_step(model, opt, EarlyWarning(cooldown=1000), warnings.append)
+    losses = []
+    for lr in lrs:
+        opt.param_groups[0]["lr"] = lr
+        opt.zero_grad()
+        loss = model()
+        loss.backward()
+        opt.step()
+        monitor.step(loss)
+        losses.append(loss.item())
+    monitor.close()
+    assert torch.allclose(opt.state[model.x]["exp_avg_sq"], torch.tensor(v, dtype=torch.float64), rtol=1e-6)
+    return losses, warnings
+
+
+def test_adam_with_its_preconditioner_frozen_warned_at_38_over_its_sharpness_before_the_loss_grows():
+    # P = (2, 0.1): P⁻¹H = diag(0.5, 1) has h_max = 1 on the flatter coordinate, so the edge is η = 38
+    v, edge = [4.0, 0.01], 38.0
+    losses, warnings = _run_adam_frozen([0.95 * edge] * 30 + [1.05 * edge] * 30, v)
+    grew = next(t for t in range(31, len(losses)) if losses[t] > min(losses[:t]))
+    assert warnings, "crossed the edge without a warning"
+    first = warnings[0]
+    assert first["signal"] == "edge" and first["step"] == 31 and first["step"] <= grew
+    assert first["value"] == pytest.approx(1.05, rel=1e-3)
+    below, quiet = _run_adam_frozen([0.9 * edge] * 90, v)
+    assert below[-1] < below[0] and quiet == []
 
 
 def _molybog(early_warning, found: list, onset: int = 200, steps: int = 230) -> list[float]:

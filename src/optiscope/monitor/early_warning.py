@@ -103,8 +103,8 @@ def checked_warning(early_warning: Any, on_warning: Any, who: str) -> EarlyWarni
 
 def adam_lag_sums(optimizer: torch.optim.Optimizer, params: list[Tensor]) -> Tensor | None:
     """ρ = maxᵢ ‖gᵢ‖²/(Σ v̂ᵢ + nᵢε²) over ``params`` (each with a gradient), v̂ the bias-corrected second moment
-    before the step: a float32 scalar on their device, computed without a host read; None where the optimizer
-    keeps no Adam-style moments for them (yet).
+    before the step: a float32 scalar on their device (float64 where a parameter is), computed without a host read;
+    None where the optimizer keeps no Adam-style moments for them (yet).
 
     Two passes over the parameters' size (a norm of each gradient, a sum of each second moment) and no temporary
     of their size: the mean of g²/(√v̂ + ε)² (``warning.adam_lag``) would take two more and one temporary.
@@ -112,10 +112,12 @@ def adam_lag_sums(optimizer: torch.optim.Optimizer, params: list[Tensor]) -> Ten
     moments = adam_moments(optimizer, params) if params else None
     if moments is None:
         return None
-    # per tensor, with Python numbers only: no host-to-device copy, which could wait on a GPU
-    g2 = torch._foreach_norm([p.grad for p in params], 2, dtype=torch.float32)
+    # per tensor, with Python numbers only: no host-to-device copy, which could wait on a GPU; float32 at least,
+    # and never narrower than a parameter (a norm refuses to narrow)
+    wide = torch.float64 if any(p.dtype == torch.float64 for p in params) else torch.float32
+    g2 = torch._foreach_norm([p.grad for p in params], 2, dtype=wide)
     torch._foreach_mul_(g2, g2)
-    sums = torch._foreach_norm(moments.second, 1, dtype=torch.float32)
+    sums = torch._foreach_norm(moments.second, 1, dtype=wide)
     torch._foreach_mul_(sums, [1 / bc for bc in moments.bias_corrections2])
     torch._foreach_add_(sums, [p.numel() * e * e for p, e in zip(params, moments.eps, strict=True)])
     torch._foreach_div_(g2, sums)
