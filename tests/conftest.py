@@ -8,10 +8,12 @@ chromium``). Where none is found, the browser tests skip with a message saying h
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,26 +79,53 @@ class Demo:
     stderr: str
 
 
-@pytest.fixture(scope="session")
-def demo(tmp_path_factory) -> Demo:
-    """``make demo`` once per session, as the Makefile runs it (``python -m optiscope demo``) into a pipe, from a
-    shell whose PATH lacks the environment's ``bin`` (one that has not activated it): every experiment's quick
-    run, their figures and the report page, shared by the tests of the demo's output, its headlines, its figures
-    in the report and Getting started's shell steps (about three minutes of one core)."""
-    out = tmp_path_factory.mktemp("demo") / "demo"
-    own_bin = str(Path(sys.prefix, "bin").resolve())
+def _demo_folder(tmp_path_factory) -> Path:
+    """Where this test run's demo goes: under pytest-xdist, the folder all workers share (their base temporary
+    folder's parent, one per run), so that one worker starts the demo and any worker reads it."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "demo-of-this-run"
+
+
+def _start_demo(folder: Path) -> subprocess.Popen:
+    """``make demo`` as the Makefile runs it (``python -m optiscope demo``) into files, from a shell whose PATH
+    lacks the environment's ``bin`` (one that has not activated it); its exit status goes to ``folder/rc`` last."""
+    folder.mkdir()
+    own_bin = Path(sys.prefix, "bin").resolve()
     path = os.pathsep.join(
-        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != Path(own_bin)
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != own_bin
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "optiscope", "demo", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        env={**os.environ, "COLUMNS": "100", "PATH": path},
+    script = '"$0" -m optiscope demo --out "$1/demo" >"$1/stdout" 2>"$1/stderr"; echo $? >"$1/rc.part"; '
+    script += 'mv "$1/rc.part" "$1/rc"'
+    return subprocess.Popen(
+        ["bash", "-c", script, sys.executable, str(folder)], env={**os.environ, "COLUMNS": "100", "PATH": path}
     )
-    assert done.returncode == 0, done.stderr
-    return Demo(out, done.stdout.splitlines(), done.stderr)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _demo_started_early(request, tmp_path_factory):
+    """The demo takes minutes of one core, so when any test of the session needs it, it starts with the session's
+    first test and runs beside the others (under pytest-xdist, in the first worker only)."""
+    if not request.config.stash.get(NEEDS_DEMO, False) or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        yield
+        return
+    started = _start_demo(_demo_folder(tmp_path_factory))
+    yield
+    started.wait()  # another worker may still be waiting for it
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory, _demo_started_early) -> Demo:
+    """The demo of this test run (every experiment's quick run, their figures and the report page), shared by
+    the tests of the demo's output, its headlines, its figures in the report and Getting started's shell steps:
+    waits for the run that ``_demo_started_early`` started (about three minutes of one core)."""
+    folder = _demo_folder(tmp_path_factory)
+    deadline = time.monotonic() + 3600
+    while not (folder / "rc").is_file():
+        assert time.monotonic() < deadline, f"the demo in {folder} did not end within an hour"
+        time.sleep(1)
+    stderr = (folder / "stderr").read_text()
+    assert (folder / "rc").read_text().strip() == "0", stderr
+    return Demo(folder / "demo", (folder / "stdout").read_text().splitlines(), stderr)
 
 
 @pytest.fixture(autouse=True)
@@ -106,3 +135,32 @@ def _own_recipes(monkeypatch):
     from optiscope.optim import recipes
 
     monkeypatch.setattr(recipes, "_registered", {})
+
+
+NEEDS_DEMO = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(trylast=True)  # the tests that will run: after -m and -k have deselected theirs
+def pytest_collection_modifyitems(config, items):
+    config.stash[NEEDS_DEMO] = any("demo" in item.fixturenames for item in items)
+
+
+@pytest.fixture
+def one_ray_at_a_time(tmp_path_factory):
+    """Held by a test that starts a local Ray instance: under pytest-xdist no other worker starts one meanwhile (a
+    second ``ray.init`` on one machine can join the first's instance, which then shuts down under it)."""
+    base = tmp_path_factory.getbasetemp()
+    with open((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "ray.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def pytest_configure(config):
+    # Each worker, and every process it starts, computes on one thread: workers with torch's default of one thread
+    # per core would ask for more cores than there are, and OpenMP's waiting threads then slow them all. The
+    # processes a test starts get the same count, as results compared bit for bit depend on it.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)

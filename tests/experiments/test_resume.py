@@ -81,7 +81,9 @@ def interrupt(argv, module, batch, at, signal):
 EXPECTED_CODE = {"SIGINT": cli.EXIT_INTERRUPTED, "SIGTERM": cli.EXIT_INTERRUPTED, "SIGKILL": -9}
 
 
-@pytest.mark.parametrize("signal", ["SIGINT", "SIGTERM", "SIGKILL"])
+# each experiment stopped gracefully (SIGINT/SIGTERM: a checkpoint at the stop) and killed (SIGKILL: from the last
+# periodic checkpoint) in make test; every other pairing under make test-slow
+@pytest.mark.parametrize("signal", [pytest.param("SIGINT", marks=pytest.mark.slow), "SIGTERM", "SIGKILL"])
 def test_lm(tmp_path, text, signal):  # noqa: F811
     options = [*TINY, "--text", str(text), "--steps", "30", "--optimizers", "adamw,sgd", "--checkpoint-every", "10"]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
@@ -94,7 +96,10 @@ def test_lm(tmp_path, text, signal):  # noqa: F811
     assert_equal_runs(straight, stopped)
 
 
-@pytest.mark.parametrize("signal", ["SIGINT", "SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize(
+    "signal",
+    ["SIGINT", pytest.param("SIGTERM", marks=pytest.mark.slow), pytest.param("SIGKILL", marks=pytest.mark.slow)],
+)
 def test_adder(tmp_path, signal):
     options = [
         *("--steps", "40", "--eval-every", "10", "--log-every", "5", "--warmup-steps", "5", "--carry-steps", "20"),

@@ -237,7 +237,7 @@ def small_figures(monkeypatch):
 
 @pytest.mark.parametrize("name", list(MEASURED))
 @settings(
-    max_examples=6,
+    max_examples=4,
     deadline=None,
     derandomize=True,
     phases=[Phase.explicit, Phase.generate],  # no shrinking: each example draws every figure of a run

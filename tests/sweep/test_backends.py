@@ -26,7 +26,7 @@ def small(options=None, **kwargs):
     )
 
 
-def test_pool_and_ray_give_the_results_of_one_worker(synthetic, tmp_path, monkeypatch):
+def test_pool_and_ray_give_the_results_of_one_worker(synthetic, tmp_path, monkeypatch, one_ray_at_a_time):
     ray = pytest.importorskip("ray")
     one = run_sweep(small(), tmp_path / "one")
     pool = run_sweep(small(workers=2), tmp_path / "pool")
@@ -47,7 +47,9 @@ def test_pool_and_ray_give_the_results_of_one_worker(synthetic, tmp_path, monkey
     assert seen == {trial.TRIAL_THREADS} and len(list(tmp_path.glob("*/trials/*/*/results.json"))) >= 9
 
 
-def test_a_refusal_on_ray_leaves_the_directory_to_the_corrected_command(synthetic, tmp_path, monkeypatch):
+def test_a_refusal_on_ray_leaves_the_directory_to_the_corrected_command(
+    synthetic, tmp_path, monkeypatch, one_ray_at_a_time
+):
     """A trial refused (bad input that every trial meets) stops the sweep. On Ray the trial running beside it was
     killed half-way, its folder left holding its config.json, so the sweep's stayed too and the corrected command
     was refused without --force; the local pool waits for it. Now every backend waits: nothing is left."""
@@ -69,7 +71,7 @@ def test_a_refusal_on_ray_leaves_the_directory_to_the_corrected_command(syntheti
         ray.shutdown()
 
 
-def test_a_trial_whose_ray_worker_died_is_its_crash(synthetic, tmp_path, monkeypatch):
+def test_a_trial_whose_ray_worker_died_is_its_crash(synthetic, tmp_path, monkeypatch, one_ray_at_a_time):
     """A Ray worker killed while running a trial (for its memory, or its node lost) is that trial's crash, as a
     MemoryError raised in it is: the sweep records it and goes on to the results of one in which the trial raised
     (errors aside). It had stopped the sweep with Ray's WorkerCrashedError."""

@@ -231,7 +231,7 @@ def test_a_sweep_on_a_pool_runs_dotted_paths_and_recipes_in_its_workers(user_fil
     assert cli.main([*argv[:-2], *options, *SMALL_ARGS, "--resume"]) == 0, capsys.readouterr().err
 
 
-def test_a_sweep_on_ray_runs_dotted_paths_and_recipes_in_its_workers(user_files, monkeypatch):
+def test_a_sweep_on_ray_runs_dotted_paths_and_recipes_in_its_workers(user_files, monkeypatch, one_ray_at_a_time):
     ray = pytest.importorskip("ray")
     recipes.load_recipes(user_files / "recipes.toml")
     monkeypatch.chdir(user_files)
