@@ -31,7 +31,7 @@ demo: $(VENV)/.installed-base
 	$(PY) -m optiscope demo --out $(DEMO_DIR)
 
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest -q -n auto --dist loadfile
+	$(PY) -m pytest -q -n auto --dist loadfile --durations=15
 
 test-slow: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -m slow
