@@ -39,10 +39,9 @@ def _every_step(model: nn.Module, opt: torch.optim.Optimizer, warning: EarlyWarn
     )
 
 
-def _run_quadratic(lrs: list[float], momentum: float = 0.0):
-    """GD (or heavy ball) on f with λ = (1, 0.1), lr ``lrs[t]`` at step t + 1; the losses L(θₜ₋₁) and warnings."""
-    model = Quadratic([1.0, 0.1])
-    opt = torch.optim.SGD(model.parameters(), lr=lrs[0], momentum=momentum)
+def _drive(model: Quadratic, opt: torch.optim.Optimizer, lrs: list[float]) -> tuple[list[float], list[dict]]:
+    """``opt`` on ``model`` at lr ``lrs[t]`` at step t + 1, the monitor measuring every step: the losses L(θₜ₋₁)
+    and the warnings."""
     warnings: list[dict] = []
     monitor = _every_step(model, opt, EarlyWarning(cooldown=1000), warnings.append)
     losses = []
@@ -56,6 +55,12 @@ def _run_quadratic(lrs: list[float], momentum: float = 0.0):
         losses.append(loss.item())
     monitor.close()
     return losses, warnings
+
+
+def _run_quadratic(lrs: list[float], momentum: float = 0.0):
+    """GD (or heavy ball) on f with λ = (1, 0.1), as ``_drive``."""
+    model = Quadratic([1.0, 0.1])
+    return _drive(model, torch.optim.SGD(model.parameters(), lr=lrs[0], momentum=momentum), lrs)
 
 
 @pytest.mark.parametrize(("momentum", "edge"), [(0.0, 2.0), (0.9, 3.8)])
@@ -83,7 +88,7 @@ def _run_adam_frozen(lrs: list[float], v: list[float]):
     float below 1) moves v by 2⁻⁵³g² per step, and a step count of 10¹⁸ makes both bias corrections 1 (β₂ᵗ ≈ e⁻¹¹¹),
     so P = √v + ε throughout.
     Adam with P frozen is heavy ball on P⁻¹H at η(1 − β₁), β = β₁: stable while η < (2 + 2β₁)/((1 − β₁) h_max) =
-    38/h_max. The losses L(θₜ₋₁) and warnings, as ``_run_quadratic``."""
+    38/h_max. As ``_drive``."""
     model = Quadratic([1.0, 0.1])
     opt = torch.optim.Adam(model.parameters(), lr=lrs[0], betas=(0.9, 1 - 2**-53), foreach=False)
     opt.state[model.x] = {
@@ -91,18 +96,7 @@ def _run_adam_frozen(lrs: list[float], v: list[float]):
         "exp_avg": torch.zeros(2, dtype=torch.float64),
         "exp_avg_sq": torch.tensor(v, dtype=torch.float64),
     }
-    warnings: list[dict] = []
-    monitor = _every_step(model, opt, EarlyWarning(cooldown=1000), warnings.append)
-    losses = []
-    for lr in lrs:
-        opt.param_groups[0]["lr"] = lr
-        opt.zero_grad()
-        loss = model()
-        loss.backward()
-        opt.step()
-        monitor.step(loss)
-        losses.append(loss.item())
-    monitor.close()
+    losses, warnings = _drive(model, opt, lrs)
     assert torch.allclose(opt.state[model.x]["exp_avg_sq"], torch.tensor(v, dtype=torch.float64), rtol=1e-6)
     return losses, warnings
 
