@@ -530,6 +530,64 @@ def test_a_demo_experiment_that_fails_is_said_before_the_error(fake, tmp_path, c
     assert "internal error: ValueError: an internal computation failed" in captured.err
 
 
+def test_demo_workers_run_experiments_side_by_side_and_say_each(tmp_path, capsys, monkeypatch):
+    """With --workers 2 the experiments run in two other processes (which know the experiments this one does):
+    both start before either ends, each is said as it ends, the report follows; --workers 0 is refused."""
+    monkeypatch.setattr(experiments, "EXPERIMENTS", {"fake": "fake_experiment", "again": "fake_experiment"})
+    monkeypatch.setattr(figures, "DRAWERS", {"fake": "fake_experiment", "again": "fake_experiment"})
+    monkeypatch.setattr(cli, "activation_hint", lambda: None)
+    assert cli.main(["demo", "--out", str(tmp_path), "--workers", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == ["experiment 1/2: fake", "experiment 2/2: again"], out
+    for k, name in enumerate(["fake", "again"], 1):
+        ended = rf"experiment {k}/2: {name} ok, \d+ s; 1 figure in {tmp_path}/{name}/figures"
+        assert sum(bool(re.fullmatch(ended, line)) for line in out[2:4]) == 1, out
+    assert out[-1] == "report: " + (tmp_path / "report.html").as_uri() and len(out) == 5
+    assert runs.read_json(tmp_path / "again" / "results.json")["squares"] == [0.0, 0.5]
+    assert cli.main(["demo", "--out", str(tmp_path), "--workers", "0"]) == cli.EXIT_BAD_INPUT
+    assert errors(capsys) == ["optiscope: demo: error: --workers 0 must be an integer >= 1 (experiments run at a time)"]
+
+
+def test_a_demo_experiment_that_fails_in_a_worker_is_said_and_stops_the_demo(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(experiments, "EXPERIMENTS", {"fake": "fake_experiment", "crash": "fake_crash"})
+    monkeypatch.setattr(figures, "DRAWERS", {"fake": "fake_experiment", "crash": "fake_crash"})
+    assert cli.main(["demo", "--out", str(tmp_path), "--workers", "2"]) == cli.EXIT_INTERNAL
+    captured = capsys.readouterr()
+    assert any(re.fullmatch(r"experiment 2/2: crash error, \d+ s", line) for line in captured.out.splitlines())
+    assert "internal error: ValueError: an internal computation failed" in captured.err
+    assert not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_a_demo_stopped_side_by_side_says_so_and_leaves_no_process(tmp_path, signal_name):
+    """Ctrl-C (to the terminal's whole process group) or SIGTERM (to the demo alone, as a job scheduler sends it)
+    while two experiments train in workers: exit 130, one line, no worker's traceback, no process left."""
+    import signal
+
+    command = [sys.executable, "-m", "optiscope", "demo", "--out", str(tmp_path / "demo"), "--workers", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    demo = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
+    started = [demo.stdout.readline() for _ in range(2)]  # both slow ones, each said as its worker starts it
+    assert [line.split(": ")[1].split()[0] for line in started] == ["lm", "adder"], started
+    time.sleep(3)  # inside their training loops
+    if signal_name == "SIGINT":
+        os.killpg(demo.pid, signal.SIGINT)
+    else:
+        demo.send_signal(signal.SIGTERM)
+    out, err = demo.communicate(timeout=60)
+    assert demo.returncode == cli.EXIT_INTERRUPTED, err
+    assert err.splitlines() == [
+        "optiscope: interrupted: the demo stopped; `optiscope demo` runs it again from the start"
+    ]
+    deadline = time.monotonic() + 10  # the workers are gone too (multiprocessing's tracker follows the demo out)
+    with pytest.raises(ProcessLookupError):
+        while time.monotonic() < deadline:
+            os.killpg(demo.pid, 0)
+            time.sleep(0.1)
+
+
 def test_the_whole_demo_into_a_pipe_says_where_it_is_and_ends_with_the_report_address(demo):
     """``make demo > demo.log``: every quick experiment said as it starts and ends, how to put the command on the PATH
     of a shell that has not activated the environment, the last line the page's address; the page is within its
@@ -543,9 +601,11 @@ def test_the_whole_demo_into_a_pipe_says_where_it_is_and_ends_with_the_report_ad
         ended = rf"experiment {k}/{len(names)}: {name} (ok|diverged), \d+ s; \d+ figures? in .*/{name}/figures"
         assert any(re.fullmatch(ended, line) for line in out[started + 1 :]), (name, out)
     assert out[-1] == "report: " + (demo.out / "report.html").as_uri()
+    if min(cli.usable_cpus(), len(names)) > 1:  # side by side (make demo's default), the slow ones start first
+        assert [line.split(": ")[1].split()[0] for line in out[:2]] == ["lm", "adder"], out
     for slow in ("lm", "adder"):  # the slow ones are said to be, as they start
         k = names.index(slow) + 1
-        said = f"experiment {k}/{len(names)}: {slow} (one of the demo's two slow ones: about a quarter of its time)"
+        said = f"experiment {k}/{len(names)}: {slow} (one of the demo's two slow ones: about a minute of one core)"
         assert said in out
     if sys.prefix != sys.base_prefix:  # a virtual environment, as make demo's .venv
         activate, here = Path(sys.prefix, "bin", "activate"), Path.cwd().resolve()  # said relative to the folder

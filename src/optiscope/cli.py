@@ -18,9 +18,11 @@ import argparse
 import contextlib
 import dataclasses
 import math
+import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -265,10 +267,10 @@ def cmd_plot(args: argparse.Namespace, console: Console) -> int:
     return report_figures(figures.draw_run(args.dir, read_results(args.dir)), args.dir, console)
 
 
-#: What the demo says as it starts the experiments that take most of its time, so that a long wait is expected: their
-#: share of the experiments' CPU time in ``make demo`` from a fresh clone (one thread; lm 52 s and adder 53 s of 187 s:
-#: lm trains five small GPTs, adder one tiny transformer for 4,000 steps; next, entropy 33 s), as getting-started says.
-DEMO_SLOW = dict.fromkeys(("lm", "adder"), "one of the demo's two slow ones: about a quarter of its time")
+#: What the demo says as it starts the experiments that take most of its time, so that a long wait is expected
+#: (from a fresh clone on a quiet 2-core machine: lm 50 s and adder 55 s, the next entropy 28 s), as
+#: getting-started says; they start first, side by side where there are workers for both.
+DEMO_SLOW = dict.fromkeys(("lm", "adder"), "one of the demo's two slow ones: about a minute of one core")
 
 #: seconds the demo may be silent, writing to a file or a pipe (``make demo`` into a CI log), before it says which
 #: experiment is still running: a log that stops for minutes looks like a job that hangs
@@ -276,9 +278,9 @@ SILENT_AT_MOST = 30.0
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    """Every experiment in quick mode, one after another (replacing an earlier demo's runs), each said as it starts
-    and as it ends (its status, seconds and figures), then the report page of them all: the last line, its
-    ``file://`` address (or why it was not written)."""
+    """Every experiment in quick mode (replacing an earlier demo's runs), ``--workers`` of them at a time, each
+    said as it starts and as it ends (its status, seconds and figures), then the report page of them all: the last
+    line, its ``file://`` address (or why it was not written)."""
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise runs.RunDirError(
@@ -290,24 +292,11 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
             f"--out {out} holds a run itself; the demo writes a run per experiment into a folder of its own "
             "(default runs/demo): choose another --out"
         )
-    code, names = 0, list(experiments.EXPERIMENTS)  # the registry's order tells the story
-    for k, name in enumerate(names, 1):
-        which = f"experiment {k}/{len(names)}: {name}"
-        expect = f" ({DEMO_SLOW[name]})" if name in DEMO_SLOW else ""
-        console.print(f"[bold]{which}[/bold]{expect}", highlight=False)
-        started = time.perf_counter()
-        try:
-            with said_while_silent(console, which):
-                results, drawn = run_and_draw(name, out / name, True, {}, force=True)
-        except Exception:  # said here, then as every command says it (one line on stderr, the exit code)
-            console.print(f"{which} error, {time.perf_counter() - started:.0f} s", highlight=False)
-            raise
-        status = "error" if drawn.failures else results.get("status", "ok")
-        console.print(
-            f"{which} {status}, {time.perf_counter() - started:.0f} s; {figures_in(drawn, out / name)}",
-            highlight=False,
-        )
-        code = report_figure_failures(drawn, out / name) or code
+    if not (isinstance(args.workers, int) and args.workers >= 1):
+        raise UserError(f"--workers {args.workers!r} must be an integer >= 1 (experiments run at a time)")
+    names = list(experiments.EXPERIMENTS)  # the registry's order tells the story
+    workers = min(args.workers, len(names))
+    code = demo_one_by_one(names, out, console) if workers == 1 else demo_side_by_side(names, out, workers, console)
     hint = activation_hint()
     if hint is not None:
         console.print(hint, highlight=False)
@@ -317,6 +306,118 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     except UserError as e:
         console.print(f"report: not written ({' '.join(str(e).split())})", highlight=False)
     return code
+
+
+def demo_started(k: int, names: list[str]) -> str:
+    """The line that starts the ``k``-th of the demo's experiments: ``"experiment 3/7: lm (one of the demo's …)"``."""
+    name = names[k - 1]
+    expect = f" ({DEMO_SLOW[name]})" if name in DEMO_SLOW else ""
+    return f"[bold]experiment {k}/{len(names)}: {name}[/bold]{expect}"
+
+
+def demo_ended(
+    k: int, names: list[str], seconds: float, results: dict[str, Any], drawn: figures.Drawn, out: Path
+) -> str:
+    """The line that ends it: ``"experiment 3/7: lm ok, 48 s; 4 figures in runs/demo/lm/figures"``."""
+    status = "error" if drawn.failures else results.get("status", "ok")
+    return f"experiment {k}/{len(names)}: {names[k - 1]} {status}, {seconds:.0f} s; {figures_in(drawn, out)}"
+
+
+def demo_one_by_one(names: list[str], out: Path, console: Console) -> int:
+    """The demo's experiments in this process, one after another, with their own progress bars on a terminal."""
+    code = 0
+    for k, name in enumerate(names, 1):
+        which = f"experiment {k}/{len(names)}: {name}"
+        console.print(demo_started(k, names), highlight=False)
+        started = time.perf_counter()
+        try:
+            with said_while_silent(console, which):
+                results, drawn = run_and_draw(name, out / name, True, {}, force=True)
+        except Exception:  # said here, then as every command says it (one line on stderr, the exit code)
+            console.print(f"{which} error, {time.perf_counter() - started:.0f} s", highlight=False)
+            raise
+        console.print(demo_ended(k, names, time.perf_counter() - started, results, drawn, out / name), highlight=False)
+        code = report_figure_failures(drawn, out / name) or code
+    return code
+
+
+def demo_side_by_side(names: list[str], out: Path, workers: int, console: Console) -> int:
+    """The demo's experiments in ``workers`` processes, the slow ones first and the others in the registry's order
+    as processes come free (each keeps its number in the story). The runs are quiet (the progress bars of several
+    at once would overwrite each other), so every ``SILENT_AT_MOST`` seconds without a line says which are still
+    running. An error, Ctrl-C or SIGTERM stops the workers at once: a demo has nothing to resume."""
+    code, running = 0, {}
+    waiting = sorted(range(1, len(names) + 1), key=lambda k: names[k - 1] not in DEMO_SLOW)
+    # fresh interpreters (no forked torch threads or locks) that know the experiments this process knows, each on
+    # its share of the CPUs: torch's default of one thread per CPU in each would oversubscribe them (lm and entropy
+    # side by side on 2 CPUs took 3.7x and 4.8x as long as each alone)
+    known = dict(experiments.EXPERIMENTS), dict(figures.DRAWERS), max(1, usable_cpus() // workers)
+    with sigint_ignored():  # by the workers until they train: a Ctrl-C while they import torch is the demo's
+        pool = multiprocessing.get_context("spawn").Pool(workers, _demo_worker, known)
+    try:
+        said = time.perf_counter()
+        while waiting or running:
+            while waiting and len(running) < workers:
+                k = waiting.pop(0)
+                console.print(demo_started(k, names), highlight=False)
+                job = pool.apply_async(_demo_experiment, (names[k - 1], out / names[k - 1]))
+                said = time.perf_counter()
+                running[k] = job, said
+            finished = sorted(k for k, (job, _) in running.items() if job.ready())
+            if not finished:
+                time.sleep(0.1)
+                if time.perf_counter() - said >= SILENT_AT_MOST:
+                    said = time.perf_counter()
+                    still = ", ".join(f"{names[k - 1]} {said - t:.0f} s" for k, (_, t) in sorted(running.items()))
+                    console.print(f"still running: {still}", highlight=False)
+            for k in finished:
+                (job, started), name = running.pop(k), names[k - 1]
+                try:
+                    results, drawn = job.get()
+                except Exception:  # said here, then as every command says it (one line on stderr, the exit code)
+                    seconds = time.perf_counter() - started
+                    console.print(f"experiment {k}/{len(names)}: {name} error, {seconds:.0f} s", highlight=False)
+                    raise
+                ended = demo_ended(k, names, time.perf_counter() - started, results, drawn, out / name)
+                console.print(ended, highlight=False)
+                code, said = report_figure_failures(drawn, out / name) or code, time.perf_counter()
+    except BaseException:
+        pool.terminate()
+        raise
+    pool.close()
+    pool.join()
+    return code
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """For the block, Ctrl-C is ignored by this process and so by the processes it starts (an ignored signal stays
+    ignored across ``exec``, and Python then installs no handler of its own); the training loop's handler of its
+    stop requests still takes it while they train. Outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _demo_worker(experiments_known: dict[str, str], drawers: dict[str, str], threads: int) -> None:
+    """A demo worker's start: the registries of the process that started it (a test's, or one extended at run
+    time) and its share of torch's threads (an experiment with ``--threads`` sets its own)."""
+    experiments.EXPERIMENTS, figures.DRAWERS = experiments_known, drawers
+    torch.set_num_threads(threads)
+
+
+def _demo_experiment(name: str, out: Path) -> tuple[dict[str, Any], figures.Drawn]:
+    """One of the demo's experiments, quiet, in a worker process: its results and the figures drawn. Ctrl-C (which
+    reaches the demo too, and it says so) or the demo stopping it ends the worker without a traceback."""
+    try:
+        return run_and_draw(name, out, True, {"quiet": True}, force=True)
+    except KeyboardInterrupt:
+        raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 def activation_hint() -> str | None:
@@ -717,6 +818,14 @@ def cmd_suggest(args: argparse.Namespace, console: Console) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- main
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a container or ``taskset`` narrows), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS has no affinity
+        return os.cpu_count() or 1
+
+
 def out_dir(text: str) -> Path:
     """``--out``: a run directory; an empty name would silently mean the current directory."""
     return runs.check_out(text)
@@ -792,6 +901,13 @@ def make_parser() -> argparse.ArgumentParser:
         default=Path("runs/demo"),
         metavar="DIR",
         help="the folder of the demo's runs, one directory per experiment, and its report (default: runs/demo)",
+    )
+    demo.add_argument(
+        "--workers",
+        type=int,
+        default=usable_cpus(),
+        metavar="INT",
+        help="experiments run at a time, each on its share of the CPUs (default: the CPUs this process may use)",
     )
     page = sub.add_parser("report", help="one self-contained HTML page of run directories (or --watch one)")
     page.add_argument("dirs", nargs="+", type=run_dir, metavar="DIR", help="run directories (several are compared)")
