@@ -41,6 +41,24 @@ def test_json_round_trips_tensors_and_non_finite(tmp_path):
     assert back["t"] == [1.0, 2.0] and back["loss"] == math.inf and back["n"] == [1, 2]
 
 
+def test_to_json_writes_what_the_plain_copy_would(tmp_path):
+    """The fast encoder (json's, asking only for what it has no type for) against the plain copy ``to_jsonable``
+    builds, on every kind a record or a result holds; a key json refuses takes the plain copy's way."""
+    import numpy as np
+
+    value = {
+        "t": torch.tensor([[1.5, -2.0]]), "t0": torch.tensor(3, dtype=torch.int64), "f32": np.float32(0.1),
+        "f64": np.float64(1 / 3), "i": np.int64(7), "b": np.bool_(True), "a": np.arange(3.0), "p": tmp_path,
+        "dtype": torch.bfloat16, "nested": [({"x": (1, math.nan)}, -math.inf)], 3: "int key", "s": "é",
+    }  # fmt: skip
+    for indent in (None, 1):
+        assert runs.to_json(value, indent) == json.dumps(runs.to_jsonable(value), indent=indent)
+    odd = {("a", 1): 1.0}
+    assert runs.to_json(odd) == "{\"('a', 1)\": 1.0}"
+    with pytest.raises(TypeError, match="object is not JSON serializable"):
+        runs.to_json({"x": object()})
+
+
 def test_jsonl_appends_and_ignores_a_torn_last_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     for step in range(3):
