@@ -138,3 +138,17 @@ def test_too_few_steps_says_the_least_that_works_and_that_least_works():
 def test_every_method_stays_within_its_steps(method):
     s = suggest_lr(weights(1.0, 1.0), "momentum", quadratic, [A], steps=30, method=method)
     assert 0 < s.steps_used <= 30 and s.lr > 0 and s.method == method
+
+
+def test_limits_explains_both_limits_and_lists_only_the_sharpness_as_lambda():
+    """Heavy ball on the quadratic: the edge is 3.8/λ_max = 0.38; the noise limit (one batch: no noise, the greedy
+    step along g over the momentum's gain 10) is far below it, so it binds. explain() lists λ₁ from the sharpness
+    measurements only, never the noise limit's directional curvature, and says which limit the suggestion took."""
+    s = suggest_lr(weights(1.0, 1.0), "momentum", quadratic, [A], steps=20, method="limits")
+    lambdas = [p["sharpness"] for p in s.probes if p["kind"] == "sharpness"]
+    assert lambdas and all(value == pytest.approx(10, rel=1e-3) for value in lambdas)
+    lines = s.explain().splitlines()
+    assert lines[1].startswith("  limits: λ₁ = 10, ") and f"({len(lambdas)} measurement(s))" in lines[1]
+    assert s.edge < 0.38 / 4 and f"× the lower limit, η = {s.edge:.3g}" in lines[2]
+    assert lines[-1].startswith("  limits: the edge of stability η = 0.38, the noise-limited step ")
+    assert lines[-1].endswith("the noise binds")

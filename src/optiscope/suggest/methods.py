@@ -121,6 +121,10 @@ def either_limit(session: Session) -> float | None:
     found, limit = start(session)
     if limit is None or found is None:
         return found
+    session.notes.append(
+        f"limits: the edge of stability η = {found:.3g}, the noise-limited step {limit['limit']:.3g}: "
+        f"the {'noise' if limit['limit'] < found else 'edge'} binds"
+    )
     return min(found, limit["limit"])
 
 

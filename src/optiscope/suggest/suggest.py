@@ -55,7 +55,7 @@ def suggest_lr(
         steps: the most forward+backward passes on one batch the probe may spend, all probes together (an
             optimizer step costs 1, a Hessian-vector product 2): an integer >= the method's least (8 for
             ``"sharpness"`` with an Adam-family optimizer).
-        method: ``"sharpness"`` (the default), ``"warmup"``, ``"batch-sharpness"`` or ``"range-test"``
+        method: ``"sharpness"`` (the default), ``"noise"``, ``"limits"``, ``"warmup"`` or ``"range-test"``
             (``METHODS``; the evaluation page compares them).
         weight_decay: λ, for a recipe name whose recipe decays (``adamw``, ``adaml2``).
         decay_vectors: for a recipe name: False leaves parameters of fewer than two dimensions undecayed.

@@ -72,15 +72,17 @@ class LRSuggestion:
             f"{self.optimizer}: lr {shown(self.lr)} (band {shown(self.low)} … {shown(self.high)}), "
             f"{self.steps_used:g} of {self.steps} forward+backward passes"
         ]
-        measured = [p for p in self.probes if p["kind"] in ("sharpness", "curvature")]
+        measured = [p for p in self.probes if p["kind"] == "sharpness"]  # not the noise limit's curvature
         if measured:
             values = ", ".join(shown(p["sharpness"]) for p in measured)
-            what = "λ₁" if measured[0]["kind"] == "sharpness" else "the curvature along the batch's step"
-            lines.append(f"  {self.method}: {what} = {values} ({len(measured)} measurement(s))")
-            lines.append(
-                f"  the threshold {self.threshold} puts the edge of stability at η = {shown(self.edge)}; "
-                f"the suggestion is σ = {self.sigma:.3g} × it"
-            )
+            lines.append(f"  {self.method}: λ₁ = {values} ({len(measured)} measurement(s))")
+            if self.method == "limits":  # the note below gives both limits
+                lines.append(f"  the suggestion is σ = {self.sigma:.3g} × the lower limit, η = {shown(self.edge)}")
+            else:
+                lines.append(
+                    f"  the threshold {self.threshold} puts the edge of stability at η = {shown(self.edge)}; "
+                    f"the suggestion is σ = {self.sigma:.3g} × it"
+                )
         else:
             lines.append(f"  {self.method}: η = {shown(self.edge)}, × {self.sigma:.3g}")
         lines += [f"  {note}" for note in self.notes]
