@@ -5,6 +5,7 @@ import json
 import math
 import pickle
 import re
+import warnings
 
 import pytest
 import torch
@@ -1083,6 +1084,27 @@ def test_step_scalars_reach_tensorboard_as_numbers(tmp_path):
         read = [(e.step, e.value) for e in events.Scalars(tag)]
         assert read == [(s + 1, pytest.approx(g[column], rel=1e-6)) for s, g in enumerate(given)]
     assert "eta" not in events.Tags()["scalars"]  # the context is the run's label, not a series
+
+
+def test_a_scalar_that_requires_grad_is_recorded_without_a_warning():
+    """The report guide passes ``mae=(model(x) - y).abs().mean()``, a tensor in the autograd graph: its number is
+    recorded (oracle: the same mean without a graph) and torch's warning about a scalar that requires grad, once
+    raised on every measured step, is not."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = Monitor(model, opt, every=1)
+    x = torch.randn(4, 6)
+    opt.zero_grad()
+    out = model(x)
+    out.sum().backward()
+    opt.step()
+    with torch.no_grad():
+        expected = float(out.abs().mean())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        record = monitor.step(1.0, mae=out.abs().mean())
+    monitor.close()
+    assert record["mae"] == pytest.approx(expected, rel=1e-6)
 
 
 def test_an_optimizer_that_sets_its_own_step_size_is_watched(tmp_path, capsys):

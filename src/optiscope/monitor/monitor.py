@@ -782,7 +782,7 @@ class Monitor:
             "grad_norm": measured["total"]["g"],
             **self._scalars(step),
             # read on measured steps only: .item() waits for the GPU; TensorBoard and JSON take numbers
-            **{name: float(v) if isinstance(v, Tensor) else v for name, v in scalars.items()},
+            **{name: float(v.detach()) if isinstance(v, Tensor) else v for name, v in scalars.items()},
             **measured,
         }
         if self._curvature_due(step):
