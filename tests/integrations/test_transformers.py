@@ -463,6 +463,29 @@ def test_without_a_guard_a_diverging_run_trains_to_the_end_and_every_step_is_rec
     assert [r["loss"] for r in records] == pytest.approx(logged, rel=1e-5, nan_ok=True)
 
 
+def test_an_early_warning_reaches_on_warning_and_the_records_through_the_trainer(tmp_path):
+    """A lag threshold every Adam step passes, with the Trainer's own AdamW: warned at step 2 (the first with
+    Adam's moments), once within the cooldown, handed to ``on_warning`` and recorded at the next measured step
+    (5), as with Lightning."""
+    from optiscope.monitor import EarlyWarning
+
+    heard = []
+    warning = EarlyWarning(loss=None, lag=1e-12, edge=None, cooldown=100)
+    callback = OptiscopeCallback(out_dir=tmp_path, every=5, early_warning=warning, on_warning=heard.append)
+    trainer = Trainer(
+        model=tiny_hf.model("gpt2"),
+        args=arguments(tmp_path, max_steps=10, gradient_accumulation_steps=1),
+        train_dataset=dataset(n=20),
+        callbacks=[callback],
+    )
+    trainer.train()
+    records = read_records(tmp_path)
+    assert [r["step"] for r in records] == [1, 5, 10]
+    assert [(w["step"], w["signal"]) for w in heard] == [(2, "lag")]
+    assert [[w["step"] for w in r["warnings"]] for r in records] == [[], [2], []]
+    assert records[1]["warning_score"] > 1e-12
+
+
 def test_the_callbacks_arguments_are_checked_when_it_is_built(tmp_path):
     """Said at once in one line, not when training starts (or, for a guard, as an AttributeError at a step)."""
     with pytest.raises(ValueError, match="OptiscopeCallback: every=0 must be an integer >= 1"):
