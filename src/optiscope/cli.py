@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import math
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import shutil
@@ -342,51 +343,73 @@ def demo_one_by_one(names: list[str], out: Path, console: Console) -> int:
 
 
 def demo_side_by_side(names: list[str], out: Path, workers: int, console: Console) -> int:
-    """The demo's experiments in ``workers`` processes, the slow ones first and the others in the registry's order
-    as processes come free (each keeps its number in the story). The runs are quiet (the progress bars of several
-    at once would overwrite each other), so every ``SILENT_AT_MOST`` seconds without a line says which are still
-    running. An error, Ctrl-C or SIGTERM stops the workers at once: a demo has nothing to resume."""
+    """The demo's experiments, each in a process of its own, ``workers`` at a time: the slow ones first and the
+    others in the registry's order as processes come free (each keeps its number in the story). The runs are quiet
+    (the progress bars of several at once would overwrite each other), so every ``SILENT_AT_MOST`` seconds without
+    a line says which are still running. An error, Ctrl-C or SIGTERM stops the others at once: a demo has nothing
+    to resume."""
     code, running = 0, {}
     waiting = sorted(range(1, len(names) + 1), key=lambda k: names[k - 1] not in DEMO_SLOW)
     # fresh interpreters (no forked torch threads or locks) that know the experiments this process knows, each on
     # its share of the CPUs: torch's default of one thread per CPU in each would oversubscribe them (lm and entropy
     # side by side on 2 CPUs took 3.7x and 4.8x as long as each alone)
     known = dict(experiments.EXPERIMENTS), dict(figures.DRAWERS), max(1, usable_cpus() // workers)
-    with sigint_ignored():  # by the workers until they train: a Ctrl-C while they import torch is the demo's
-        pool = multiprocessing.get_context("spawn").Pool(workers, _demo_worker, known)
+    context = multiprocessing.get_context("spawn")
     try:
         said = time.perf_counter()
         while waiting or running:
             while waiting and len(running) < workers:
                 k = waiting.pop(0)
                 console.print(demo_started(k, names), highlight=False)
-                job = pool.apply_async(_demo_experiment, (names[k - 1], out / names[k - 1]))
+                receive, send = context.Pipe(duplex=False)
+                process = context.Process(
+                    target=_demo_experiment, args=(*known, names[k - 1], out / names[k - 1], send), daemon=True
+                )
+                with sigint_ignored():  # by the process until it trains: a Ctrl-C while it imports is the demo's
+                    process.start()
+                send.close()
                 said = time.perf_counter()
-                running[k] = job, said
-            finished = sorted(k for k, (job, _) in running.items() if job.ready())
-            if not finished:
-                time.sleep(0.1)
-                if time.perf_counter() - said >= SILENT_AT_MOST:
-                    said = time.perf_counter()
-                    still = ", ".join(f"{names[k - 1]} {said - t:.0f} s" for k, (_, t) in sorted(running.items()))
-                    console.print(f"still running: {still}", highlight=False)
-            for k in finished:
-                (job, started), name = running.pop(k), names[k - 1]
+                running[k] = process, receive, said
+            left = SILENT_AT_MOST - (time.perf_counter() - said)
+            ready = multiprocessing.connection.wait([r for _, r, _ in running.values()], timeout=max(0.0, left))
+            if not ready:
+                said = time.perf_counter()
+                still = ", ".join(f"{names[k - 1]} {said - t:.0f} s" for k, (_, _, t) in sorted(running.items()))
+                console.print(f"still running: {still}", highlight=False)
+            for k in sorted(k for k, (_, r, _) in running.items() if r in ready):
+                (process, receive, started), name = running.pop(k), names[k - 1]
                 try:
-                    results, drawn = job.get()
-                except Exception:  # said here, then as every command says it (one line on stderr, the exit code)
+                    done, result = receive.recv()
+                except EOFError:  # it died without a word: killed, out of memory
+                    process.join()
+                    done, result = (
+                        False,
+                        RuntimeError(f"the demo's process of {name} ended, exit code {process.exitcode}"),
+                    )
+                process.join()
+                if not done:  # said here, then as every command says it (one line on stderr, the exit code)
                     seconds = time.perf_counter() - started
                     console.print(f"experiment {k}/{len(names)}: {name} error, {seconds:.0f} s", highlight=False)
-                    raise
-                ended = demo_ended(k, names, time.perf_counter() - started, results, drawn, out / name)
+                    raise result
+                ended = demo_ended(k, names, time.perf_counter() - started, *result, out / name)
                 console.print(ended, highlight=False)
-                code, said = report_figure_failures(drawn, out / name) or code, time.perf_counter()
+                code, said = report_figure_failures(result[1], out / name) or code, time.perf_counter()
     except BaseException:
-        pool.terminate()
+        stop_processes([process for process, _, _ in running.values()])
         raise
-    pool.close()
-    pool.join()
     return code
+
+
+def stop_processes(processes: list[multiprocessing.process.BaseProcess], grace: float = 10.0) -> None:
+    """SIGTERM to each (a training loop stops after its step), and SIGKILL to any still alive ``grace`` s later."""
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 @contextlib.contextmanager
@@ -404,20 +427,29 @@ def sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _demo_worker(experiments_known: dict[str, str], drawers: dict[str, str], threads: int) -> None:
-    """A demo worker's start: the registries of the process that started it (a test's, or one extended at run
-    time) and its share of torch's threads (an experiment with ``--threads`` sets its own)."""
+def _demo_experiment(
+    experiments_known: dict[str, str],
+    drawers: dict[str, str],
+    threads: int,
+    name: str,
+    out: Path,
+    send: multiprocessing.connection.Connection,
+) -> None:
+    """One of the demo's experiments, quiet, in a process of its own that knows the registries of the demo's
+    process (a test's, or one extended at run time) and takes its share of torch's threads (an experiment with
+    ``--threads`` sets its own): sends (True, (results, figures drawn)) or (False, the exception). Ctrl-C (which
+    reaches the demo too, and it says so) or the demo stopping it ends it without a traceback."""
     experiments.EXPERIMENTS, figures.DRAWERS = experiments_known, drawers
     torch.set_num_threads(threads)
-
-
-def _demo_experiment(name: str, out: Path) -> tuple[dict[str, Any], figures.Drawn]:
-    """One of the demo's experiments, quiet, in a worker process: its results and the figures drawn. Ctrl-C (which
-    reaches the demo too, and it says so) or the demo stopping it ends the worker without a traceback."""
     try:
-        return run_and_draw(name, out, True, {"quiet": True}, force=True)
+        send.send((True, run_and_draw(name, out, True, {"quiet": True}, force=True)))
     except KeyboardInterrupt:
         raise SystemExit(EXIT_INTERRUPTED) from None
+    except Exception as e:  # noqa: BLE001 (handed to the demo, which raises it)
+        try:
+            send.send((False, e))
+        except Exception:  # noqa: BLE001 (an exception that does not pickle goes as its words)
+            send.send((False, RuntimeError(f"{type(e).__name__}: {e}")))
 
 
 def activation_hint() -> str | None:
