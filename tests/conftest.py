@@ -147,11 +147,7 @@ NEEDS_DEMO = pytest.StashKey[bool]()
 
 @pytest.hookimpl(trylast=True)  # the tests that will run: after -m and -k have deselected theirs
 def pytest_collection_modifyitems(config, items):
-    """Whether any test needs the demo; the files that read it run last (pytest-xdist hands out files in this
-    order), so that the demo started with the first test has ended when they come, instead of a worker waiting."""
-    reading = {item.path for item in items if "demo" in item.fixturenames}
-    config.stash[NEEDS_DEMO] = bool(reading)
-    items[:] = [item for item in items if item.path not in reading] + [item for item in items if item.path in reading]
+    config.stash[NEEDS_DEMO] = any("demo" in item.fixturenames for item in items)
 
 
 @pytest.fixture

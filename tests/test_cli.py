@@ -566,9 +566,12 @@ def test_a_demo_stopped_side_by_side_says_so_and_leaves_no_process(tmp_path, sig
 
     command = [sys.executable, "-m", "optiscope", "demo", "--out", str(tmp_path / "demo"), "--workers", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # SIGINT's default action whatever this test was started with: a test run in the background by a
+    # non-interactive shell (a CI runner) inherits SIGINT ignored, which Python, and so the demo, then keeps
     demo = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
-    )
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     started = [demo.stdout.readline() for _ in range(2)]  # both slow ones, each said as its worker starts it
     assert [line.split(": ")[1].split()[0] for line in started] == ["lm", "adder"], started
     time.sleep(3)  # inside their training loops
