@@ -324,6 +324,11 @@ def demo_ended(
     return f"experiment {k}/{len(names)}: {names[k - 1]} {status}, {seconds:.0f} s; {figures_in(drawn, out)}"
 
 
+def demo_failed(k: int, names: list[str], seconds: float) -> str:
+    """The line that ends it when it raised: ``"experiment 3/7: lm error, 12 s"``."""
+    return f"experiment {k}/{len(names)}: {names[k - 1]} error, {seconds:.0f} s"
+
+
 def demo_one_by_one(names: list[str], out: Path, console: Console) -> int:
     """The demo's experiments in this process, one after another, with their own progress bars on a terminal."""
     code = 0
@@ -335,7 +340,7 @@ def demo_one_by_one(names: list[str], out: Path, console: Console) -> int:
             with said_while_silent(console, which):
                 results, drawn = run_and_draw(name, out / name, True, {}, force=True)
         except Exception:  # said here, then as every command says it (one line on stderr, the exit code)
-            console.print(f"{which} error, {time.perf_counter() - started:.0f} s", highlight=False)
+            console.print(demo_failed(k, names, time.perf_counter() - started), highlight=False)
             raise
         console.print(demo_ended(k, names, time.perf_counter() - started, results, drawn, out / name), highlight=False)
         code = report_figure_failures(drawn, out / name) or code
@@ -388,8 +393,7 @@ def demo_side_by_side(names: list[str], out: Path, workers: int, console: Consol
                     )
                 process.join()
                 if not done:  # said here, then as every command says it (one line on stderr, the exit code)
-                    seconds = time.perf_counter() - started
-                    console.print(f"experiment {k}/{len(names)}: {name} error, {seconds:.0f} s", highlight=False)
+                    console.print(demo_failed(k, names, time.perf_counter() - started), highlight=False)
                     raise result
                 ended = demo_ended(k, names, time.perf_counter() - started, *result, out / name)
                 console.print(ended, highlight=False)
