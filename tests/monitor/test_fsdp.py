@@ -1,8 +1,9 @@
 """Two CPU processes (gloo) under FSDP2 (``fully_shard``) and FSDP1 (``use_orig_params`` False and True, and
 ``NO_SHARD``): every number the monitor records, on both ranks, against an unsharded run of the same model on
 the same global batches with the same optimizer (run here, in the test's own process); the divergence guard
-decides the same on both ranks when only one rank's shard holds a non-finite weight; curvature and the
-shardings the monitor does not measure are refused in one line."""
+decides the same on both ranks when only one rank's shard holds a non-finite weight, and the early warning
+when only one rank's data jumps; curvature and the shardings the monitor does not measure are refused in one
+line."""
 
 import json
 import logging
@@ -18,7 +19,7 @@ from torch import nn
 
 from optiscope import runs
 from optiscope.curvature import sharpness
-from optiscope.monitor import Curvature, Monitor
+from optiscope.monitor import Curvature, EarlyWarning, Monitor
 from optiscope.train.distributed import leave_job
 from support import DispatchedOps, assert_sharded_close
 
@@ -105,6 +106,7 @@ def _worker(rank: int, tmp: str) -> None:
             out[f"{setting}_rate"] = _wide_rate(net, opt)
     out["guard"] = _guard(rank)
     out["early_warning"] = _early_warning()
+    out["warnings"] = {setting: _warnings(setting, rank) for setting in ("fsdp2", "fsdp1")}
     out["refused"] = _refusals()
     with open(f"{tmp}/rank{rank}.json", "w") as f:
         json.dump(out, f)
@@ -170,6 +172,29 @@ def _early_warning() -> dict[str, list]:
     finally:
         logging.getLogger("optiscope").removeHandler(handler)
     return {"said": said, "collectives": collectives}
+
+
+def _warnings(setting: str, rank: int) -> dict:
+    """A loss warning with reduce_lr acting, each rank on its own data, whose targets jump tenfold on rank 1
+    at steps 30 to 32 only: the warnings each rank found, and its learning rate after."""
+    net = _sharded(setting)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3, eps=EPS, betas=(0.9, 0.95))
+    warning = EarlyWarning(loss=3.0)
+    monitor = Monitor(net, opt, every=10, sinks=[], early_warning=warning, on_warning="reduce_lr")
+    g = torch.Generator().manual_seed(100 + rank)
+    found = []
+    for t in range(1, 41):
+        x = torch.randn(ROWS // WORLD, 9, generator=g)
+        y = x[:, :1] * (10.0 if 30 <= t <= 32 and rank == 1 else 1.0)
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(net(x), y)
+        loss.backward()
+        opt.step()
+        record = monitor.step(loss)
+        found += record["warnings"] if record else []
+    monitor.flush()
+    monitor.close()
+    return {"warnings": found, "lr": opt.param_groups[0]["lr"]}
 
 
 def _refusals() -> dict[str, str]:
@@ -279,3 +304,14 @@ def test_early_warning_under_fsdp_says_once_that_the_lag_is_not_watched_and_adds
             "(said once)"
         ]
         assert collectives[2] == 0  # step 3: neither measured nor read
+
+
+@pytest.mark.parametrize("setting", ["fsdp2", "fsdp1"])
+def test_early_warnings_agree_on_every_rank(ranks, setting):
+    """Only rank 1's data jumps; the loss judged is the ranks' mean, so both warn at the same steps and halve the
+    learning rate alike (a rank that did not would train on with a different one)."""
+    first, second = (out["warnings"][setting] for out in ranks)
+    assert first == second
+    assert first["warnings"] and {w["signal"] for w in first["warnings"]} == {"loss"}
+    assert min(w["step"] for w in first["warnings"]) == 30
+    assert first["lr"] == 1e-3 / 2 ** len(first["warnings"])
