@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from report.browser import find_chromium, open_page
+from support import run_folder
 
 HOW = "install the distribution's Chromium (Debian/Ubuntu: `apt-get install -y chromium`) and the dev extras"
 
@@ -79,16 +80,9 @@ class Demo:
     stderr: str
 
 
-def _run_folder(tmp_path_factory) -> Path:
-    """This test run's temporary folder: under pytest-xdist the one all workers share (their base temporary
-    folder's parent, one per run)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 def _demo_folder(tmp_path_factory) -> Path:
     """Where this test run's demo goes: one worker starts it, any worker reads it."""
-    return _run_folder(tmp_path_factory) / "demo-of-this-run"
+    return run_folder(tmp_path_factory) / "demo-of-this-run"
 
 
 def _start_demo(folder: Path) -> subprocess.Popen:
@@ -154,7 +148,7 @@ def pytest_collection_modifyitems(config, items):
 def one_ray_at_a_time(tmp_path_factory):
     """Held by a test that starts a local Ray instance: under pytest-xdist no other worker starts one meanwhile (a
     second ``ray.init`` on one machine can join the first's instance, which then shuts down under it)."""
-    with open(_run_folder(tmp_path_factory) / "ray.lock", "a") as lock:
+    with open(run_folder(tmp_path_factory) / "ray.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import collections
+import fcntl
 import math
+import os
 import random
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,6 +152,28 @@ WORDS = [
     *("the", "cat", "sat", "on", "a", "mat", "and", "the", "dog"),
     *("ran", "to", "see", "what", "it", "was", "doing", "there", "today"),
 ]
+
+
+def run_folder(tmp_path_factory) -> Path:
+    """This test run's temporary folder: under pytest-xdist the one all workers share (their base temporary
+    folder's parent, one per run)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """``run_folder/name``, made by ``make(folder)`` in the first worker that asks for it while the others wait
+    (a lock beside it): what takes a minute is made once per test run, not once per worker."""
+    folder = run_folder(tmp_path_factory) / name
+    with open(folder.with_name(f"{name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".made").is_file():
+            if folder.exists():  # a worker that failed half-way: start again
+                shutil.rmtree(folder)
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder
 
 
 def write_tiny_corpus(path: Path) -> Path:

@@ -1,10 +1,13 @@
 """Real results.json files of every experiment, from tiny runs made once per test session."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 
 from optiscope import cli, runs
-from support import write_tiny_corpus
+from support import made_once, write_tiny_corpus
 
 LM = [
     *("--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4"),
@@ -35,6 +38,8 @@ COMMANDS = {
         *("--width", "16", "--eval-every", "10", "--log-every", "5", "--quiet"),
     ],
 }
+#: the tiny runs' experiments, in the order they are made (entropy probes lm's checkpoint)
+NAMES = [*COMMANDS, "entropy"]
 
 
 @pytest.fixture(scope="session")
@@ -47,25 +52,32 @@ _MADE: dict[str, dict] = {}
 
 
 @pytest.fixture(scope="session")
-def tiny_runs(tmp_path_factory, corpus):
-    """experiment name -> the run directory of a tiny run of it (figures drawn)."""
+def tiny_runs_made(tmp_path_factory, corpus) -> Path:
+    """The folder of the tiny runs, one per experiment (figures drawn), made once per test run: under pytest-xdist
+    by the first worker that needs them. Read it only: ``tiny_runs`` are copies a test may redraw."""
+    return made_once(tmp_path_factory, "tiny-runs-of-this-run", lambda base: _make_tiny_runs(base, corpus))
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory, tiny_runs_made):
+    """experiment name -> the run directory of a tiny run of it (figures drawn): this worker's copy."""
     if "dirs" in _MADE:
         return _MADE["dirs"]
-    threads = torch.get_num_threads()
     base = tmp_path_factory.mktemp("tiny-runs")
-    dirs = {}
+    _MADE["dirs"] = dirs = {name: Path(shutil.copytree(tiny_runs_made / name, base / name)) for name in NAMES}
+    return dirs
+
+
+def _make_tiny_runs(base: Path, corpus: Path) -> None:
+    threads = torch.get_num_threads()
     try:
         for name, options in COMMANDS.items():
             extra = ["--text", str(corpus)] if name == "lm" else []
             assert cli.main(["run", name, "--out", str(base / name), *options, *extra]) in (0, cli.EXIT_DIVERGED)
-            dirs[name] = base / name
-        probe = ["--checkpoint", str(dirs["lm"]), "--checkpoint-run", "adamw", *PROBE]
+        probe = ["--checkpoint", str(base / "lm"), "--checkpoint-run", "adamw", *PROBE]
         assert cli.main(["run", "entropy", "--out", str(base / "entropy"), *probe]) == 0
-        dirs["entropy"] = base / "entropy"
     finally:
         torch.set_num_threads(threads)
-    _MADE["dirs"] = dirs
-    return dirs
 
 
 @pytest.fixture(scope="session")

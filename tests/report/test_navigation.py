@@ -29,14 +29,14 @@ LANDED = """(target) => {
 }"""
 
 
-def test_the_contents_name_every_study_and_run_and_each_link_lands_on_its_target(shown, tiny_runs):
+def test_the_contents_name_every_study_and_run_and_each_link_lands_on_its_target(shown, page_runs):
     page = shown
     entries = page.evaluate(CONTENTS)
     texts = [text for _, text in entries]
-    assert set(tiny_runs) <= set(texts), texts  # a study each (one directory each: its run entry too)
+    assert set(page_runs) <= set(texts), texts  # a study each (one directory each: its run entry too)
     targets = {href.removeprefix("#") for href, _ in entries}
     anchored = page.evaluate("() => [...document.querySelectorAll('section[id], article[id]')].map(e => e.id)")
-    assert len(anchored) == 2 * len(tiny_runs) and set(anchored) <= targets, (anchored, targets)
+    assert len(anchored) == 2 * len(page_runs) and set(anchored) <= targets, (anchored, targets)
     for href, text in entries:
         page.locator(f'#toc a[href="{href}"]').click()
         landed = page.evaluate(LANDED, href)
@@ -67,9 +67,9 @@ SUMMARY = """() => [...document.querySelectorAll('#summary li')].map(li => ({
 }))"""
 
 
-def test_the_summary_gives_each_runs_headline_linked_to_its_section(shown, tiny_runs):
+def test_the_summary_gives_each_runs_headline_linked_to_its_section(shown, page_runs):
     items = shown.evaluate(SUMMARY)
-    assert {Path(item["dir"]) for item in items} == set(tiny_runs.values())
+    assert {Path(item["dir"]) for item in items} == set(page_runs.values())
     for item in items:
         results = runs.read_json(Path(item["dir"]) / runs.RESULTS)
         assert item["numbers"], item  # the run's first headline, with its numbers
@@ -80,10 +80,10 @@ def test_the_summary_gives_each_runs_headline_linked_to_its_section(shown, tiny_
             assert math.isclose(float(text.replace(",", "")), value, rel_tol=1e-3), (item["dir"], path, text, value)
 
 
-def figure_file(alt: str, tiny_runs) -> Path:
+def figure_file(alt: str, page_runs) -> Path:
     """The PNG a figure's alt text names ("lm/figures/lm_loss.png")."""
     directory, rest = alt.split("/", 1)
-    return tiny_runs[directory] / rest
+    return page_runs[directory] / rest
 
 
 SHOWN_IMAGE = """() => {
@@ -93,14 +93,14 @@ SHOWN_IMAGE = """() => {
 }"""
 
 
-def test_clicking_a_figure_shows_it_at_its_natural_size(shown, tiny_runs):
+def test_clicking_a_figure_shows_it_at_its_natural_size(shown, page_runs):
     page = shown
     figures = page.locator("figure img")
-    assert figures.count() == sum(len(list((d / runs.FIGURES).glob("*.png"))) for d in tiny_runs.values())
+    assert figures.count() == sum(len(list((d / runs.FIGURES).glob("*.png"))) for d in page_runs.values())
     for i in range(figures.count()):
         figure = figures.nth(i)
         alt = figure.get_attribute("alt")
-        with Image.open(figure_file(alt, tiny_runs)) as png:
+        with Image.open(figure_file(alt, page_runs)) as png:
             size = list(png.size)
         inline = figure.bounding_box()
         assert inline["width"] < size[0] or size[0] <= 1100, (alt, inline)  # shown smaller in the page…
@@ -117,17 +117,17 @@ def test_clicking_a_figure_shows_it_at_its_natural_size(shown, tiny_runs):
 IMAGES = re.compile(r'<img alt="([^"]+)"[^>]*src="data:(image/[a-z]+);base64,([A-Za-z0-9+/=]+)"')
 
 
-def test_each_figure_is_inlined_once_with_its_pixels_kept(written, tiny_runs):
+def test_each_figure_is_inlined_once_with_its_pixels_kept(written, page_runs):
     """Re-encoded smaller for the page in 256 colours: the oracle is the PNG on disk, read by Pillow; its size
     is kept, nearly all of its pixels exactly, the rest (antialiased edges) within a few levels."""
     found = IMAGES.findall(written.read_text())
-    files = sorted(p for d in tiny_runs.values() for p in (d / runs.FIGURES).glob("*.png"))
-    assert sorted(figure_file(alt, tiny_runs) for alt, _, _ in found) == files  # each once
+    files = sorted(p for d in page_runs.values() for p in (d / runs.FIGURES).glob("*.png"))
+    assert sorted(figure_file(alt, page_runs) for alt, _, _ in found) == files  # each once
     inlined = png = 0
     for alt, _, data in found:
         raw = base64.b64decode(data)
-        inlined, png = inlined + len(raw), png + figure_file(alt, tiny_runs).stat().st_size
-        with Image.open(io.BytesIO(raw)) as image, Image.open(figure_file(alt, tiny_runs)) as original:
+        inlined, png = inlined + len(raw), png + figure_file(alt, page_runs).stat().st_size
+        with Image.open(io.BytesIO(raw)) as image, Image.open(figure_file(alt, page_runs)) as original:
             assert image.size == original.size, alt
             error = np.abs(np.asarray(image.convert("RGB"), int) - np.asarray(original.convert("RGB"), int))
             assert (error.max(axis=2) == 0).mean() > 0.9 and (error.max(axis=2) <= 16).mean() > 0.99, alt
@@ -179,7 +179,7 @@ def close(got, expected):
     return len(got) == len(expected) and all(math.isclose(g, e, rel_tol=1e-4) for g, e in pairs)
 
 
-def test_one_loss_chart_holds_every_loss_series_of_the_lm_section(shown, tiny_runs):
+def test_one_loss_chart_holds_every_loss_series_of_the_lm_section(shown, page_runs):
     """The lm section used to draw its losses in five charts (training loss against step and time, validation loss,
     the monitor's loss and its running mean); one chart with tabs now holds each series once. Oracle:
     results.json and metrics.jsonl."""
@@ -190,8 +190,8 @@ def test_one_loss_chart_holds_every_loss_series_of_the_lm_section(shown, tiny_ru
     assert not set(gone) & set(drawn["titles"]), drawn["titles"]
     tabs = ("against step", "against training time", "each logged step (metrics.jsonl)")
     step, time, logged = (drawn["tabs"][t] for t in tabs)
-    results = runs.read_json(tiny_runs["lm"] / runs.RESULTS)
-    records = [r for r in runs.read_jsonl(tiny_runs["lm"] / runs.METRICS) if not r.get("diverged")]
+    results = runs.read_json(page_runs["lm"] / runs.RESULTS)
+    records = [r for r in runs.read_jsonl(page_runs["lm"] / runs.METRICS) if not r.get("diverged")]
     for name, run in results["runs"].items():
         finite = [(s, v) for s, v in zip(run["train"]["step"], run["train"]["loss"], strict=True) if math.isfinite(v)]
         if finite:

@@ -52,7 +52,7 @@ def walk(document, path):
     return document
 
 
-def test_every_experiment_loads_offline_with_every_chart_drawn(shown, written, tiny_runs, tmp_path):
+def test_every_experiment_loads_offline_with_every_chart_drawn(shown, written, page_runs, tmp_path):
     page = shown
     assert page.errors == []
     assert page.external == [] and page.failed == []
@@ -64,16 +64,16 @@ def test_every_experiment_loads_offline_with_every_chart_drawn(shown, written, t
         assert chart["points"][0] > 0 and chart["width"] > 100 and chart["height"] > 100, chart
         assert chart["canvases"] > 0, chart
     sections = page.locator("section h2").all_text_contents()
-    assert set(sections) == set(tiny_runs), sections
+    assert set(sections) == set(page_runs), sections
     shot = tmp_path / "report.png"
     page.screenshot(path=str(shot))
     print(f"screenshot of the report: {shot}")
 
 
-def test_headline_numbers_are_those_of_results_json(shown, tiny_runs):
+def test_headline_numbers_are_those_of_results_json(shown, page_runs):
     page = shown
     articles = page.evaluate(HEADLINES)
-    assert {Path(a["dir"]) for a in articles} == set(tiny_runs.values())
+    assert {Path(a["dir"]) for a in articles} == set(page_runs.values())
     for article in articles:
         results = json.loads((Path(article["dir"]) / "results.json").read_text())
         assert len(article["numbers"]) >= 3, article["dir"]

@@ -106,7 +106,7 @@ HEATMAPS = """() => [...document.querySelectorAll('section')].flatMap(s => {
 })"""
 
 
-def test_the_u_w_heatmaps_of_a_section_share_one_colour_scale(shown, tiny_runs):
+def test_the_u_w_heatmaps_of_a_section_share_one_colour_scale(shown, page_runs):
     """The oracle: the smallest and largest positive u/w in the section's metrics.jsonl (every run of it)."""
     page = shown
     unfold(page)
@@ -117,7 +117,7 @@ def test_the_u_w_heatmaps_of_a_section_share_one_colour_scale(shown, tiny_runs):
     for section in several:
         values = [
             p["u_over_w"]
-            for line in (Path(tiny_runs[section]) / "metrics.jsonl").read_text().splitlines()
+            for line in (Path(page_runs[section]) / "metrics.jsonl").read_text().splitlines()
             for p in json.loads(line).get("params", {}).values()
             if isinstance(p.get("u_over_w"), float) and math.isfinite(p["u_over_w"]) and p["u_over_w"] > 0
         ]
@@ -136,12 +136,12 @@ Y_RANGE = """(suffix) => {
 }"""
 
 
-def test_the_adders_accuracy_axes_run_from_0_to_1_and_its_counts_from_0(shown, tiny_runs):
+def test_the_adders_accuracy_axes_run_from_0_to_1_and_its_counts_from_0(shown, page_runs):
     """Accuracy (the suite's share of cases correct, the share per carry chain) on 0–1 whatever the values;
     wrong-digit counts from 0, however few (the tiny run's may all be 0, which Bokeh centred on −1…1). The
     oracle for the accuracies: results.json's correct / cases."""
     page = shown
-    results = json.loads((Path(tiny_runs["adder"]) / "results.json").read_text())
+    results = json.loads((Path(page_runs["adder"]) / "results.json").read_text())
     accuracy = page.evaluate(Y_RANGE, "-acc")
     assert -0.05 <= accuracy["start"] <= 0 and 1 <= accuracy["end"] <= 1.05, accuracy
     expected = sorted(e["correct"] / results["cases"] for r in results["runs"] for e in r["evals"])
