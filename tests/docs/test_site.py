@@ -133,16 +133,12 @@ FIGURES = """() => [...document.querySelectorAll('.md-content img')].map(i => ({
   src: i.getAttribute('src'), shown: i.getBoundingClientRect().width, pixels: i.naturalWidth}))"""
 
 #: Docs figures still drawn in the old, wider layout, from default runs that take hours each on the development
-#: machine (lm, adder, the zoo's sweep and landscapes) and were not kept: they have no record of their smallest
-#: font until `docs/figures.py` redraws them. The test checks that each still lacks it, so a redrawn figure must
-#: leave this list (and is then checked like the others).
+#: machine (lm's) and were not kept: they have no record of their smallest font until `docs/figures.py` redraws
+#: them. The test checks that each still lacks it, so a redrawn figure must leave this list (and is then checked
+#: like the others).
 NOT_REDRAWN = {
     "lm-lm_loss.png",
     "lm-lm_embedding_rows.png",
-    "zoo-sweep-sweep_tuned.png",
-    "zoo-sweep-sweep_sensitivity.png",
-    "zoo-landscapes-landscapes.png",
-    "zoo-landscapes-convergence_table.png",
 }
 
 
