@@ -132,16 +132,6 @@ def test_code_wraps_at_its_spaces_and_wide_tables_scroll_in_their_own_box(tour):
 FIGURES = """() => [...document.querySelectorAll('.md-content img')].map(i => ({
   src: i.getAttribute('src'), shown: i.getBoundingClientRect().width, pixels: i.naturalWidth}))"""
 
-#: Docs figures still drawn in the old, wider layout, from default runs that take hours each on the development
-#: machine (lm's) and were not kept: they have no record of their smallest font until `docs/figures.py` redraws
-#: them. The test checks that each still lacks it, so a redrawn figure must leave this list (and is then checked
-#: like the others).
-NOT_REDRAWN = {
-    "lm-lm_loss.png",
-    "lm-lm_embedding_rows.png",
-}
-
-
 def test_every_figure_is_legible_where_it_sits(site, tour):
     """At a 1,400 px window each figure of a page is shown at most as wide as the text column: its smallest text
     (the figure's own record, in its PNG: ``figures.style.SMALLEST_FONT_KEY``) renders at that size times the
@@ -158,9 +148,6 @@ def test_every_figure_is_legible_where_it_sits(site, tour):
                 continue
             with Image.open((site / name).parent / image["src"]) as png:
                 assert png.width == image["pixels"]
-                if Path(image["src"]).name in NOT_REDRAWN:
-                    assert style.SMALLEST_FONT_KEY not in png.text, f"{image['src']} is redrawn: check it"
-                    continue
                 smallest = float(png.text[style.SMALLEST_FONT_KEY])
             rendered = smallest * image["shown"] / image["pixels"]
             if rendered < style.LEGIBLE_PX:

@@ -1,4 +1,4 @@
-"""Real results.json files of every experiment, from tiny runs made once per test session."""
+"""Real results.json files of every experiment, from tiny runs made once per test run (shared by the workers)."""
 
 import shutil
 from pathlib import Path
