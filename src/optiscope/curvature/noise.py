@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..checks import is_count
+from ..collectives import all_gather
 from .hvp import dense
 
 
@@ -143,8 +144,7 @@ def rank_gradients(grads: Sequence[Tensor]) -> list[list[Tensor]]:
         return [list(grads)]
     grads = [dense(g) for g in grads]
     flat = torch.cat([g.reshape(-1) for g in grads])
-    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, flat)
+    gathered = all_gather(flat)
     sizes = [g.numel() for g in grads]
     return [[part.view_as(g) for part, g in zip(torch.split(flat_r, sizes), grads, strict=True)] for flat_r in gathered]
 

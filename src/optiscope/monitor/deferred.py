@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..checks import is_number
-from .sharding import collective_device
+from ..collectives import all_reduce, collective_device
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,7 @@ class StepLog:
         values = _numbers(kept)
         if dist.is_available() and dist.is_initialized():
             # every rank judges the same losses; a skipped step is skipped on every rank (its mean is itself)
-            vector = torch.tensor(values, dtype=torch.float64, device=collective_device())
-            dist.all_reduce(vector)
+            vector = all_reduce(torch.tensor(values, dtype=torch.float64, device=collective_device()))
             values = (vector / dist.get_world_size()).tolist()
         return [
             Read(k.step, None if k.loss is None else values[2 * i], _skipped(values[2 * i + 1], k.skipped), k.scaled)

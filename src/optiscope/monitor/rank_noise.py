@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..collectives import all_reduce
 from .curvature import SmallBatchNorms
 from .names import own_names, under_compile
 
@@ -91,8 +92,7 @@ class RankNoise:
         and the averaged gradient's; NaN for a parameter whose gradient the hook did not see."""
         device = self.params[0].device if dist.get_backend(self.group) != "gloo" else torch.device("cpu")
         nan = torch.tensor(math.nan, dtype=torch.float64, device=device)
-        local = torch.stack([self.local.get(id(p), nan).to(device) for p in self.params])
-        dist.all_reduce(local, group=self.group)
+        local = all_reduce(torch.stack([self.local.get(id(p), nan).to(device) for p in self.params]), group=self.group)
         averaged = [float(self.averaged.get(id(p), nan)) for p in self.params]
         self.local, self.averaged = {}, {}
         return SmallBatchNorms(

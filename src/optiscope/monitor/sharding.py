@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from .. import collectives
+from ..collectives import collective_device
 from . import stats
 from .names import clean_name
 
@@ -182,18 +184,8 @@ def sums(layout: Layout, parts: list[Part], rows: Tensor) -> Tensor:
     return _all_reduce(out, layout.group, dist.ReduceOp.SUM)
 
 
-def collective_device(group: Any = None) -> torch.device:
-    """Where a collective's tensors must be: the GPU for nccl, the CPU for gloo (``group`` None: the default
-    group's backend)."""
-    return (
-        torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
-    )
-
-
 def _all_reduce(t: Tensor, group: Any, op: Any) -> Tensor:
-    moved = t.to(collective_device(group))
-    dist.all_reduce(moved, op=op, group=group)
-    return moved.cpu()
+    return collectives.all_reduce(t.to(collective_device(group)), op=op, group=group).cpu()
 
 
 #: the kinds of effective learning rate a parameter has (``effective_lr_summaries``)
@@ -257,10 +249,7 @@ def effective_lr_summaries(
 
 
 def _all_gather(t: Tensor, group: Any) -> list[Tensor]:
-    moved = t.to(collective_device(group))
-    out = [torch.zeros_like(moved) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(out, moved, group=group)
-    return [o.cpu() for o in out]
+    return [o.cpu() for o in collectives.all_gather(t.to(collective_device(group)), group=group)]
 
 
 def _stride(numel: int) -> int:

@@ -19,8 +19,8 @@ import torch.distributed as dist
 from torch import nn
 
 from .. import runs
+from ..collectives import all_reduce, collective_device
 from ..errors import UserError
-from ..monitor.sharding import collective_device
 
 
 @dataclass(frozen=True)
@@ -128,8 +128,7 @@ def global_mean(value: float) -> float:
     """The mean of ``value`` over all ranks (``value`` itself in a single process)."""
     if not _joined():
         return value
-    total = torch.tensor(value, dtype=torch.float64, device=collective_device())
-    dist.all_reduce(total)
+    total = all_reduce(torch.tensor(value, dtype=torch.float64, device=collective_device()))
     return float(total) / dist.get_world_size()
 
 
@@ -137,6 +136,5 @@ def any_rank(flag: bool) -> bool:
     """True on every rank if ``flag`` is true on any (so all ranks stop at the same step)."""
     if not _joined():
         return flag
-    value = torch.tensor(float(flag), device=collective_device())
-    dist.all_reduce(value)
+    value = all_reduce(torch.tensor(float(flag), device=collective_device()))
     return bool(value > 0)
