@@ -41,7 +41,7 @@ from rich.table import Table
 from . import __version__, contracts, experiments, figures, optim, runs, sweep
 from .errors import ConfigError, UserError
 from .optim.recipes import register_table
-from .suggest.methods import METHODS
+from .suggest.methods import DEFAULT_METHOD, METHODS
 from .sweep.sweep import OWNS as SWEEP_OWNS
 from .sweep.sweep import RESERVED as SWEEP_RESERVED
 from .train.distributed import leave_job
@@ -806,9 +806,9 @@ def add_suggest_parser(sub: Any) -> None:
         add_budget_argument(p)
         p.add_argument(
             "--method",
-            default=next(iter(METHODS)),
+            default=DEFAULT_METHOD,
             metavar="NAME",
-            help=f"how the probe reads the lr: {', '.join(METHODS)} (default: {next(iter(METHODS))})",
+            help=f"how the probe reads the lr: {', '.join(METHODS)} (default: {DEFAULT_METHOD})",
         )
         add_recipes_argument(p)
         add_config_arguments(p, module, skip=("seeds",))

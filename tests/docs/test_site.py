@@ -132,6 +132,7 @@ def test_code_wraps_at_its_spaces_and_wide_tables_scroll_in_their_own_box(tour):
 FIGURES = """() => [...document.querySelectorAll('.md-content img')].map(i => ({
   src: i.getAttribute('src'), shown: i.getBoundingClientRect().width, pixels: i.naturalWidth}))"""
 
+
 def test_every_figure_is_legible_where_it_sits(site, tour):
     """At a 1,400 px window each figure of a page is shown at most as wide as the text column: its smallest text
     (the figure's own record, in its PNG: ``figures.style.SMALLEST_FONT_KEY``) renders at that size times the

@@ -12,9 +12,17 @@ def probe_me(monkeypatch):
     monkeypatch.setattr(experiments, "suggestable", lambda: ["probe-me"])
 
 
-def test_suggest_lr_prints_a_line_per_optimizer_and_writes_suggestion_json(probe_me, tmp_path, capsys):
+#: the closed forms on ½(10w₁² + w₂²) at w = (1, 1), one batch (no gradient noise): the edge is 2/10 for SGD and 3.8/10
+#: for heavy ball; the noise-free greedy step along g = (10, 1) is gᵀg/gᵀHg = 101/1001, over 1/(1 − β) = 10 with
+#: momentum, and binds first for ``limits`` (the default)
+ORACLES = {"limits": (101 / 1001, 0.1 * 101 / 1001), "sharpness": (0.2, 0.38)}
+
+
+@pytest.mark.parametrize("method", [None, "sharpness"], ids=["default", "sharpness"])
+def test_suggest_lr_prints_a_line_per_optimizer_and_writes_suggestion_json(probe_me, tmp_path, capsys, method):
     out = tmp_path / "s"
-    assert cli.main(["suggest-lr", "probe-me", "--optimizers", "sgd,momentum", "--out", str(out)]) == 0
+    chosen = [] if method is None else ["--method", method]
+    assert cli.main(["suggest-lr", "probe-me", "--optimizers", "sgd,momentum", "--out", str(out), *chosen]) == 0
     printed = capsys.readouterr().out.splitlines()
     lines = {line.split(":")[0].strip(): line for line in printed if line.startswith("  ")}
     assert set(lines) == {"sgd", "momentum"} and all(
@@ -22,9 +30,9 @@ def test_suggest_lr_prints_a_line_per_optimizer_and_writes_suggestion_json(probe
     )
     saved = runs.read_json(out / "suggestion.json")
     assert saved["experiment"] == "probe-me" and saved["budget"] == 0.05
-    # the edge of ½(10w₁² + w₂²) is 2/10 for SGD, 3.8/10 for heavy ball (the oracle: the closed form)
-    assert saved["optimizers"]["sgd"]["edge"] == pytest.approx(0.2, rel=1e-3)
-    assert saved["optimizers"]["momentum"]["edge"] == pytest.approx(0.38, rel=1e-3)
+    sgd, momentum = ORACLES[method or "limits"]
+    assert saved["optimizers"]["sgd"]["edge"] == pytest.approx(sgd, rel=1e-3)
+    assert saved["optimizers"]["momentum"]["edge"] == pytest.approx(momentum, rel=1e-3)
     assert f"{saved['optimizers']['sgd']['lr']:.3g}" in lines["sgd"]
 
 
@@ -45,7 +53,7 @@ def test_an_existing_suggestion_is_replaced_only_with_force(probe_me, tmp_path, 
         (["--optimizers", "suggest.no_lr.Sign"], "takes no lr"),
         (["--optimizers", "nope"], "unknown optimizer 'nope'"),
         (["--budget", "2"], "--budget 2.0 must be a share"),
-        (["--method", "best"], "--method 'best'; valid: sharpness"),
+        (["--method", "best"], "--method 'best'; valid: limits"),
     ],
     ids=["empty-batches", "nan-loss", "too-few-steps", "optimizer-without-lr", "unknown-optimizer", "budget", "method"],
 )

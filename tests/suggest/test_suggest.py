@@ -70,7 +70,7 @@ def test_an_optimizer_without_a_threshold_gets_a_fallback_that_says_so():
 
 
 def test_a_one_shot_iterator_is_replayed_when_it_runs_out():
-    s = suggest_lr(weights(1.0, 1.0), "sgd", quadratic, iter([A, A]), steps=20)
+    s = suggest_lr(weights(1.0, 1.0), "sgd", quadratic, iter([A, A]), steps=20, method="sharpness")
     assert s.edge == pytest.approx(0.2, rel=1e-3)
 
 
@@ -99,7 +99,7 @@ def test_a_one_shot_iterator_is_replayed_when_it_runs_out():
             "the least that works",
         ),
         (lambda: suggest_lr(weights(1.0), "sgd", quadratic, [A[:1]], steps=0), ValueError, "steps=0"),
-        (lambda: suggest_lr(weights(1.0), "sgd", quadratic, [A[:1]], method="best"), ValueError, "valid: sharpness"),
+        (lambda: suggest_lr(weights(1.0), "sgd", quadratic, [A[:1]], method="best"), ValueError, "valid: limits"),
         (lambda: suggest_lr("model", "sgd", quadratic, [A[:1]]), TypeError, "not a torch.nn.Module"),
         (lambda: suggest_lr(weights(1.0), "sgd", quadratic, 5), TypeError, "iterable of batches"),
     ],

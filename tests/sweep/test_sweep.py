@@ -259,12 +259,13 @@ def test_a_resume_whose_trials_refuse_leaves_the_sweeps_config_as_it_was(synthet
 
 
 def test_lr_from_suggest_centres_each_grid_on_its_suggestion_and_resume_reads_it_back(synthetic, tmp_path):
-    """The synthetic run's probe is ½·20·w², whose SGD edge is 2/20 = 0.1 (the oracle: the closed form); the grid of
-    ratio √2 is centred on σ·0.1, and a resume takes the centre from suggestion.json, not from a new probe."""
+    """The synthetic run's probe is ½·20·w², whose SGD edge is 2/20 = 0.1 and whose greedy step 1/20 = 0.05 binds
+    first for the default method, without gradient noise (the oracle: the closed forms); the grid of ratio √2 is
+    centred on σ·0.05, and a resume takes the centre from suggestion.json, not from a new probe."""
     sweep = config(optimizers=("sgd",), seeds=1, lr_from="suggest", factor=math.sqrt(2), options={"sgd_optimum": 0.05})
     results = run_sweep(sweep, tmp_path / "s")
     saved = runs.read_json(tmp_path / "s" / "suggestion.json")["optimizers"]["sgd"]
-    assert saved["edge"] == pytest.approx(0.1, rel=1e-3)
+    assert saved["edge"] == pytest.approx(0.05, rel=1e-3)
     tuned = results["optimizers"]["sgd"]
     assert tuned["centre_lr"] == saved["lr"]
     grid = {grid_lr(saved["lr"], k, math.sqrt(2)) for k in range(-30, 31)}

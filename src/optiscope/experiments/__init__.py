@@ -431,7 +431,7 @@ def suggestable() -> list[str]:
 
 
 def suggest(
-    name: str, config: Any, budget: float = DEFAULT_BUDGET, method: str = "sharpness"
+    name: str, config: Any, budget: float = DEFAULT_BUDGET, method: str | None = None
 ) -> dict[str, LRSuggestion]:
     """A learning-rate suggestion for each optimizer of ``config``, probed on the experiment's own run.
 
@@ -443,7 +443,7 @@ def suggest(
         name: an experiment that declares ``trainee`` (``suggestable()``: ``lm``, ``adder``, ``mlp``).
         config: its ``Config`` (``build_config``); each run's ``@lr`` is not used.
         budget: the share of a run's steps × batch a suggestion may spend, in (0, 1].
-        method: ``suggest_lr``'s method (``suggest.METHODS``).
+        method: ``suggest_lr``'s method (``suggest.METHODS``); None: its default.
 
     Returns:
         Optimizer name -> [`LRSuggestion`][optiscope.suggest.LRSuggestion], in the runs' order.
@@ -463,7 +463,7 @@ def suggest(
         (True, True)
     """
     from ..suggest import suggest_lr
-    from ..suggest.methods import METHODS  # the probes' package imports torch's autograd machinery: only when asked
+    from ..suggest.methods import DEFAULT_METHOD, METHODS  # the probes import torch's autograd machinery: when asked
 
     module = load(name)
     if not callable(getattr(module, "trainee", None)):
@@ -472,6 +472,7 @@ def suggest(
         )
     if not (isinstance(budget, int | float) and not isinstance(budget, bool) and 0 < budget <= 1):
         raise ConfigError(f"--budget {budget!r} must be a share of a run's steps in (0, 1], e.g. 0.05")
+    method = DEFAULT_METHOD if method is None else method
     if method not in METHODS:
         raise ConfigError(f"--method {method!r}; valid: {', '.join(METHODS)}")
     found = {}

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ..checks import is_count, non_negative
 from ..errors import SuggestionError
-from .methods import FALLBACK, METHODS
+from .methods import DEFAULT_METHOD, FALLBACK, METHODS
 from .session import OptimizerSpec, Session, untouched
 from .suggestion import LRSuggestion
 
@@ -21,7 +21,7 @@ def suggest_lr(
     batches: Iterable[Any],
     *,
     steps: int = 100,
-    method: str = "sharpness",
+    method: str = DEFAULT_METHOD,
     weight_decay: float = 0.0,
     decay_vectors: bool = True,
 ) -> LRSuggestion:
@@ -34,11 +34,13 @@ def suggest_lr(
 
         η = σ · c / λ
 
-    By default (``method="sharpness"``) λ is measured at the weights as given, after a few steps at η = 0 that fill
-    an Adam-family optimizer's state. σ was fitted on the calibration tasks of the evaluation and the band is where
-    η* fell around the suggestion there; how far to trust it on a task of yours is on the evaluation page
-    (``docs/experiments/suggest-lr.md``), with the cases where it fails: on its held-out task the suggestion was
-    within 2× of the tuned η in none of 10 cases, so treat it as where a sweep should reach, not as a tuned η.
+    By default (``method="limits"``) λ is measured at the weights as given, after a few steps at η = 0 that fill
+    an Adam-family optimizer's state, and η is the lower of σ·c/λ and the noise-limited step those steps' gradients
+    give (McCandlish et al. 2018): whichever binds first. σ was fitted on the calibration tasks of the evaluation and
+    the band is where η* fell around the suggestion there; how far to trust it on a task of yours is on the
+    evaluation page (``docs/experiments/suggest-lr.md``), with the cases where it fails: on its held-out task the
+    suggestion was within 2× of the tuned η in 2 of 10 cases, so treat it as where a sweep should start, not as a
+    tuned η.
 
     Args:
         model: the model, as training will start it; it comes back exactly as it was (parameters, buffers,
@@ -53,9 +55,9 @@ def suggest_lr(
             runs out; tensors are moved to the model's device. A one-shot iterator is consumed as far as the probe
             draws.
         steps: the most forward+backward passes on one batch the probe may spend, all probes together (an
-            optimizer step costs 1, a Hessian-vector product 2): an integer >= the method's least (8 for
-            ``"sharpness"`` with an Adam-family optimizer).
-        method: ``"sharpness"`` (the default), ``"noise"``, ``"limits"``, ``"warmup"`` or ``"range-test"``
+            optimizer step costs 1, a Hessian-vector product 2): an integer >= the method's least (13 for
+            ``"limits"`` with an Adam-family optimizer; a refusal says it).
+        method: ``"limits"`` (the default), ``"sharpness"``, ``"noise"``, ``"warmup"`` or ``"range-test"``
             (``METHODS``; the evaluation page compares them).
         weight_decay: λ, for a recipe name whose recipe decays (``adamw``, ``adaml2``).
         decay_vectors: for a recipe name: False leaves parameters of fewer than two dimensions undecayed.
@@ -75,14 +77,14 @@ def suggest_lr(
 
     Examples:
         On L = ½ Σ aᵢwᵢ² the Hessian is diag(a): SGD's edge is 2/λ_max = 0.2 and its best constant step
-        2/(λ_max + λ_min) = 0.18.
+        2/(λ_max + λ_min) = 0.18; ``method="sharpness"`` reads the edge alone.
 
         >>> import torch
         >>> from optiscope import suggest_lr
         >>> model = torch.nn.Linear(2, 1, bias=False)
         >>> def loss_fn(m, a):
         ...     return 0.5 * (a * m.weight[0] ** 2).sum()
-        >>> s = suggest_lr(model, "sgd", loss_fn, [torch.tensor([10.0, 1.0])], steps=20)
+        >>> s = suggest_lr(model, "sgd", loss_fn, [torch.tensor([10.0, 1.0])], steps=20, method="sharpness")
         >>> round(s.edge, 4), s.threshold, s.steps_used <= 20
         (0.2, '2/η', True)
 

@@ -18,7 +18,8 @@ class LRSuggestion:
     """A learning rate suggested before training, with the band it believes in and the evidence behind it.
 
     What [`suggest_lr`][optiscope.suggest.suggest_lr] returns. ``lr`` = σ · ``edge``, where ``edge`` is the η at
-    which the measured (preconditioned) sharpness reaches the optimizer's stability threshold c/η and σ the
+    which the measured (preconditioned) sharpness reaches the optimizer's stability threshold c/η (or a lower
+    noise-limited step, for ``limits``) and σ the
     method's factor, fitted on the calibration tasks of the evaluation (``docs/experiments/suggest-lr.md``); a
     fallback (an optimizer without a known threshold) says so in ``method`` and ``notes``.
 
@@ -27,7 +28,8 @@ class LRSuggestion:
         low: the low end of the band it believes in (on the calibration tasks, the tuned η was at least this
             far below the suggestion in only a tenth of the cases).
         high: the high end of that band.
-        edge: the η at which the measured sharpness reaches the threshold (the fallback: the range test's η).
+        edge: the η at which the measured sharpness reaches the threshold; for ``limits`` (the default) the lower
+            of that and the noise-limited step, ``notes`` saying which; the fallback: the range test's η.
         sigma: the factor σ, ``lr`` / ``edge``.
         method: which method measured it (``METHODS``), or ``"fallback: range test"``.
         optimizer: the optimizer's class name.
