@@ -42,8 +42,9 @@ def test_json_round_trips_tensors_and_non_finite(tmp_path):
 
 
 def test_to_json_writes_what_the_plain_copy_would(tmp_path):
-    """The fast encoder (json's, asking only for what it has no type for) against the plain copy ``to_jsonable``
-    builds, on every kind a record or a result holds; a key json refuses takes the plain copy's way."""
+    """The fast encoder (ujson's, asking only for what it has no type for) against ``json`` on the plain copy
+    ``to_jsonable`` builds, on every kind a record or a result holds; a key json refuses is written as ``str``
+    writes it; floats read back exactly."""
     import numpy as np
 
     value = {
@@ -51,10 +52,11 @@ def test_to_json_writes_what_the_plain_copy_would(tmp_path):
         "f64": np.float64(1 / 3), "i": np.int64(7), "b": np.bool_(True), "a": np.arange(3.0), "p": tmp_path,
         "dtype": torch.bfloat16, "nested": [({"x": (1, math.nan)}, -math.inf)], 3: "int key", "s": "é",
     }  # fmt: skip
-    for indent in (None, 1):
-        assert runs.to_json(value, indent) == json.dumps(runs.to_jsonable(value), indent=indent)
-    odd = {("a", 1): 1.0}
-    assert runs.to_json(odd) == "{\"('a', 1)\": 1.0}"
+    for indent in (None, 1):  # the same JSON; its spacing is the encoder's
+        assert json.dumps(json.loads(runs.to_json(value, indent))) == json.dumps(runs.to_jsonable(value))
+    assert json.loads(runs.to_json({("a", 1): 1.0})) == {"('a', 1)": 1.0}
+    floats = torch.randn(10_000, dtype=torch.float64).mul(torch.logspace(-300, 300, 10_000, dtype=torch.float64))
+    assert json.loads(runs.to_json(floats.tolist())) == floats.tolist()  # shortest forms that read back exactly
     with pytest.raises(TypeError, match="object is not JSON serializable"):
         runs.to_json({"x": object()})
 
@@ -67,7 +69,22 @@ def test_jsonl_appends_and_ignores_a_torn_last_line(tmp_path):
         f.write('{"step": 3, "lo')  # a writer killed mid-line
     assert [r["step"] for r in runs.read_jsonl(path)] == [0, 1, 2]
     runs.truncate_jsonl(path, lambda r: r["step"] < 2)
-    assert path.read_text().splitlines() == [json.dumps({"step": 0}), json.dumps({"step": 1})]
+    assert runs.read_jsonl(path) == [{"step": 0}, {"step": 1}] and path.read_text().endswith("}\n")
+
+
+def test_a_rewind_that_keeps_every_record_leaves_the_file_as_written(tmp_path):
+    """Lines as ``json`` spaced them (an earlier version's file) stay byte for byte; a torn last line alone goes, so
+    that the next record does not join it."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0, "loss": 2.5}\n{"step": 1, "loss": NaN}\n')
+    before = path.read_bytes()
+    runs.truncate_jsonl(path, lambda r: True)
+    assert path.read_bytes() == before
+    with open(path, "a") as f:
+        f.write('{"step": 2, "lo')
+    runs.truncate_jsonl(path, lambda r: True)
+    runs.append_jsonl(path, {"step": 2})
+    assert [r["step"] for r in runs.read_jsonl(path)] == [0, 1, 2]
 
 
 FULL = """

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from optiscope.monitor import stats
 from optiscope.monitor.stats import loglog_fit, spearman, update_ratio_by
 
 
@@ -56,3 +57,26 @@ def test_update_ratio_by_treats_each_group_as_one_vector():
     ratios = update_ratio_by(params, lambda name: name.rsplit(".", 1)[0])
     assert ratios["blocks.0"] == pytest.approx(5.0 / math.sqrt(50.0))
     assert math.isnan(ratios["head"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_update_norms_against_float64_sums(dtype):
+    """‖θ′‖, ‖u‖ and ⟨−u, g⟩ per tensor, through NumPy (float32, float64, strided views) or torch (bfloat16), against
+    the sums taken in float64; a float32 sum that overflows over finite entries is taken again, NaN stays NaN."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(64, 48), (7,), (), (0,), (30, 20)]
+    weights = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+    weights[4] = weights[4].t()  # a strided view
+    neg = [torch.randn(w.shape, generator=g).to(dtype) * 1e-3 for w in weights]
+    grads = [torch.randn(w.shape, generator=g).to(dtype) for w in weights]
+    w, u, dots = stats.update_norms([x.requires_grad_(x.is_floating_point()) for x in weights], neg, grads)
+    tolerance = 1e-2 if dtype == torch.bfloat16 else 1e-6
+    for i in range(len(shapes)):
+        assert w[i] == pytest.approx(float(weights[i].detach().double().norm()), rel=tolerance, abs=1e-12)
+        assert u[i] == pytest.approx(float(neg[i].double().norm()), rel=tolerance, abs=1e-12)
+        assert dots[i] == pytest.approx(float((neg[i].double() * grads[i].double()).sum()), rel=tolerance, abs=1e-6)
+    if dtype == torch.float32:
+        big, bad = torch.full((10,), 1e30), torch.tensor([math.nan, 1.0])
+        w, u, dots = stats.update_norms([big, bad], [big, bad], [big, bad])
+        assert w[0] == pytest.approx(math.sqrt(10) * 1e30) and dots[0] == pytest.approx(1e61, rel=1e-6)
+        assert math.isnan(w[1]) and math.isnan(u[1]) and math.isnan(dots[1])

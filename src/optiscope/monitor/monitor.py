@@ -574,12 +574,10 @@ class Monitor:
         if self._layout is not None:
             return self._sharded_stats(optimizer, gradients, neg_updates)
         params = gradients.params
-        both = stats.foreach_norms([*params, *neg_updates]).tolist()  # ‖θ′‖ and ‖u‖ in one reduction
-        w, u = both[: len(params)], both[len(params) :]
+        # ⟨−u, g⟩ = ⟨u, −g⟩, over the scaled gradient whose norm divides it: the cosine is the same
+        w, u, cos_dot = stats.update_norms(params, neg_updates, self._gradient_tensors(gradients))
         g_stepped = gradients.norms.tolist()  # as the optimizer held it: scaled under a GradScaler's fused step
         g = [x / gradients.scale for x in g_stepped]
-        # ⟨−u, g⟩ = ⟨u, −g⟩, over the scaled gradient whose norm divides it: the cosine is the same
-        cos_dot = stats.foreach_dots(neg_updates, self._gradient_tensors(gradients)).tolist()
         bad_w = stats.nonfinite_counts(params, w)
         group_of = {id(q): group for group in optimizer.param_groups for q in group["params"]}
         groups = [group_of[id(p)] for p in params]
@@ -1205,7 +1203,7 @@ def _refuse_ddp_join(model: nn.Module) -> None:
     from the join configuration torch keeps on each ``Joinable`` (private: if it goes, this check passes).
     Only the DDP wrapper holds it (the inner module cannot tell), and torch never turns it off after the
     ``join()`` block, so a model once under ``join()`` stays refused (README, DDP)."""
-    config = getattr(under_compile(model), "_join_config", None)
+    config = vars(under_compile(model)).get("_join_config")  # a plain attribute of DDP's: no AttributeError
     if getattr(config, "enable", False):
         raise ValueError(
             "Monitor: DistributedDataParallel under join() (uneven inputs across ranks) is not supported: the "

@@ -42,4 +42,6 @@ def is_own_name(given: str, own: str) -> bool:
 def under_compile(model: nn.Module) -> nn.Module:
     """The module ``torch.compile`` wraps (its ``_orig_mod``: e.g. the ``DistributedDataParallel`` of
     ``torch.compile(ddp)``), or ``model`` itself when it is not compiled."""
-    return getattr(model, "_orig_mod", model)
+    # looked up where nn.Module keeps submodules: a plain getattr raises and catches an AttributeError on every
+    # model that is not compiled, and the monitor asks on every step
+    return model._modules.get("_orig_mod", model)
