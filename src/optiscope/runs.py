@@ -220,7 +220,8 @@ def truncate_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
     as they are (a refused resume must not look like one that wrote: ``open_run``)."""
     path = Path(path)
     if path.exists():
-        whole = path.read_bytes().endswith(b"\n") or path.stat().st_size == 0  # else a last line cut short
+        data = path.read_bytes()
+        whole = not data or data.endswith(b"\n")  # else a last line cut short
         records = list(iter_jsonl(path))
         kept = [r for r in records if keep(r)]
         if len(kept) < len(records) or not whole:

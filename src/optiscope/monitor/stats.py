@@ -90,7 +90,7 @@ def update_norms(
     On the CPU, for plain float32/float64 tensors, tensor by tensor through NumPy: each tensor's three arrays are
     read into cache once for its three sums, where three reductions over all tensors, one after the other, read
     every array from memory again (a measured step of the 107k-parameter GPT in ``benchmarks/monitor_overhead.py``:
-    0.24 ms less in the training loop, about 10 % of the monitor's cost). Sums accumulate in the tensors' own
+    0.23 ms less in the training loop, about 9 % of the monitor's cost). Sums accumulate in the tensors' own
     precision, as torch's do; one that overflows although every entry is finite is taken again in float64.
     """
     host = _on_host([*weights, *neg_updates, *grads])
